@@ -1,0 +1,21 @@
+#include <CLI/CLI.hpp>
+
+#include "app/commands.h"
+#include "core/log.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mxserve: MX-quantized LLM inference and serving"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "mxserve 0.1.0");
+  std::string level = "info";
+  app.add_option("--log-level", level, "debug|info|warn|error|off")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}));
+  app.parse_complete_callback([&level] {
+    mx::LogLevel l;
+    if (mx::parse_log_level(level, &l)) mx::set_log_level(l);
+  });
+  int exit_code = 0;
+  mx::app::register_inspect(app, exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}

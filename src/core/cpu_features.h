@@ -1,0 +1,28 @@
+// CPU instruction-set levels for kernel dispatch. Detected once from CPUID; MX_CPU_ISA
+// (scalar|avx2|avx512) lowers the level for debugging and for testing every variant.
+#pragma once
+
+#include <string_view>
+
+namespace mx {
+
+enum class IsaLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+struct CpuFeatures {
+  bool avx2 = false;    // with FMA and F16C
+  bool avx512 = false;  // F, BW, VL, DQ
+  bool avx512_bf16 = false;
+  bool avx512_vnni = false;
+};
+
+// What the processor and OS support (XSAVE state enabled), ignoring MX_CPU_ISA.
+const CpuFeatures& cpu_features();
+// The highest level the processor supports.
+IsaLevel max_supported_isa();
+// The level kernels run at: max_supported_isa(), capped by MX_CPU_ISA when set.
+IsaLevel active_isa();
+bool isa_supported(IsaLevel level);
+std::string_view isa_name(IsaLevel level);
+bool parse_isa(std::string_view text, IsaLevel* out);
+
+}  // namespace mx

@@ -1,0 +1,53 @@
+// A fixed pool of worker threads for data-parallel loops. parallel_for splits [0, n) into one
+// contiguous range per thread and the calling thread takes the first; a call allocates nothing,
+// so it can sit inside a decode step.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace mx {
+
+class ThreadPool {
+ public:
+  // num_threads counts the caller: 1 means no workers.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // fn(begin, end, thread_index); ranges are disjoint and cover [0, n) exactly.
+  template <typename Fn>
+  void parallel_for(int64_t n, Fn&& fn) {
+    using F = std::remove_reference_t<Fn>;
+    run(
+        n, [](void* ctx, int64_t b, int64_t e, int t) { (*static_cast<F*>(ctx))(b, e, t); },
+        const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+ private:
+  using Trampoline = void (*)(void*, int64_t, int64_t, int);
+  void run(int64_t n, Trampoline fn, void* ctx);
+  void worker_loop(int index);
+  void range_of(int t, int64_t* b, int64_t* e) const;
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  Trampoline job_fn_ = nullptr;
+  void* job_ctx_ = nullptr;
+  int64_t job_n_ = 0;
+  std::mutex run_mu_;  // one parallel_for at a time
+};
+
+}  // namespace mx

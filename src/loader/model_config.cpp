@@ -1,0 +1,146 @@
+#include "loader/model_config.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/mapped_file.h"
+#include "loader/json_util.h"
+
+namespace mx {
+
+const std::vector<ArchInfo>& supported_archs() {
+  static const std::vector<ArchInfo> kArchs = {
+      {Arch::kQwen3, "Qwen3ForCausalLM", "qwen3"},
+      {Arch::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"},
+  };
+  return kArchs;
+}
+
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+  if (arch != Arch::kQwen3Moe || num_experts <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) {
+    return false;
+  }
+  return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
+}
+
+namespace {
+
+Status positive(const std::string& what, const char* key, int64_t v) {
+  if (v <= 0) {
+    return invalid_argument(what + ": field '" + key + "' must be positive (got " +
+                            std::to_string(v) + ")");
+  }
+  return Status::ok();
+}
+
+Result<const ArchInfo*> find_arch(const Json& j, const std::string& what) {
+  std::vector<std::string> names;
+  if (auto a = j.find("architectures"); a != j.end() && !a->is_null()) {
+    if (!a->is_array()) return invalid_argument(what + ": field 'architectures' must be a list");
+    for (const Json& e : *a) {
+      if (!e.is_string()) return invalid_argument(what + ": 'architectures' holds a non-string");
+      names.push_back(e.get<std::string>());
+    }
+  }
+  std::string model_type;
+  if (auto m = j.find("model_type"); m != j.end() && m->is_string()) model_type = *m;
+  for (const ArchInfo& info : supported_archs()) {
+    for (const std::string& n : names) {
+      if (n == info.hf_class) return &info;
+    }
+  }
+  if (names.empty()) {
+    for (const ArchInfo& info : supported_archs()) {
+      if (model_type == info.model_type) return &info;
+    }
+  }
+  std::string supported;
+  for (const ArchInfo& info : supported_archs()) {
+    supported += (supported.empty() ? "" : ", ") + std::string(info.hf_class);
+  }
+  const std::string found = !names.empty()        ? names.front()
+                            : !model_type.empty() ? model_type
+                                                  : "(none given)";
+  return invalid_argument(what + ": unsupported architecture '" + found +
+                          "' (supported: " + supported + ")");
+}
+
+}  // namespace
+
+Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& what) {
+  MX_ASSIGN_OR_RETURN(Json j, parse_json(json_text, what));
+  if (!j.is_object()) return invalid_argument(what + ": not a JSON object");
+  MX_ASSIGN_OR_RETURN(const ArchInfo* arch, find_arch(j, what));
+  ModelConfig c;
+  c.arch = arch->arch;
+  c.hf_class = arch->hf_class;
+  c.model_type = arch->model_type;
+  MX_ASSIGN_OR_RETURN(c.vocab_size, json_int(j, "vocab_size", what));
+  MX_ASSIGN_OR_RETURN(c.hidden_size, json_int(j, "hidden_size", what));
+  MX_ASSIGN_OR_RETURN(c.num_layers, json_int(j, "num_hidden_layers", what));
+  MX_ASSIGN_OR_RETURN(c.num_heads, json_int(j, "num_attention_heads", what));
+  MX_RETURN_IF_ERROR(positive(what, "vocab_size", c.vocab_size));
+  MX_RETURN_IF_ERROR(positive(what, "hidden_size", c.hidden_size));
+  MX_RETURN_IF_ERROR(positive(what, "num_hidden_layers", c.num_layers));
+  MX_RETURN_IF_ERROR(positive(what, "num_attention_heads", c.num_heads));
+  MX_ASSIGN_OR_RETURN(c.num_kv_heads, json_int_or(j, "num_key_value_heads", c.num_heads, what));
+  MX_RETURN_IF_ERROR(positive(what, "num_key_value_heads", c.num_kv_heads));
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return invalid_argument(what + ": num_attention_heads (" + std::to_string(c.num_heads) +
+                            ") is not a multiple of num_key_value_heads (" +
+                            std::to_string(c.num_kv_heads) + ")");
+  }
+  MX_ASSIGN_OR_RETURN(c.head_dim, json_int_or(j, "head_dim", c.hidden_size / c.num_heads, what));
+  MX_RETURN_IF_ERROR(positive(what, "head_dim", c.head_dim));
+  if (c.head_dim % 2 != 0) return invalid_argument(what + ": head_dim must be even for RoPE");
+  MX_ASSIGN_OR_RETURN(c.intermediate_size, json_int(j, "intermediate_size", what));
+  MX_RETURN_IF_ERROR(positive(what, "intermediate_size", c.intermediate_size));
+  MX_ASSIGN_OR_RETURN(c.rms_norm_eps, json_number_or(j, "rms_norm_eps", 1e-6, what));
+  MX_ASSIGN_OR_RETURN(c.rope_theta, json_number_or(j, "rope_theta", 10000.0, what));
+  if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) {
+    return invalid_argument(what + ": rms_norm_eps and rope_theta must be positive");
+  }
+  MX_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                      json_int_or(j, "max_position_embeddings", 32768, what));
+  MX_RETURN_IF_ERROR(positive(what, "max_position_embeddings", c.max_position_embeddings));
+  MX_ASSIGN_OR_RETURN(c.tie_word_embeddings, json_bool_or(j, "tie_word_embeddings", false, what));
+  MX_ASSIGN_OR_RETURN(c.attention_bias, json_bool_or(j, "attention_bias", false, what));
+  MX_ASSIGN_OR_RETURN(c.bos_token_id, json_int_or(j, "bos_token_id", -1, what));
+  // eos_token_id may be a list in some configs; the first entry is the primary one.
+  if (auto e = j.find("eos_token_id");
+      e != j.end() && e->is_array() && !e->empty() && (*e)[0].is_number_integer()) {
+    c.eos_token_id = (*e)[0].get<int64_t>();
+  } else {
+    MX_ASSIGN_OR_RETURN(c.eos_token_id, json_int_or(j, "eos_token_id", -1, what));
+  }
+
+  if (c.arch == Arch::kQwen3Moe) {
+    MX_ASSIGN_OR_RETURN(c.num_experts, json_int(j, "num_experts", what));
+    MX_ASSIGN_OR_RETURN(c.num_experts_per_tok, json_int(j, "num_experts_per_tok", what));
+    MX_ASSIGN_OR_RETURN(c.moe_intermediate_size, json_int(j, "moe_intermediate_size", what));
+    MX_RETURN_IF_ERROR(positive(what, "num_experts", c.num_experts));
+    MX_RETURN_IF_ERROR(positive(what, "num_experts_per_tok", c.num_experts_per_tok));
+    MX_RETURN_IF_ERROR(positive(what, "moe_intermediate_size", c.moe_intermediate_size));
+    if (c.num_experts_per_tok > c.num_experts) {
+      return invalid_argument(what + ": num_experts_per_tok exceeds num_experts");
+    }
+    MX_ASSIGN_OR_RETURN(c.norm_topk_prob, json_bool_or(j, "norm_topk_prob", false, what));
+    MX_ASSIGN_OR_RETURN(c.decoder_sparse_step, json_int_or(j, "decoder_sparse_step", 1, what));
+    MX_RETURN_IF_ERROR(positive(what, "decoder_sparse_step", c.decoder_sparse_step));
+    MX_ASSIGN_OR_RETURN(c.mlp_only_layers, json_int_list_or(j, "mlp_only_layers", what));
+  }
+  return c;
+}
+
+Result<ModelConfig> load_model_config(const std::string& model_dir) {
+  const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(model_dir, ec)) {
+    return not_found(model_dir + ": model directory does not exist");
+  }
+  MX_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  return parse_model_config(text, path);
+}
+
+}  // namespace mx

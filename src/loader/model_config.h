@@ -1,0 +1,57 @@
+// Hyper-parameters from a Hugging Face config.json, typed per architecture. Every value comes
+// from the checkpoint; defaults apply only where the file omits a field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace mx {
+
+enum class Arch { kQwen3, kQwen3Moe };
+
+struct ArchInfo {
+  Arch arch;
+  std::string_view hf_class;    // "architectures" entry
+  std::string_view model_type;  // "model_type"
+};
+// The explicit list of supported architectures.
+const std::vector<ArchInfo>& supported_archs();
+
+struct ModelConfig {
+  Arch arch = Arch::kQwen3;
+  std::string hf_class;
+  std::string model_type;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t intermediate_size = 0;  // dense MLP width
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  int64_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+  int64_t bos_token_id = -1;
+  int64_t eos_token_id = -1;
+  // MoE (qwen3_moe)
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;  // the library default; checkpoints usually say true
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+
+  bool is_moe_layer(int64_t layer) const;
+};
+
+// `what` names the source in errors.
+Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& what);
+Result<ModelConfig> load_model_config(const std::string& model_dir);
+
+}  // namespace mx

@@ -1,0 +1,60 @@
+#include "loader/model_inventory.h"
+
+#include "loader/checkpoint.h"
+
+namespace mx {
+namespace {
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_scale_tensor(const std::string& name) {
+  return ends_with(name, ".weight_scale") || ends_with(name, ".weight_dual_scale") ||
+         ends_with(name, ".weight_offset");
+}
+
+bool is_packed_fp4(QuantType t) {
+  return t == QuantType::kW4A8Mxfp || t == QuantType::kW4A4Mxfp4 ||
+         t == QuantType::kW4A4Mxfp4DualScale;
+}
+
+}  // namespace
+
+Result<ModelInventory> inspect_model_dir(const std::string& dir) {
+  ModelInventory inv;
+  inv.dir = dir;
+  MX_ASSIGN_OR_RETURN(inv.config, load_model_config(dir));
+  std::string stem = "model";
+  if (has_quant_description(dir)) {
+    MX_ASSIGN_OR_RETURN(QuantDescription q, load_quant_description(dir));
+    inv.quant = std::move(q);
+    stem = kQuantWeightsStem;
+  }
+  MX_ASSIGN_OR_RETURN(CheckpointFiles ck, CheckpointFiles::open(dir, stem));
+  inv.num_files = ck.files().size();
+  for (const SafetensorsFile& f : ck.files()) {
+    for (const TensorInfo& t : f.tensors()) {
+      ++inv.num_tensors;
+      const uint64_t bytes = t.end - t.begin;
+      inv.bytes_by_dtype[std::string(dtype_name(t.dtype))] += bytes;
+      if (inv.quant && is_scale_tensor(t.name)) {
+        inv.scale_bytes += bytes;
+        continue;
+      }
+      int64_t n = shape_numel(t.shape);
+      if (inv.quant) {
+        const auto type = inv.quant->type_of(t.name);
+        if (type && is_packed_fp4(*type) && ends_with(t.name, ".weight")) n *= 2;
+        if (type && ends_with(t.name, ".weight")) {
+          inv.module_types[t.name.substr(0, t.name.size() - 7)] = *type;
+        }
+      }
+      inv.parameters += n;
+    }
+  }
+  return inv;
+}
+
+}  // namespace mx

@@ -1,0 +1,85 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace mx {
+namespace {
+
+Result<int> half_of(int x) {
+  if (x % 2) return invalid_argument("field 'x': " + std::to_string(x) + " is odd");
+  return x / 2;
+}
+
+Status quarter(int x, int* out) {
+  MX_ASSIGN_OR_RETURN(int h, half_of(x));
+  MX_ASSIGN_OR_RETURN(*out, half_of(h));
+  return Status::ok();
+}
+
+TEST(Status, ResultCarriesValueOrError) {
+  int q = 0;
+  EXPECT_TRUE(quarter(8, &q).is_ok());
+  EXPECT_EQ(q, 2);
+  const Status s = quarter(6, &q);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "field 'x': 3 is odd");
+  EXPECT_EQ(s.with_context("loading a.json").to_string(),
+            "InvalidArgument: loading a.json: field 'x': 3 is odd");
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor t = Tensor::empty(DType::kF32, {3, 4});
+  float* p = t.mutable_data_as<float>();
+  for (int i = 0; i < 12; ++i) p[i] = static_cast<float>(i);
+  Tensor row = t.select(0, 2);
+  EXPECT_EQ(row.shape(), (Shape{4}));
+  EXPECT_EQ(row.data_as<float>()[1], 9.0f);
+  Tensor col = t.select(1, 3);
+  EXPECT_EQ(col.strides(), (Shape{4}));
+  EXPECT_FALSE(t.transpose(0, 1).is_contiguous());
+  Tensor tt = t.transpose(0, 1).contiguous_copy();
+  EXPECT_EQ(tt.shape(), (Shape{4, 3}));
+  EXPECT_EQ(tt.data_as<float>()[1], 4.0f);  // tt[0][1] = t[1][0]
+  Tensor s = t.slice(1, 1, 3);
+  EXPECT_EQ(s.shape(), (Shape{3, 2}));
+  EXPECT_EQ(s.contiguous_copy().data_as<float>()[2], 5.0f);
+  EXPECT_EQ(t.reshape({2, 6}).dim(-1), 6);
+  EXPECT_EQ(t.describe(), "F32[3, 4]");
+  EXPECT_EQ(shape_numel({1 << 30, 1 << 30, 1 << 30}), -1);
+}
+
+TEST(ThreadPool, RangesCoverExactlyOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 7, 1000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      for (int rep = 0; rep < 20; ++rep) {
+        pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
+          EXPECT_LT(t, threads);
+          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+        });
+      }
+      for (auto& h : hits) EXPECT_EQ(h.load(), 20);
+    }
+  }
+}
+
+TEST(CpuFeatures, LevelsAreConsistent) {
+  EXPECT_TRUE(isa_supported(IsaLevel::kScalar));
+  EXPECT_LE(active_isa(), max_supported_isa());
+  IsaLevel l;
+  EXPECT_TRUE(parse_isa("avx2", &l));
+  EXPECT_EQ(l, IsaLevel::kAvx2);
+  EXPECT_FALSE(parse_isa("sse9", &l));
+  std::printf("cpu: max isa %s, active %s\n", std::string(isa_name(max_supported_isa())).c_str(),
+              std::string(isa_name(active_isa())).c_str());
+}
+
+}  // namespace
+}  // namespace mx

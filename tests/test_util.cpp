@@ -1,0 +1,35 @@
+#include "test_util.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+namespace mx::test {
+
+std::string temp_dir(const std::string& tag) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mxserve-" + tag + "-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::vector<float> activation_like(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> binade(-20, 12);
+  std::uniform_int_distribution<int> pick(0, 99);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    float x = normal(rng);
+    if (i % 32 == 0) x = std::ldexp(x, binade(rng));  // per-block magnitude changes
+    const int p = pick(rng);
+    if (p == 0) x *= 300.0f;  // outlier channel
+    if (p == 1) x = 0.0f;
+    if (p == 2) x = -0.0f;
+    v[i] = x;
+  }
+  return v;
+}
+
+}  // namespace mx::test
