@@ -1,0 +1,52 @@
+#include "kernels/gemm.h"
+
+#include <bit>
+
+namespace mx {
+namespace gemm_detail {
+namespace {
+
+void bf16_reference(const GemmBf16Args& a, int64_t n_begin, int64_t n_end) {
+  for (int64_t i = 0; i < a.m; ++i) {
+    const float* x = a.x + i * a.ldx;
+    for (int64_t n = n_begin; n < n_end; ++n) {
+      const uint16_t* w = a.w + n * a.ldw;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < a.k; ++k) {
+        acc += x[k] * std::bit_cast<float>(static_cast<uint32_t>(w[k]) << 16);
+      }
+      a.y[i * a.ldy + n] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+const GemmKernels kScalarGemm = {IsaLevel::kScalar, bf16_reference};
+
+}  // namespace gemm_detail
+
+const GemmKernels* gemm_kernels_for(IsaLevel level) {
+  if (!isa_supported(level)) return nullptr;
+  switch (level) {
+    case IsaLevel::kScalar:
+      return &gemm_detail::kScalarGemm;
+    case IsaLevel::kAvx2:
+      return &gemm_detail::kAvx2Gemm;
+    case IsaLevel::kAvx512:
+      return nullptr;  // the AVX2 kernel serves until one is written
+  }
+  return nullptr;
+}
+
+const GemmKernels& gemm_kernels() {
+  static const GemmKernels* k = [] {
+    for (int l = static_cast<int>(active_isa()); l >= 0; --l) {
+      if (const GemmKernels* p = gemm_kernels_for(static_cast<IsaLevel>(l))) return p;
+    }
+    return &gemm_detail::kScalarGemm;
+  }();
+  return *k;
+}
+
+}  // namespace mx

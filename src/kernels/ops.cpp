@@ -1,0 +1,87 @@
+#include "kernels/ops.h"
+
+#include <bit>
+#include <cmath>
+
+namespace mx {
+
+namespace {
+inline float bf16f(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+}  // namespace
+
+void rms_norm_bf16(const float* x, const uint16_t* w, int64_t n, double eps, float* y,
+                   bool gemma_offset) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gemma_offset ? 1.0f + bf16f(w[i]) : bf16f(w[i]);
+    y[i] = x[i] * inv * g;
+  }
+}
+
+void rope_inv_freq(int64_t head_dim, double theta, float* inv_freq) {
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    inv_freq[i] = static_cast<float>(
+        1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(head_dim)));
+  }
+}
+
+void rope_neox(float* head, int64_t head_dim, int64_t pos, const float* inv_freq) {
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    // The angle in FP32 as the reference computes it (position times inverse frequency).
+    const float angle = static_cast<float>(pos) * inv_freq[i];
+    const float c = std::cos(angle), s = std::sin(angle);
+    const float a = head[i], b = head[i + half];
+    head[i] = a * c - b * s;
+    head[i + half] = b * c + a * s;
+  }
+}
+
+void swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  float mx = x[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::fmax(mx, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void log_softmax(const float* logits, int64_t n, float* out) {
+  float mx = logits[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::fmax(mx, logits[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+  const float lse = mx + static_cast<float>(std::log(sum));
+  for (int64_t i = 0; i < n; ++i) out[i] = logits[i] - lse;
+}
+
+void attention_head(const float* q, const float* k, const float* v, int64_t len, int64_t ld,
+                    int64_t head_dim, float scale, float* scores, float* out) {
+  for (int64_t t = 0; t < len; ++t) {
+    const float* kt = k + t * ld;
+    float s = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d) s += q[d] * kt[d];
+    scores[t] = s * scale;
+  }
+  softmax(scores, len);
+  for (int64_t d = 0; d < head_dim; ++d) out[d] = 0.0f;
+  for (int64_t t = 0; t < len; ++t) {
+    const float p = scores[t];
+    const float* vt = v + t * ld;
+    for (int64_t d = 0; d < head_dim; ++d) out[d] += p * vt[d];
+  }
+}
+
+}  // namespace mx

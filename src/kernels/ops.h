@@ -1,0 +1,33 @@
+// FP32 elementwise and row operations of the transformer blocks. Kernels: raw pointers, no
+// allocation; `scratch` arguments are caller-owned.
+#pragma once
+
+#include <cstdint>
+
+namespace mx {
+
+// y[i] = x[i] / rms(x) * w[i] with BF16 weights; y may alias x. `gemma_offset` applies
+// (1 + w) as Gemma-style norms store it.
+void rms_norm_bf16(const float* x, const uint16_t* w, int64_t n, double eps, float* y,
+                   bool gemma_offset = false);
+
+// Rotary embedding on one head of `head_dim` (the NeoX "rotate half" pairing: i with
+// i + head_dim/2), in place, at position `pos`. inv_freq[head_dim/2] = theta^(-2i/d).
+void rope_neox(float* head, int64_t head_dim, int64_t pos, const float* inv_freq);
+void rope_inv_freq(int64_t head_dim, double theta, float* inv_freq);
+
+// In place: x = silu(gate) * up, with gate = x[0:n], up = x[n:2n] -> out[0:n].
+void swiglu(const float* gate, const float* up, int64_t n, float* out);
+
+// Numerically stable softmax in place.
+void softmax(float* x, int64_t n);
+
+// log-softmax of logits[n] into out[n] (may alias).
+void log_softmax(const float* logits, int64_t n, float* out);
+
+// Causal attention for one query head over `len` cached positions:
+// out[d] = sum_t softmax(q . k_t * scale) v_t. k and v rows have stride `ld`.
+void attention_head(const float* q, const float* k, const float* v, int64_t len, int64_t ld,
+                    int64_t head_dim, float scale, float* scores, float* out);
+
+}  // namespace mx

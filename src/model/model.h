@@ -1,0 +1,105 @@
+// A decoder-only language model: embedding, N x (norm -> attention -> residual -> norm ->
+// MLP or MoE -> residual), final norm, lm_head. Architectures differ only in how their layers
+// are built (one file each, listed in registry.cpp); the forward pass is shared.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "loader/model_config.h"
+#include "quant/linear.h"
+
+namespace mx {
+
+// Keys and values of one sequence, FP32, [layer][position][kv_heads * head_dim].
+class KvCache {
+ public:
+  KvCache(const ModelConfig& c, int64_t capacity);
+  int64_t capacity() const { return capacity_; }
+  int64_t length() const { return length_; }
+  void set_length(int64_t n) { length_ = n; }
+  float* k(int64_t layer, int64_t pos) { return k_.data() + (layer * capacity_ + pos) * row_; }
+  float* v(int64_t layer, int64_t pos) { return v_.data() + (layer * capacity_ + pos) * row_; }
+  int64_t row() const { return row_; }
+
+ private:
+  int64_t capacity_, row_, length_ = 0;
+  std::vector<float> k_, v_;
+};
+
+struct AttentionBlock {
+  std::unique_ptr<Linear> qkv;  // q, k, v stacked along the output dimension
+  std::unique_ptr<Linear> o;
+  Tensor q_norm, k_norm;  // [head_dim] BF16
+};
+
+struct DenseMlp {
+  std::unique_ptr<Linear> gate_up;  // [2I, H]: gate rows then up rows
+  std::unique_ptr<Linear> down;
+};
+
+struct MoeBlock {
+  std::unique_ptr<Linear> router;  // [E, H], FP32 logits
+  std::unique_ptr<ExpertBank> experts;
+  int64_t top_k = 0;
+  bool norm_topk_prob = false;
+};
+
+struct DecoderLayer {
+  Tensor input_norm, post_norm;  // [H] BF16
+  AttentionBlock attn;
+  std::unique_ptr<DenseMlp> mlp;  // exactly one of mlp, moe
+  std::unique_ptr<MoeBlock> moe;
+};
+
+struct LoadOptions {
+  int threads = 1;
+};
+
+// Routing decisions of one MoE layer for the last forward call, for tests and profiles.
+struct RouterTrace {
+  int64_t layer = 0;
+  std::vector<int32_t> experts;  // [tokens, top_k]
+  std::vector<float> weights;    // [tokens, top_k]
+};
+
+class DecoderModel {
+ public:
+  const ModelConfig& config() const { return config_; }
+  ThreadPool& pool() { return *pool_; }
+  uint64_t weight_bytes() const;
+
+  // Runs `n` tokens at positions cache.length() .. + n - 1, appends their keys and values,
+  // and writes logits [n, vocab] (all_logits) or [1, vocab] for the last token. Fails on a
+  // token id out of range or a full cache.
+  Status forward(const int32_t* tokens, int64_t n, KvCache& cache, bool all_logits, float* logits);
+
+  // When set, forward() records the router choices of each MoE layer.
+  void set_trace_router(bool on) { trace_router_ = on; }
+  const std::vector<RouterTrace>& router_trace() const { return router_trace_; }
+
+  // Built by the architecture files.
+  ModelConfig config_;
+  Tensor embed;       // [V, H] BF16
+  Tensor final_norm;  // [H]
+  std::unique_ptr<Linear> lm_head;
+  std::vector<DecoderLayer> layers;
+  std::unique_ptr<ThreadPool> pool_;
+
+ private:
+  void attention(DecoderLayer& layer, int64_t li, float* h, int64_t n, KvCache& cache);
+  void moe(const MoeBlock& moe, int64_t li, const float* h, int64_t n, float* x);
+  bool trace_router_ = false;
+  std::vector<RouterTrace> router_trace_;
+  std::vector<float> inv_freq_;
+};
+
+Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
+                                                 const LoadOptions& options);
+
+}  // namespace mx

@@ -1,0 +1,150 @@
+// The BF16 scheme: weights stay BF16 (mapped when used as stored, else stacked once) and the
+// kernel widens them in registers.
+#include <cstring>
+
+#include "formats/half.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+#include "quant/linear.h"
+
+namespace mx {
+namespace {
+
+void gemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+          ThreadPool* pool) {
+  const GemmBf16Args a{x, w, y, m, k, k, k, n};
+  const auto& kern = gemm_kernels();
+  if (pool == nullptr || pool->num_threads() == 1 || n * m * k < (1 << 16)) {
+    kern.bf16(a, 0, n);
+    return;
+  }
+  // Column blocks of 16 keep each thread's weight rows contiguous.
+  const int64_t blocks = (n + 15) / 16;
+  pool->parallel_for(blocks,
+                     [&](int64_t b, int64_t e, int) { kern.bf16(a, b * 16, std::min(n, e * 16)); });
+}
+
+class Bf16Linear final : public Linear {
+ public:
+  explicit Bf16Linear(Tensor w) : Linear(w.dim(1), w.dim(0)), w_(std::move(w)) {}
+  std::string scheme_name() const override { return "bf16"; }
+  uint64_t weight_bytes() const override { return w_.nbytes(); }
+  void forward(const float* x, int64_t m, float* y, ThreadPool* pool) const override {
+    gemm(x, m, in_features(), w_.data_as<uint16_t>(), out_features(), y, pool);
+  }
+
+ private:
+  Tensor w_;
+};
+
+class Bf16ExpertBank final : public ExpertBank {
+ public:
+  Bf16ExpertBank(Tensor w13, Tensor w2)
+      : ExpertBank(w13.dim(0), w13.dim(2), w13.dim(1) / 2),
+        w13_(std::move(w13)),
+        w2_(std::move(w2)) {}
+  std::string scheme_name() const override { return "bf16"; }
+  uint64_t weight_bytes() const override { return w13_.nbytes() + w2_.nbytes(); }
+  void forward(int64_t expert, const float* x, int64_t n, float* y, float* scratch,
+               ThreadPool* pool) const override {
+    const int64_t h = hidden(), i = inter();
+    float* gu = scratch;               // [n, 2I]
+    float* act = scratch + n * 2 * i;  // [n, I]
+    gemm(x, n, h, w13_.data_as<uint16_t>() + expert * 2 * i * h, 2 * i, gu, pool);
+    for (int64_t r = 0; r < n; ++r) swiglu(gu + r * 2 * i, gu + r * 2 * i + i, i, act + r * i);
+    gemm(act, n, i, w2_.data_as<uint16_t>() + expert * h * i, h, y, pool);
+  }
+
+ private:
+  Tensor w13_;  // [E, 2I, H]: gate rows then up rows
+  Tensor w2_;   // [E, H, I]
+};
+
+Status check_2d(const Tensor& t, const std::string& name) {
+  if (t.rank() != 2) {
+    return invalid_argument(name + ": expected a 2-D weight, got " + t.describe());
+  }
+  if (t.dtype() != DType::kBF16 && t.dtype() != DType::kF16 && t.dtype() != DType::kF32) {
+    return invalid_argument(name + ": dtype " + std::string(dtype_name(t.dtype())) +
+                            " is not a float weight type (BF16, F16, F32)");
+  }
+  return Status::ok();
+}
+
+void copy_as_bf16(const Tensor& t, uint16_t* out) {
+  const int64_t n = t.numel();
+  if (t.dtype() == DType::kBF16) {
+    std::memcpy(out, t.data(), static_cast<size_t>(n) * 2);
+  } else if (t.dtype() == DType::kF16) {
+    const auto* p = t.data_as<uint16_t>();
+    for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(fp16_to_float(p[i]));
+  } else {
+    const auto* p = t.data_as<float>();
+    for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(p[i]);
+  }
+}
+
+}  // namespace
+
+Result<Tensor> stack_rows_bf16(const std::vector<Tensor>& parts, const std::string& name) {
+  if (parts.empty()) return invalid_argument(name + ": no weight parts");
+  int64_t rows = 0;
+  const int64_t cols = parts[0].rank() == 2 ? parts[0].dim(1) : -1;
+  for (const Tensor& p : parts) {
+    MX_RETURN_IF_ERROR(check_2d(p, name));
+    if (p.dim(1) != cols) {
+      return invalid_argument(name + ": parts disagree on the input width (" + p.describe() +
+                              " vs " + std::to_string(cols) + " columns)");
+    }
+    rows += p.dim(0);
+  }
+  if (parts.size() == 1 && parts[0].dtype() == DType::kBF16 && parts[0].is_contiguous()) {
+    return parts[0];  // used as stored: a view of the mapped file
+  }
+  Tensor out = Tensor::empty(DType::kBF16, {rows, cols});
+  auto* dst = out.mutable_data_as<uint16_t>();
+  for (const Tensor& p : parts) {
+    copy_as_bf16(p.is_contiguous() ? p : p.contiguous_copy(), dst);
+    dst += p.numel();
+  }
+  return out;
+}
+
+Result<std::unique_ptr<Linear>> make_bf16_linear(const std::vector<Tensor>& parts,
+                                                 const std::string& name) {
+  MX_ASSIGN_OR_RETURN(Tensor w, stack_rows_bf16(parts, name));
+  return std::unique_ptr<Linear>(new Bf16Linear(std::move(w)));
+}
+
+Result<std::unique_ptr<ExpertBank>> make_bf16_expert_bank(const std::vector<Tensor>& gate,
+                                                          const std::vector<Tensor>& up,
+                                                          const std::vector<Tensor>& down,
+                                                          const std::string& name) {
+  const size_t e = gate.size();
+  if (e == 0 || up.size() != e || down.size() != e) {
+    return invalid_argument(name + ": expert tensor counts differ");
+  }
+  const int64_t inter = gate[0].dim(0), hidden = gate[0].dim(1);
+  Tensor w13 = Tensor::empty(DType::kBF16, {static_cast<int64_t>(e), 2 * inter, hidden});
+  Tensor w2 = Tensor::empty(DType::kBF16, {static_cast<int64_t>(e), hidden, inter});
+  auto* p13 = w13.mutable_data_as<uint16_t>();
+  auto* p2 = w2.mutable_data_as<uint16_t>();
+  for (size_t x = 0; x < e; ++x) {
+    const std::string en = name + ".experts." + std::to_string(x);
+    for (const Tensor* t : {&gate[x], &up[x], &down[x]}) MX_RETURN_IF_ERROR(check_2d(*t, en));
+    if (gate[x].shape() != Shape{inter, hidden} || up[x].shape() != Shape{inter, hidden} ||
+        down[x].shape() != Shape{hidden, inter}) {
+      return invalid_argument(en + ": expert shapes " + gate[x].describe() + ", " +
+                              up[x].describe() + ", " + down[x].describe() +
+                              " differ from expert 0");
+    }
+    copy_as_bf16(gate[x], p13);
+    copy_as_bf16(up[x], p13 + inter * hidden);
+    copy_as_bf16(down[x], p2);
+    p13 += 2 * inter * hidden;
+    p2 += hidden * inter;
+  }
+  return std::unique_ptr<ExpertBank>(new Bf16ExpertBank(std::move(w13), std::move(w2)));
+}
+
+}  // namespace mx

@@ -1,0 +1,67 @@
+// A linear layer as the model sees it: y[m, out] = x[m, in] * W^T with FP32 activations.
+// How W is stored and multiplied is the scheme's business; layers never branch on formats.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace mx {
+
+class Linear {
+ public:
+  virtual ~Linear() = default;
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  virtual std::string scheme_name() const = 0;
+  virtual uint64_t weight_bytes() const = 0;
+  // x: [m, in] contiguous; y: [m, out] contiguous.
+  virtual void forward(const float* x, int64_t m, float* y, ThreadPool* pool) const = 0;
+
+ protected:
+  Linear(int64_t in, int64_t out) : in_(in), out_(out) {}
+
+ private:
+  int64_t in_, out_;
+};
+
+// BF16 weights [out, in]. `parts` are stacked along the output dimension into one matmul
+// (q/k/v -> qkv, gate/up -> gate_up); F16 and F32 parts are rounded to BF16 once at load.
+Result<std::unique_ptr<Linear>> make_bf16_linear(const std::vector<Tensor>& parts,
+                                                 const std::string& name);
+
+// Stacks 2-D tensors along dim 0 into one BF16 tensor (converting F16/F32).
+Result<Tensor> stack_rows_bf16(const std::vector<Tensor>& parts, const std::string& name);
+
+// One expert bank of a MoE layer: per expert, gate/up [2I, H] and down [H, I].
+class ExpertBank {
+ public:
+  virtual ~ExpertBank() = default;
+  int64_t num_experts() const { return experts_; }
+  int64_t hidden() const { return hidden_; }
+  int64_t inter() const { return inter_; }
+  virtual std::string scheme_name() const = 0;
+  virtual uint64_t weight_bytes() const = 0;
+  // rows x[n, H] routed to `expert` -> y[n, H] (unweighted). scratch: n * 3 * I floats.
+  virtual void forward(int64_t expert, const float* x, int64_t n, float* y, float* scratch,
+                       ThreadPool* pool) const = 0;
+
+ protected:
+  ExpertBank(int64_t e, int64_t h, int64_t i) : experts_(e), hidden_(h), inter_(i) {}
+
+ private:
+  int64_t experts_, hidden_, inter_;
+};
+
+// BF16 bank from per-expert tensors: gate[e], up[e] are [I, H]; down[e] is [H, I].
+Result<std::unique_ptr<ExpertBank>> make_bf16_expert_bank(const std::vector<Tensor>& gate,
+                                                          const std::vector<Tensor>& up,
+                                                          const std::vector<Tensor>& down,
+                                                          const std::string& name);
+
+}  // namespace mx
