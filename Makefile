@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 .PHONY: run test deps build build-asan test-release test-asan bench format clean
 
 run: deps build
-	./build/mxserve inspect -m $(MODEL)
+	./build/mxserve run -m $(MODEL) -p "It is a truth universally acknowledged, that" --seed 0 -n 64
 
 test: deps build build-asan
 	ctest --preset release

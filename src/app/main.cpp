@@ -15,7 +15,9 @@ int main(int argc, char** argv) {
     if (mx::parse_log_level(level, &l)) mx::set_log_level(l);
   });
   int exit_code = 0;
+  mx::app::register_run(app, exit_code);
   mx::app::register_inspect(app, exit_code);
+  mx::app::register_tokenize(app, exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -209,6 +209,7 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   m->layers.resize(static_cast<size_t>(config.num_layers));
   for (int64_t i = 0; i < config.num_layers; ++i) {
     MX_RETURN_IF_ERROR(build(w, config, i, &m->layers[static_cast<size_t>(i)]));
+    if (options.progress) options.progress(i + 1, config.num_layers);
   }
   return m;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,8 @@ struct DecoderLayer {
 
 struct LoadOptions {
   int threads = 1;
+  // Called after each layer loads (done, total), e.g. to draw a progress bar.
+  std::function<void(int64_t, int64_t)> progress;
 };
 
 // Routing decisions of one MoE layer for the last forward call, for tests and profiles.

@@ -1,0 +1,83 @@
+#include <cstdio>
+#include <filesystem>
+
+#include "app/commands.h"
+#include "loader/json_util.h"
+#include "loader/tokenizer.h"
+#include "runtime/generate.h"
+
+namespace mx::app {
+namespace {
+
+struct RunArgs {
+  std::string model = default_model_dir();
+  std::string prompt;
+  int threads = default_threads();
+  int64_t ctx = 0;
+  bool json = false;
+  SamplingParams sampling;
+};
+
+int run(RunArgs& a) {
+  auto model = load_model_or_report(a.model, a.threads, "run");
+  if (!model) return 1;
+  auto tok = Tokenizer::load(a.model);
+  if (!tok.is_ok()) {
+    std::fprintf(stderr, "mxserve run: %s\n", tok.status().to_string().c_str());
+    return 1;
+  }
+  const int64_t ctx = a.ctx > 0 ? std::min(a.ctx, model->config().max_position_embeddings)
+                                : model->config().max_position_embeddings;
+  const auto defaults = default_stop_token_ids(a.model, model->config());
+  a.sampling.stop_token_ids.insert(a.sampling.stop_token_ids.end(), defaults.begin(),
+                                   defaults.end());
+  const std::vector<int32_t> prompt = (*tok)->encode(a.prompt);
+  std::function<void(const std::string&)> stream;
+  if (!a.json) {
+    std::fputs(a.prompt.c_str(), stdout);
+    stream = [](const std::string& s) {
+      std::fputs(s.c_str(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  auto r = generate(*model, **tok, prompt, a.sampling, ctx, stream);
+  if (!r.is_ok()) {
+    if (!a.json) std::fputs("\n", stdout);
+    std::fprintf(stderr, "mxserve run: %s\n", r.status().to_string().c_str());
+    return 1;
+  }
+  if (a.json) {
+    Json out = {{"text", r->text},
+                {"token_ids", r->token_ids},
+                {"prompt_tokens", r->prompt_tokens},
+                {"completion_tokens", r->token_ids.size()},
+                {"finish_reason", r->finish_reason},
+                {"prefill_tok_s", r->prefill_tok_s()},
+                {"decode_tok_s", r->decode_tok_s()}};
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::printf("\n\nprefill: %lld tokens, %.1f tok/s\ndecode:  %zu tokens, %.1f tok/s (%s)\n",
+              static_cast<long long>(r->prompt_tokens), r->prefill_tok_s(), r->token_ids.size(),
+              r->decode_tok_s(), r->finish_reason.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void register_run(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<RunArgs>();
+  a->sampling.temperature = 0.8f;
+  a->sampling.top_p = 0.95f;
+  a->sampling.max_tokens = 64;
+  auto* cmd = app.add_subcommand("run", "Generate a continuation of a prompt");
+  cmd->add_option("-m,--model", a->model, "Model directory")->capture_default_str();
+  cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  cmd->add_option("-t,--threads", a->threads, "Threads")->capture_default_str();
+  cmd->add_option("--ctx,--context-length", a->ctx, "Context length (default: the model's)");
+  cmd->add_flag("--json", a->json, "Print one JSON object instead of text");
+  add_sampling_flags(cmd, &a->sampling);
+  cmd->callback([a, &exit_code] { exit_code = run(*a); });
+}
+
+}  // namespace mx::app

@@ -1,0 +1,73 @@
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "app/commands.h"
+
+namespace mx::app {
+
+std::string default_model_dir() {
+  namespace fs = std::filesystem;
+  const fs::path rel = "models/tiny-qwen3-moe";
+  std::error_code ec;
+  if (fs::is_directory(rel, ec)) return rel.string();
+  const fs::path src = fs::path(MX_SOURCE_DIR) / rel;
+  if (fs::is_directory(src, ec)) return src.string();
+  return rel.string();
+}
+
+int default_threads() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+void add_sampling_flags(CLI::App* cmd, SamplingParams* p) {
+  cmd->add_option("-n,--max-tokens", p->max_tokens, "Tokens to generate at most")
+      ->capture_default_str();
+  cmd->add_option("--temperature,--temp", p->temperature, "0 means greedy")->capture_default_str();
+  cmd->add_option("--top-k", p->top_k, "Keep the k most likely tokens (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", p->top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", p->min_p, "Drop tokens below min-p times the top probability")
+      ->capture_default_str();
+  cmd->add_option("--repetition-penalty", p->repetition_penalty, "HF-style, 1: off")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", p->presence_penalty, "OpenAI-style")->capture_default_str();
+  cmd->add_option("--frequency-penalty", p->frequency_penalty, "OpenAI-style")
+      ->capture_default_str();
+  cmd->add_option_function<uint64_t>(
+      "--seed", [p](uint64_t s) { p->seed = s; }, "Seed for reproducible sampling");
+  cmd->add_option("--stop", p->stop, "Stop string (repeatable)");
+  cmd->add_option("--stop-token-id", p->stop_token_ids, "Stop token id (repeatable)");
+  cmd->add_flag("--ignore-eos", p->ignore_eos, "Keep generating past end-of-sequence tokens");
+}
+
+std::unique_ptr<DecoderModel> load_model_or_report(const std::string& dir, int threads,
+                                                   const char* command) {
+  LoadOptions opt;
+  opt.threads = threads;
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  if (tty) {
+    opt.progress = [](int64_t done, int64_t total) {
+      const int width = 30;
+      const int fill = static_cast<int>(width * done / std::max<int64_t>(total, 1));
+      std::fprintf(stderr, "\rloading [%.*s%*s] %lld/%lld layers", fill,
+                   "##############################", width - fill, "", static_cast<long long>(done),
+                   static_cast<long long>(total));
+      if (done == total) std::fprintf(stderr, "\n");
+      std::fflush(stderr);
+    };
+  }
+  auto m = load_model(dir, opt);
+  if (!m.is_ok()) {
+    if (tty) std::fprintf(stderr, "\n");
+    std::fprintf(stderr, "mxserve %s: cannot load %s: %s\n", command, dir.c_str(),
+                 m.status().to_string().c_str());
+    return nullptr;
+  }
+  return std::move(m).value();
+}
+
+}  // namespace mx::app

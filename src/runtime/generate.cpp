@@ -1,0 +1,127 @@
+#include "runtime/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "loader/json_util.h"
+
+namespace mx {
+
+double GenerateResult::prefill_tok_s() const {
+  return prefill_seconds > 0 ? static_cast<double>(prompt_tokens) / prefill_seconds : 0;
+}
+double GenerateResult::decode_tok_s() const {
+  const double n = static_cast<double>(token_ids.size()) - 1;
+  return decode_seconds > 0 && n > 0 ? n / decode_seconds : 0;
+}
+
+std::vector<int32_t> default_stop_token_ids(const std::string& model_dir, const ModelConfig& c) {
+  std::vector<int32_t> ids;
+  if (c.eos_token_id >= 0) ids.push_back(static_cast<int32_t>(c.eos_token_id));
+  auto gen = read_json_file((std::filesystem::path(model_dir) / "generation_config.json").string());
+  if (gen.is_ok() && gen->is_object() && gen->contains("eos_token_id")) {
+    const Json& e = (*gen)["eos_token_id"];
+    if (e.is_number_integer()) ids.push_back(e.get<int32_t>());
+    if (e.is_array()) {
+      for (const Json& v : e) {
+        if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
+      }
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+size_t find_stop(const std::string& text, size_t from, const std::vector<std::string>& stops) {
+  size_t best = std::string::npos;
+  for (const std::string& s : stops) {
+    if (s.empty()) continue;
+    const size_t p = text.find(s, from);
+    if (p < best) best = p;
+  }
+  return best;
+}
+
+size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const std::string& s : stops) {
+    for (size_t n = std::min(s.size() - 1, text.size()); n > hold; --n) {
+      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+        hold = n;
+        break;
+      }
+    }
+  }
+  return hold;
+}
+
+Result<GenerateResult> generate(DecoderModel& model, const Tokenizer& tok,
+                                const std::vector<int32_t>& prompt, const SamplingParams& params,
+                                int64_t context_length,
+                                const std::function<void(const std::string&)>& on_text) {
+  using clock = std::chrono::steady_clock;
+  const int64_t vocab = model.config().vocab_size;
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (n == 0) return invalid_argument("the prompt is empty");
+  if (n + 1 > context_length) {
+    return invalid_argument("the prompt has " + std::to_string(n) +
+                            " tokens, more than the context length of " +
+                            std::to_string(context_length) + " allows");
+  }
+  const int64_t budget = std::min<int64_t>(params.max_tokens, context_length - n);
+  KvCache cache(model.config(), n + budget);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  GenerateResult r;
+  r.prompt_tokens = n;
+  const auto t0 = clock::now();
+  MX_RETURN_IF_ERROR(model.forward(prompt.data(), n, cache, false, logits.data()));
+  Sampler sampler(params);
+  IncrementalDecoder dec(tok, params.skip_special_tokens);
+  std::string text;    // all decoded text so far
+  size_t emitted = 0;  // bytes of `text` already passed to on_text
+  r.finish_reason = "length";
+  auto t_first = clock::now();
+  for (int64_t step = 0; step < budget; ++step) {
+    const int32_t id = sampler.sample(logits.data(), vocab, prompt, r.token_ids);
+    if (step == 0) {
+      t_first = clock::now();
+      r.prefill_seconds = std::chrono::duration<double>(t_first - t0).count();
+    }
+    r.token_ids.push_back(id);
+    const bool stop_token = std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(),
+                                      id) != params.stop_token_ids.end();
+    if (stop_token && !params.ignore_eos) {
+      r.finish_reason = "stop";
+      break;
+    }
+    const size_t before = text.size();
+    text += dec.push(id);
+    const size_t stop_at = find_stop(text, before >= 64 ? before - 64 : 0, params.stop);
+    if (stop_at != std::string::npos) {
+      text.resize(stop_at);
+      r.finish_reason = "stop";
+      break;
+    }
+    const size_t ready = text.size() - stop_holdback(text, params.stop);
+    if (on_text && ready > emitted) on_text(text.substr(emitted, ready - emitted));
+    emitted = std::max(emitted, ready);
+    if (step + 1 < budget) MX_RETURN_IF_ERROR(model.forward(&id, 1, cache, false, logits.data()));
+  }
+  if (r.finish_reason == "length") {
+    text += dec.flush();
+    // A stop string may complete only with the bytes flushed last.
+    const size_t stop_at = find_stop(text, 0, params.stop);
+    if (stop_at != std::string::npos) {
+      text.resize(stop_at);
+      r.finish_reason = "stop";
+    }
+  }
+  if (on_text && text.size() > emitted) on_text(text.substr(emitted));
+  r.decode_seconds = std::chrono::duration<double>(clock::now() - t_first).count();
+  r.text = std::move(text);
+  return r;
+}
+
+}  // namespace mx

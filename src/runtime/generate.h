@@ -1,0 +1,43 @@
+// One request from prompt to text on one model: prefill, then sample token by token with
+// stop strings, stop tokens and a token budget. Text streams out through a callback with no
+// broken UTF-8 and nothing that might still turn out to be part of a stop string.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "loader/tokenizer.h"
+#include "model/model.h"
+#include "runtime/sampler.h"
+
+namespace mx {
+
+struct GenerateResult {
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::string finish_reason;  // "stop" or "length"
+  int64_t prompt_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;  // after the first generated token
+  double prefill_tok_s() const;
+  double decode_tok_s() const;
+};
+
+// Stop token ids from config.json and generation_config.json (eos_token_id, int or list).
+std::vector<int32_t> default_stop_token_ids(const std::string& model_dir, const ModelConfig& c);
+
+// Finds the earliest stop string in `text` at or after `from`; npos when none.
+size_t find_stop(const std::string& text, size_t from, const std::vector<std::string>& stops);
+// How many trailing bytes of `text` could begin a stop string and must be held back.
+size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops);
+
+// Fails when the prompt plus one token does not fit the context.
+Result<GenerateResult> generate(DecoderModel& model, const Tokenizer& tok,
+                                const std::vector<int32_t>& prompt, const SamplingParams& params,
+                                int64_t context_length,
+                                const std::function<void(const std::string&)>& on_text = {});
+
+}  // namespace mx

@@ -1,0 +1,92 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace mx {
+
+void apply_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
+                     const std::vector<int32_t>& output, const SamplingParams& p) {
+  if (p.repetition_penalty != 1.0f) {
+    std::unordered_set<int32_t> seen(prompt.begin(), prompt.end());
+    seen.insert(output.begin(), output.end());
+    for (int32_t id : seen) {
+      if (id < 0 || id >= vocab) continue;
+      float& l = logits[id];
+      l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+    }
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int> counts;
+    for (int32_t id : output) ++counts[id];
+    for (const auto& [id, n] : counts) {
+      if (id < 0 || id >= vocab) continue;
+      logits[id] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(n);
+    }
+  }
+}
+
+std::vector<std::pair<int32_t, double>> filtered_distribution(const float* logits, int64_t vocab,
+                                                              const SamplingParams& p) {
+  std::vector<std::pair<int32_t, double>> d(static_cast<size_t>(vocab));
+  double mx = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, static_cast<double>(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double e = std::exp((static_cast<double>(logits[i]) - mx) / p.temperature);
+    d[static_cast<size_t>(i)] = {static_cast<int32_t>(i), e};
+    sum += e;
+  }
+  std::sort(d.begin(), d.end(), [](const auto& a, const auto& b) {
+    return a.second > b.second || (a.second == b.second && a.first < b.first);
+  });
+  for (auto& e : d) e.second /= sum;
+  size_t keep = d.size();
+  if (p.top_k > 0) keep = std::min(keep, static_cast<size_t>(p.top_k));
+  if (p.top_p < 1.0f) {
+    double cum = 0;
+    for (size_t i = 0; i < keep; ++i) {
+      cum += d[i].second;
+      if (cum >= p.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    const double floor = p.min_p * d[0].second;
+    size_t i = 1;
+    while (i < keep && d[i].second >= floor) ++i;
+    keep = i;
+  }
+  d.resize(keep);
+  double kept = 0;
+  for (const auto& e : d) kept += e.second;
+  for (auto& e : d) e.second /= kept;
+  return d;
+}
+
+Sampler::Sampler(const SamplingParams& p) : p_(p) {
+  rng_.seed(p.seed ? *p.seed : std::random_device{}());
+}
+
+int32_t Sampler::sample(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
+                        const std::vector<int32_t>& output) {
+  apply_penalties(logits, vocab, prompt, output, p_);
+  if (p_.temperature <= 0.0f || p_.top_k == 1) {
+    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  }
+  const auto d = filtered_distribution(logits, vocab, p_);
+  // 53 random bits to a double in [0, 1): the same draw on every platform for one seed.
+  const double u = static_cast<double>(rng_() >> 11) * 0x1p-53;
+  double cum = 0;
+  for (const auto& [id, prob] : d) {
+    cum += prob;
+    if (u < cum) return id;
+  }
+  return d.back().first;
+}
+
+}  // namespace mx

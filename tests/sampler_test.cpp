@@ -1,0 +1,124 @@
+// Each sampling filter against a distribution computed by hand, penalties by hand, and
+// reproducibility of a seeded draw.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "runtime/generate.h"
+#include "runtime/sampler.h"
+
+namespace mx {
+namespace {
+
+// p = {0.5, 0.2, 0.15, 0.1, 0.05} as logits.
+std::vector<float> logits5() {
+  return {std::log(0.5f), std::log(0.2f), std::log(0.15f), std::log(0.1f), std::log(0.05f)};
+}
+
+std::map<int32_t, double> dist(const SamplingParams& p) {
+  const auto l = logits5();
+  std::map<int32_t, double> m;
+  for (const auto& [id, prob] : filtered_distribution(l.data(), 5, p)) m[id] = prob;
+  return m;
+}
+
+void expect_dist(const std::map<int32_t, double>& got, const std::map<int32_t, double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [id, p] : want) EXPECT_NEAR(got.at(id), p, 1e-6) << "token " << id;
+}
+
+TEST(Sampler, NoFilterIsTheSoftmax) {
+  expect_dist(dist({}), {{0, 0.5}, {1, 0.2}, {2, 0.15}, {3, 0.1}, {4, 0.05}});
+}
+
+TEST(Sampler, TopK) {
+  SamplingParams p;
+  p.top_k = 2;
+  expect_dist(dist(p), {{0, 0.5 / 0.7}, {1, 0.2 / 0.7}});
+}
+
+TEST(Sampler, TopP) {
+  SamplingParams p;
+  p.top_p = 0.8f;  // 0.5 + 0.2 = 0.7 < 0.8; adding 0.15 reaches 0.85
+  expect_dist(dist(p), {{0, 0.5 / 0.85}, {1, 0.2 / 0.85}, {2, 0.15 / 0.85}});
+}
+
+TEST(Sampler, MinP) {
+  SamplingParams p;
+  p.min_p = 0.25f;  // keep p >= 0.125
+  expect_dist(dist(p), {{0, 0.5 / 0.85}, {1, 0.2 / 0.85}, {2, 0.15 / 0.85}});
+}
+
+TEST(Sampler, Temperature) {
+  SamplingParams p;
+  p.temperature = 2.0f;  // p_i^(1/2) renormalized
+  const double s =
+      std::sqrt(0.5) + std::sqrt(0.2) + std::sqrt(0.15) + std::sqrt(0.1) + std::sqrt(0.05);
+  expect_dist(dist(p), {{0, std::sqrt(0.5) / s},
+                        {1, std::sqrt(0.2) / s},
+                        {2, std::sqrt(0.15) / s},
+                        {3, std::sqrt(0.1) / s},
+                        {4, std::sqrt(0.05) / s}});
+}
+
+TEST(Sampler, Penalties) {
+  std::vector<float> l = {2.0f, -2.0f, 1.0f, 0.5f};
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  // Token 0 in the prompt only; token 1 in the output twice; token 2 once.
+  apply_penalties(l.data(), 4, {0}, {1, 1, 2}, p);
+  EXPECT_FLOAT_EQ(l[0], 1.0f);                      // 2 / 2
+  EXPECT_FLOAT_EQ(l[1], -4.0f - 0.5f - 0.25f * 2);  // -2 * 2, then presence and 2x frequency
+  EXPECT_FLOAT_EQ(l[2], 0.5f - 0.5f - 0.25f);       // 1 / 2, then presence and frequency
+  EXPECT_FLOAT_EQ(l[3], 0.5f);                      // unseen
+}
+
+TEST(Sampler, GreedyAndSeededDraws) {
+  SamplingParams g;
+  g.temperature = 0.0f;
+  auto l = logits5();
+  EXPECT_EQ(Sampler(g).sample(l.data(), 5, {}, {}), 0);
+  SamplingParams p;
+  p.seed = 1234;
+  std::vector<int32_t> a, b;
+  Sampler sa(p), sb(p);
+  std::map<int32_t, int> counts;
+  for (int i = 0; i < 20000; ++i) {
+    auto la = logits5(), lb = logits5();
+    a.push_back(sa.sample(la.data(), 5, {}, {}));
+    b.push_back(sb.sample(lb.data(), 5, {}, {}));
+    ++counts[a.back()];
+  }
+  EXPECT_EQ(a, b);
+  // The draws follow the distribution (binomial 5-sigma bounds).
+  const double want[] = {0.5, 0.2, 0.15, 0.1, 0.05};
+  for (int id = 0; id < 5; ++id) {
+    const double sd = std::sqrt(20000 * want[id] * (1 - want[id]));
+    EXPECT_NEAR(counts[id], 20000 * want[id], 5 * sd) << id;
+  }
+  SamplingParams q = p;
+  q.seed = 99;
+  Sampler sc(q);
+  std::vector<int32_t> c;
+  for (int i = 0; i < 200; ++i) {
+    auto l2 = logits5();
+    c.push_back(sc.sample(l2.data(), 5, {}, {}));
+  }
+  EXPECT_NE(c, std::vector<int32_t>(a.begin(), a.begin() + 200));
+}
+
+TEST(StopStrings, FindAndHoldBack) {
+  const std::vector<std::string> stops = {"\nQuestion", "END"};
+  EXPECT_EQ(find_stop("abc\nQuestion: x", 0, stops), 3u);
+  EXPECT_EQ(find_stop("xEND", 0, stops), 1u);
+  EXPECT_EQ(find_stop("none", 0, stops), std::string::npos);
+  EXPECT_EQ(stop_holdback("answer 42\nQue", stops), 4u);
+  EXPECT_EQ(stop_holdback("answer EN", stops), 2u);
+  EXPECT_EQ(stop_holdback("answer", stops), 0u);
+}
+
+}  // namespace
+}  // namespace mx
