@@ -51,5 +51,8 @@ expect_fail "run: truncated shard" "truncated" "$bin" run -m "$tmp/trunc" -p hi
 [ "$(cat "$tmp/out")" = "It is a" ]; check "tokenize --decode" $?
 expect_fail "tokenize --decode: bad ids" "not a token id" "$bin" tokenize -m "$model" --decode '[999999]'
 
+printf 'Hello there\n/reset\nWhat is 2 plus 2?\n' | "$bin" chat -m "$model" --seed 3 -n 12 --no-think >"$tmp/chat" 2>&1
+[ $? -eq 0 ] && [ "$(grep -c . "$tmp/chat")" -ge 1 ]; check "chat: two turns from stdin" $?
+
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]

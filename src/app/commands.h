@@ -27,5 +27,6 @@ std::unique_ptr<DecoderModel> load_model_or_report(const std::string& dir, int t
 void register_inspect(CLI::App& app, int& exit_code);
 void register_run(CLI::App& app, int& exit_code);
 void register_tokenize(CLI::App& app, int& exit_code);
+void register_chat(CLI::App& app, int& exit_code);
 
 }  // namespace mx::app

@@ -1,0 +1,97 @@
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "app/commands.h"
+#include "loader/chat_template.h"
+#include "loader/tokenizer.h"
+#include "runtime/generate.h"
+
+namespace mx::app {
+namespace {
+
+struct ChatArgs {
+  std::string model = default_model_dir();
+  std::string system;
+  int threads = default_threads();
+  bool no_think = false;
+  SamplingParams sampling;
+};
+
+int chat(ChatArgs& a) {
+  auto model = load_model_or_report(a.model, a.threads, "chat");
+  if (!model) return 1;
+  auto tok = Tokenizer::load(a.model);
+  auto tmpl = ChatTemplate::load(a.model);
+  if (!tok.is_ok() || !tmpl.is_ok()) {
+    std::fprintf(stderr, "mxserve chat: %s\n",
+                 (!tok.is_ok() ? tok.status() : tmpl.status()).to_string().c_str());
+    return 1;
+  }
+  const auto defaults = default_stop_token_ids(a.model, model->config());
+  a.sampling.stop_token_ids.insert(a.sampling.stop_token_ids.end(), defaults.begin(),
+                                   defaults.end());
+  if (auto end = (*tok)->token_id("<|im_end|>")) a.sampling.stop_token_ids.push_back(*end);
+  const bool tty = ::isatty(STDIN_FILENO) != 0;
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  if (a.no_think) extra["enable_thinking"] = false;
+  if (tty)
+    std::fprintf(stderr,
+                 "Type a message; /reset clears the conversation, /exit or Ctrl-D quits.\n");
+  std::string line;
+  for (;;) {
+    if (tty) std::fputs("> ", stdout);
+    std::fflush(stdout);
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      messages = nlohmann::ordered_json::array();
+      if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+      continue;
+    }
+    if (line.empty()) continue;
+    messages.push_back({{"role", "user"}, {"content", line}});
+    auto prompt = tmpl->apply(messages, true, extra);
+    if (!prompt.is_ok()) {
+      std::fprintf(stderr, "mxserve chat: %s\n", prompt.status().to_string().c_str());
+      return 1;
+    }
+    auto r = generate(*model, **tok, (*tok)->encode(*prompt), a.sampling,
+                      model->config().max_position_embeddings, [](const std::string& s) {
+                        std::fputs(s.c_str(), stdout);
+                        std::fflush(stdout);
+                      });
+    if (!r.is_ok()) {
+      // The conversation outgrew the context: say so and start over.
+      std::fprintf(stderr, "\nmxserve chat: %s; use /reset\n", r.status().to_string().c_str());
+      messages.erase(messages.end() - 1);
+      continue;
+    }
+    std::printf("\n");
+    if (tty)
+      std::fprintf(stderr, "[%zu tokens, %.1f tok/s]\n", r->token_ids.size(), r->decode_tok_s());
+    messages.push_back({{"role", "assistant"}, {"content", r->text}});
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_chat(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<ChatArgs>();
+  a->sampling.temperature = 0.7f;
+  a->sampling.top_p = 0.9f;
+  a->sampling.max_tokens = 256;
+  auto* cmd = app.add_subcommand("chat", "Interactive chat with the model's chat template");
+  cmd->add_option("-m,--model", a->model, "Model directory")->capture_default_str();
+  cmd->add_option("--system", a->system, "System prompt");
+  cmd->add_option("-t,--threads", a->threads, "Threads")->capture_default_str();
+  cmd->add_flag("--no-think", a->no_think, "Render with enable_thinking=false");
+  add_sampling_flags(cmd, &a->sampling);
+  cmd->callback([a, &exit_code] { exit_code = chat(*a); });
+}
+
+}  // namespace mx::app

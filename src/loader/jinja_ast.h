@@ -1,0 +1,59 @@
+// Parsed form of a Jinja template (internal to the loader's template engine).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loader/jinja_value.h"
+
+namespace mx::jinja {
+
+struct Expr;
+using ExprPtr = std::unique_ptr<Expr>;
+
+struct Expr {
+  enum class Kind {
+    kLiteral,
+    kName,
+    kAttr,
+    kItem,
+    kSlice,
+    kCall,
+    kFilter,
+    kTest,
+    kUnary,
+    kBinary,
+    kTernary,
+    kList,
+    kDict,
+  };
+  Kind kind;
+  Value literal;
+  std::string name;           // name, attribute, filter, test or operator
+  std::vector<ExprPtr> args;  // operands, call/filter arguments, list items
+  std::vector<std::pair<std::string, ExprPtr>> kwargs;
+  bool negated = false;  // "is not"
+  bool has_slice[3] = {false, false, false};
+};
+
+struct Stmt;
+using Body = std::vector<std::unique_ptr<Stmt>>;
+
+struct Stmt {
+  enum class Kind { kText, kOutput, kIf, kFor, kSet, kBreak, kContinue };
+  Kind kind;
+  std::string text;
+  ExprPtr expr;                                    // output, set value, for iterable
+  std::vector<std::pair<ExprPtr, Body>> branches;  // if / elif
+  Body body, else_body;                            // for body and else; if else
+  std::vector<std::string> targets;                // for loop names; set target ("ns", "attr")
+  ExprPtr filter;                                  // for ... if cond
+  bool set_attr = false;
+};
+
+// Parses a whole template after the reference renderer's preprocessing (trailing newline,
+// lstrip_blocks, trim_blocks).
+Result<Body> parse_template(const std::string& source);
+
+}  // namespace mx::jinja
