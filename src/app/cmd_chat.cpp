@@ -12,24 +12,23 @@ namespace mx::app {
 namespace {
 
 struct ChatArgs {
-  std::string model = default_model_dir();
+  ModelArgs m;
   std::string system;
-  int threads = default_threads();
   bool no_think = false;
   SamplingParams sampling;
 };
 
 int chat(ChatArgs& a) {
-  auto model = load_model_or_report(a.model, a.threads, "chat");
+  auto model = load_model_or_report(a.m, "chat");
   if (!model) return 1;
-  auto tok = Tokenizer::load(a.model);
-  auto tmpl = ChatTemplate::load(a.model);
+  auto tok = Tokenizer::load(a.m.model);
+  auto tmpl = ChatTemplate::load(a.m.model);
   if (!tok.is_ok() || !tmpl.is_ok()) {
     std::fprintf(stderr, "mxserve chat: %s\n",
                  (!tok.is_ok() ? tok.status() : tmpl.status()).to_string().c_str());
     return 1;
   }
-  const auto defaults = default_stop_token_ids(a.model, model->config());
+  const auto defaults = default_stop_token_ids(a.m.model, model->config());
   a.sampling.stop_token_ids.insert(a.sampling.stop_token_ids.end(), defaults.begin(),
                                    defaults.end());
   if (auto end = (*tok)->token_id("<|im_end|>")) a.sampling.stop_token_ids.push_back(*end);
@@ -86,9 +85,8 @@ void register_chat(CLI::App& app, int& exit_code) {
   a->sampling.top_p = 0.9f;
   a->sampling.max_tokens = 256;
   auto* cmd = app.add_subcommand("chat", "Interactive chat with the model's chat template");
-  cmd->add_option("-m,--model", a->model, "Model directory")->capture_default_str();
+  add_model_flags(cmd, &a->m);
   cmd->add_option("--system", a->system, "System prompt");
-  cmd->add_option("-t,--threads", a->threads, "Threads")->capture_default_str();
   cmd->add_flag("--no-think", a->no_think, "Render with enable_thinking=false");
   add_sampling_flags(cmd, &a->sampling);
   cmd->callback([a, &exit_code] { exit_code = chat(*a); });

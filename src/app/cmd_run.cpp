@@ -10,25 +10,24 @@ namespace mx::app {
 namespace {
 
 struct RunArgs {
-  std::string model = default_model_dir();
+  ModelArgs m;
   std::string prompt;
-  int threads = default_threads();
   int64_t ctx = 0;
   bool json = false;
   SamplingParams sampling;
 };
 
 int run(RunArgs& a) {
-  auto model = load_model_or_report(a.model, a.threads, "run");
+  auto model = load_model_or_report(a.m, "run");
   if (!model) return 1;
-  auto tok = Tokenizer::load(a.model);
+  auto tok = Tokenizer::load(a.m.model);
   if (!tok.is_ok()) {
     std::fprintf(stderr, "mxserve run: %s\n", tok.status().to_string().c_str());
     return 1;
   }
   const int64_t ctx = a.ctx > 0 ? std::min(a.ctx, model->config().max_position_embeddings)
                                 : model->config().max_position_embeddings;
-  const auto defaults = default_stop_token_ids(a.model, model->config());
+  const auto defaults = default_stop_token_ids(a.m.model, model->config());
   a.sampling.stop_token_ids.insert(a.sampling.stop_token_ids.end(), defaults.begin(),
                                    defaults.end());
   const std::vector<int32_t> prompt = (*tok)->encode(a.prompt);
@@ -71,9 +70,8 @@ void register_run(CLI::App& app, int& exit_code) {
   a->sampling.top_p = 0.95f;
   a->sampling.max_tokens = 64;
   auto* cmd = app.add_subcommand("run", "Generate a continuation of a prompt");
-  cmd->add_option("-m,--model", a->model, "Model directory")->capture_default_str();
+  add_model_flags(cmd, &a->m);
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
-  cmd->add_option("-t,--threads", a->threads, "Threads")->capture_default_str();
   cmd->add_option("--ctx,--context-length", a->ctx, "Context length (default: the model's)");
   cmd->add_flag("--json", a->json, "Print one JSON object instead of text");
   add_sampling_flags(cmd, &a->sampling);

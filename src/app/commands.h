@@ -20,13 +20,23 @@ int default_threads();
 // Sampling flags shared by run and chat, named as llama.cpp and vLLM users expect.
 void add_sampling_flags(CLI::App* cmd, SamplingParams* p);
 
+// Flags of every command that loads a model.
+struct ModelArgs {
+  std::string model = default_model_dir();
+  int threads = default_threads();
+  std::string quantization;  // empty: as stored
+  std::string scale_rule = "floor";
+};
+void add_model_flags(CLI::App* cmd, ModelArgs* a);
+
 // Loads a model with a progress bar on a terminal; prints the error and returns null on failure.
-std::unique_ptr<DecoderModel> load_model_or_report(const std::string& dir, int threads,
-                                                   const char* command);
+std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const char* command);
 
 void register_inspect(CLI::App& app, int& exit_code);
 void register_run(CLI::App& app, int& exit_code);
 void register_tokenize(CLI::App& app, int& exit_code);
 void register_chat(CLI::App& app, int& exit_code);
+void register_eval(CLI::App& app, int& exit_code);
+void register_quantize(CLI::App& app, int& exit_code);
 
 }  // namespace mx::app

@@ -44,10 +44,30 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams* p) {
   cmd->add_flag("--ignore-eos", p->ignore_eos, "Keep generating past end-of-sequence tokens");
 }
 
-std::unique_ptr<DecoderModel> load_model_or_report(const std::string& dir, int threads,
-                                                   const char* command) {
+void add_model_flags(CLI::App* cmd, ModelArgs* a) {
+  cmd->add_option("-m,--model", a->model,
+                  "Model directory (HF, or msmodelslim with "
+                  "quant_model_description.json, detected without a flag)")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", a->threads, "Threads")->capture_default_str();
+  cmd->add_option("--quantization", a->quantization,
+                  "Quantize a BF16/FP16 checkpoint at load: mxfp8 (W8A8), mxfp_w4a8, mxfp4 "
+                  "(dual-level W4A4), or a scheme name (w4a4_mxfp4, ...)")
+      ->check([](const std::string& v) {
+        return scheme_from_quantization_flag(v) ? std::string()
+                                                : "unknown quantization '" + v + "'";
+      });
+  cmd->add_option("--mx-scale-rule", a->scale_rule, "E8M0 scale rule for online quantization")
+      ->check(CLI::IsMember({"floor", "rceil"}))
+      ->capture_default_str();
+}
+
+std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const char* command) {
+  const std::string& dir = a.model;
   LoadOptions opt;
-  opt.threads = threads;
+  opt.threads = a.threads;
+  if (!a.quantization.empty()) opt.quantization = scheme_from_quantization_flag(a.quantization);
+  parse_scale_rule(a.scale_rule, &opt.scale_rule);
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   if (tty) {
     opt.progress = [](int64_t done, int64_t total) {

@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   mx::app::register_run(app, exit_code);
   mx::app::register_chat(app, exit_code);
+  mx::app::register_eval(app, exit_code);
+  mx::app::register_quantize(app, exit_code);
   mx::app::register_inspect(app, exit_code);
   mx::app::register_tokenize(app, exit_code);
   CLI11_PARSE(app, argc, argv);

@@ -2,16 +2,6 @@
 
 namespace mx {
 
-Result<Tensor> WeightSource::get(const std::string& name, const Shape& shape) const {
-  auto t = ck_.tensor(name);
-  if (!t.is_ok()) return not_found("checkpoint is missing tensor '" + name + "'");
-  if (t->shape() != shape) {
-    return invalid_argument("tensor '" + name + "' has shape " + shape_to_string(t->shape()) +
-                            " but the config implies " + shape_to_string(shape));
-  }
-  return t;
-}
-
 LayerBuilder layer_builder_for(Arch arch) {
   // The explicit list of architectures; config parsing rejects anything else first.
   switch (arch) {
@@ -23,7 +13,7 @@ LayerBuilder layer_builder_for(Arch arch) {
   return nullptr;
 }
 
-Status load_norms(const WeightSource& w, const ModelConfig& c, const std::string& prefix,
+Status load_norms(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
                   DecoderLayer* out) {
   MX_ASSIGN_OR_RETURN(out->input_norm, w.get(prefix + ".input_layernorm.weight", {c.hidden_size}));
   MX_ASSIGN_OR_RETURN(out->post_norm,
@@ -36,54 +26,45 @@ Status load_norms(const WeightSource& w, const ModelConfig& c, const std::string
   return Status::ok();
 }
 
-Status load_attention(const WeightSource& w, const ModelConfig& c, const std::string& prefix,
+Status load_attention(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
                       AttentionBlock* out) {
   const int64_t h = c.hidden_size, d = c.head_dim;
-  MX_ASSIGN_OR_RETURN(Tensor q, w.get(prefix + ".q_proj.weight", {c.num_heads * d, h}));
-  MX_ASSIGN_OR_RETURN(Tensor k, w.get(prefix + ".k_proj.weight", {c.num_kv_heads * d, h}));
-  MX_ASSIGN_OR_RETURN(Tensor v, w.get(prefix + ".v_proj.weight", {c.num_kv_heads * d, h}));
-  MX_ASSIGN_OR_RETURN(Tensor o, w.get(prefix + ".o_proj.weight", {h, c.num_heads * d}));
+  if (c.attention_bias) return unimplemented(prefix + ": attention_bias is not supported");
   MX_ASSIGN_OR_RETURN(out->q_norm, w.get(prefix + ".q_norm.weight", {d}));
   MX_ASSIGN_OR_RETURN(out->k_norm, w.get(prefix + ".k_norm.weight", {d}));
-  if (c.attention_bias) return unimplemented(prefix + ": attention_bias is not supported");
-  MX_ASSIGN_OR_RETURN(out->qkv, make_bf16_linear({q, k, v}, prefix + ".qkv_proj"));
-  MX_ASSIGN_OR_RETURN(out->o, make_bf16_linear({o}, prefix + ".o_proj"));
+  MX_ASSIGN_OR_RETURN(
+      out->qkv,
+      w.linear({prefix + ".q_proj", prefix + ".k_proj", prefix + ".v_proj"},
+               {c.num_heads * d, c.num_kv_heads * d, c.num_kv_heads * d}, h, prefix + ".qkv_proj"));
+  MX_ASSIGN_OR_RETURN(out->o,
+                      w.linear({prefix + ".o_proj"}, {h}, c.num_heads * d, prefix + ".o_proj"));
   return Status::ok();
 }
 
-Status load_dense_mlp(const WeightSource& w, const ModelConfig& c, const std::string& prefix,
+Status load_dense_mlp(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
                       int64_t width, DenseMlp* out) {
   const int64_t h = c.hidden_size;
-  MX_ASSIGN_OR_RETURN(Tensor g, w.get(prefix + ".gate_proj.weight", {width, h}));
-  MX_ASSIGN_OR_RETURN(Tensor u, w.get(prefix + ".up_proj.weight", {width, h}));
-  MX_ASSIGN_OR_RETURN(Tensor dn, w.get(prefix + ".down_proj.weight", {h, width}));
-  MX_ASSIGN_OR_RETURN(out->gate_up, make_bf16_linear({g, u}, prefix + ".gate_up_proj"));
-  MX_ASSIGN_OR_RETURN(out->down, make_bf16_linear({dn}, prefix + ".down_proj"));
+  MX_ASSIGN_OR_RETURN(out->gate_up, w.linear({prefix + ".gate_proj", prefix + ".up_proj"},
+                                             {width, width}, h, prefix + ".gate_up_proj"));
+  MX_ASSIGN_OR_RETURN(out->down,
+                      w.linear({prefix + ".down_proj"}, {h}, width, prefix + ".down_proj"));
   return Status::ok();
 }
 
-Status load_moe(const WeightSource& w, const ModelConfig& c, const std::string& prefix,
+Status load_moe(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
                 MoeBlock* out) {
-  const int64_t h = c.hidden_size, i = c.moe_intermediate_size;
-  MX_ASSIGN_OR_RETURN(Tensor gate, w.get(prefix + ".gate.weight", {c.num_experts, h}));
+  // The router stays in FP32/BF16 compute; a quantized gate is dequantized with its scales.
+  MX_ASSIGN_OR_RETURN(Tensor gate,
+                      w.float_weight(prefix + ".gate", {c.num_experts, c.hidden_size}));
   MX_ASSIGN_OR_RETURN(out->router, make_bf16_linear({gate}, prefix + ".gate"));
-  std::vector<Tensor> g, u, d;
-  for (int64_t e = 0; e < c.num_experts; ++e) {
-    const std::string ep = prefix + ".experts." + std::to_string(e);
-    MX_ASSIGN_OR_RETURN(Tensor ge, w.get(ep + ".gate_proj.weight", {i, h}));
-    MX_ASSIGN_OR_RETURN(Tensor ue, w.get(ep + ".up_proj.weight", {i, h}));
-    MX_ASSIGN_OR_RETURN(Tensor de, w.get(ep + ".down_proj.weight", {h, i}));
-    g.push_back(std::move(ge));
-    u.push_back(std::move(ue));
-    d.push_back(std::move(de));
-  }
-  MX_ASSIGN_OR_RETURN(out->experts, make_bf16_expert_bank(g, u, d, prefix));
+  MX_ASSIGN_OR_RETURN(out->experts,
+                      w.experts(prefix, c.num_experts, c.moe_intermediate_size, c.hidden_size));
   out->top_k = c.num_experts_per_tok;
   out->norm_topk_prob = c.norm_topk_prob;
   return Status::ok();
 }
 
-Status load_embeddings_and_head(const WeightSource& w, const ModelConfig& c, DecoderModel* m) {
+Status load_embeddings_and_head(const WeightLoader& w, const ModelConfig& c, DecoderModel* m) {
   MX_ASSIGN_OR_RETURN(Tensor embed,
                       w.get("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}));
   MX_ASSIGN_OR_RETURN(Tensor e16, stack_rows_bf16({embed}, "model.embed_tokens"));
@@ -94,8 +75,8 @@ Status load_embeddings_and_head(const WeightSource& w, const ModelConfig& c, Dec
   }
   // A tied checkpoint may still ship lm_head.weight; without one the embedding serves.
   if (!c.tie_word_embeddings || w.has("lm_head.weight")) {
-    MX_ASSIGN_OR_RETURN(Tensor head, w.get("lm_head.weight", {c.vocab_size, c.hidden_size}));
-    MX_ASSIGN_OR_RETURN(m->lm_head, make_bf16_linear({head}, "lm_head"));
+    MX_ASSIGN_OR_RETURN(m->lm_head, w.linear({"lm_head"}, {c.vocab_size}, c.hidden_size, "lm_head",
+                                             /*keep_float=*/true));
   } else {
     MX_ASSIGN_OR_RETURN(m->lm_head, make_bf16_linear({m->embed}, "lm_head"));
   }

@@ -92,33 +92,53 @@ void DecoderModel::moe(const MoeBlock& m, int64_t li, const float* h, int64_t n,
     }
   }
   if (trace_router_) router_trace_.push_back({li, ids, wts});
-  // Group rows by expert, run each expert once over its rows, add back weighted.
-  std::vector<float> rows(static_cast<size_t>(n * k * hid)), outs(rows.size());
-  std::vector<float> scratch(static_cast<size_t>(n * k * 3 * m.experts->inter()));
-  std::vector<int64_t> src;
-  std::vector<float> w;
-  for (int64_t e = 0; e < ne; ++e) {
-    src.clear();
-    w.clear();
-    for (int64_t i = 0; i < n * k; ++i) {
-      if (ids[static_cast<size_t>(i)] == e) {
-        src.push_back(i / k);
-        w.push_back(wts[static_cast<size_t>(i)]);
-      }
-    }
-    if (src.empty()) continue;
-    const int64_t cnt = static_cast<int64_t>(src.size());
-    for (int64_t r = 0; r < cnt; ++r) {
-      std::memcpy(rows.data() + r * hid, h + src[r] * hid,
-                  static_cast<size_t>(hid) * sizeof(float));
-    }
-    m.experts->forward(e, rows.data(), cnt, outs.data(), scratch.data(), pool_.get());
-    for (int64_t r = 0; r < cnt; ++r) {
-      float* dst = x + src[r] * hid;
-      const float* o = outs.data() + r * hid;
-      for (int64_t j = 0; j < hid; ++j) dst[j] += w[r] * o[j];
+  // Dispatch: rows sorted by expert, written straight into the format the expert kernel
+  // declares. Each token row is quantized once, into its first slot, and copied to the rest:
+  // the quantization is part of the permutation, not a pass of its own.
+  std::vector<int64_t> offsets(static_cast<size_t>(ne + 1), 0);
+  for (int32_t e : ids) ++offsets[static_cast<size_t>(e) + 1];
+  for (int64_t e = 0; e < ne; ++e) offsets[e + 1] += offsets[e];
+  std::vector<int64_t> slot(static_cast<size_t>(n * k));
+  {
+    std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
+    for (int64_t i = 0; i < n * k; ++i)
+      slot[static_cast<size_t>(i)] = fill[static_cast<size_t>(ids[static_cast<size_t>(i)])]++;
+  }
+  const Scheme decl =
+      fused_dispatch_ ? m.experts->input_scheme(DispatchMode::kLocal) : Scheme::kBf16;
+  ActRows rows;
+  act_rows_init(decl, hid, scale_rule_, &rows);
+  rows.resize(n * k);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t first = slot[static_cast<size_t>(t * k)];
+    act_rows_quantize(h + t * hid, first, scale_rule_, &rows);
+    for (int64_t j = 1; j < k; ++j)
+      act_rows_copy(rows, first, &rows, slot[static_cast<size_t>(t * k + j)]);
+  }
+  std::vector<float> outs(static_cast<size_t>(n * k * hid));
+  m.experts->run(rows, offsets.data(), outs.data(), pool_.get());
+  // Combine: the weighted un-permute back to token order.
+  for (int64_t t = 0; t < n; ++t) {
+    float* dst = x + t * hid;
+    for (int64_t j = 0; j < k; ++j) {
+      const float wj = wts[static_cast<size_t>(t * k + j)];
+      const float* o = outs.data() + slot[static_cast<size_t>(t * k + j)] * hid;
+      for (int64_t d = 0; d < hid; ++d) dst[d] += wj * o[d];
     }
   }
+}
+
+std::string DecoderModel::scheme_summary() const {
+  std::string s;
+  auto add = [&s](const std::string& name) {
+    if (s.find(name) == std::string::npos) s += (s.empty() ? "" : ", ") + name;
+  };
+  for (const DecoderLayer& l : layers) {
+    add(l.attn.qkv->scheme_name());
+    if (l.mlp) add(l.mlp->gate_up->scheme_name());
+    if (l.moe) add(l.moe->experts->scheme_name());
+  }
+  return s;
 }
 
 Status DecoderModel::forward(const int32_t* tokens, int64_t n, KvCache& cache, bool all_logits,
@@ -193,17 +213,24 @@ Status DecoderModel::forward(const int32_t* tokens, int64_t n, KvCache& cache, b
 Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
                                                  const LoadOptions& options) {
   MX_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
+  std::optional<QuantDescription> offline;
   if (has_quant_description(dir)) {
-    return unimplemented(dir +
-                         ": offline-quantized checkpoints (quant_model_description.json) "
-                         "are not supported by this build");
+    MX_ASSIGN_OR_RETURN(QuantDescription d, load_quant_description(dir));
+    if (d.group_size != kMxBlock) {
+      return unimplemented(dir + ": group_size " + std::to_string(d.group_size) +
+                           " is not the MX block of 32");
+    }
+    offline = std::move(d);
   }
-  auto ck = CheckpointFiles::open(dir, "model");
+  auto ck = CheckpointFiles::open(dir, offline ? kQuantWeightsStem : "model");
   if (!ck.is_ok()) return ck.status();
   auto m = std::make_unique<DecoderModel>();
   m->config_ = config;
+  m->offline_quantized = offline.has_value();
+  m->scale_rule_ = options.scale_rule;
   m->pool_ = std::make_unique<ThreadPool>(std::max(1, options.threads));
-  const WeightSource w(*ck);
+  const WeightLoader w(*ck, offline ? &*offline : nullptr,
+                       offline ? std::nullopt : options.quantization, options.scale_rule);
   MX_RETURN_IF_ERROR(load_embeddings_and_head(w, config, m.get()));
   const LayerBuilder build = layer_builder_for(config.arch);
   m->layers.resize(static_cast<size_t>(config.num_layers));

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,10 @@ struct DecoderLayer {
 
 struct LoadOptions {
   int threads = 1;
+  // Online quantization of every linear layer and expert bank (router gate, embeddings,
+  // norms and lm_head stay BF16); ignored for offline-quantized checkpoints.
+  std::optional<Scheme> quantization;
+  ScaleRule scale_rule = ScaleRule::kFloor;
   // Called after each layer loads (done, total), e.g. to draw a progress bar.
   std::function<void(int64_t, int64_t)> progress;
 };
@@ -82,6 +87,14 @@ class DecoderModel {
   // token id out of range or a full cache.
   Status forward(const int32_t* tokens, int64_t n, KvCache& cache, bool all_logits, float* logits);
 
+  // Local dispatch writes routed rows in the format the expert kernel declares (activation
+  // quantization fused into the permutation). Off, rows travel as FP32 and gmm1 quantizes
+  // them, as in normal-mode expert parallelism; the outputs are identical.
+  void set_fused_dispatch(bool on) { fused_dispatch_ = on; }
+  // Whether the checkpoint was quantized offline, and the schemes in use, for reports.
+  bool offline_quantized = false;
+  std::string scheme_summary() const;
+
   // When set, forward() records the router choices of each MoE layer.
   void set_trace_router(bool on) { trace_router_ = on; }
   const std::vector<RouterTrace>& router_trace() const { return router_trace_; }
@@ -98,6 +111,9 @@ class DecoderModel {
   void attention(DecoderLayer& layer, int64_t li, float* h, int64_t n, KvCache& cache);
   void moe(const MoeBlock& moe, int64_t li, const float* h, int64_t n, float* x);
   bool trace_router_ = false;
+  bool fused_dispatch_ = true;
+  ScaleRule scale_rule_ = ScaleRule::kFloor;
+  friend Result<std::unique_ptr<DecoderModel>> load_model(const std::string&, const LoadOptions&);
   std::vector<RouterTrace> router_trace_;
   std::vector<float> inv_freq_;
 };

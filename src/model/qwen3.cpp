@@ -4,7 +4,7 @@
 
 namespace mx {
 
-Status build_qwen3_layer(const WeightSource& w, const ModelConfig& c, int64_t layer,
+Status build_qwen3_layer(const WeightLoader& w, const ModelConfig& c, int64_t layer,
                          DecoderLayer* out) {
   const std::string p = "model.layers." + std::to_string(layer);
   MX_RETURN_IF_ERROR(load_norms(w, c, p, out));

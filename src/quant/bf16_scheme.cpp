@@ -1,6 +1,7 @@
 // The BF16 scheme: weights stay BF16 (mapped when used as stored, else stacked once) and the
 // kernel widens them in registers.
 #include <cstring>
+#include <vector>
 
 #include "formats/half.h"
 #include "kernels/gemm.h"
@@ -45,14 +46,23 @@ class Bf16ExpertBank final : public ExpertBank {
         w2_(std::move(w2)) {}
   std::string scheme_name() const override { return "bf16"; }
   uint64_t weight_bytes() const override { return w13_.nbytes() + w2_.nbytes(); }
-  void forward(int64_t expert, const float* x, int64_t n, float* y, float* scratch,
-               ThreadPool* pool) const override {
+  Scheme input_scheme(DispatchMode) const override { return Scheme::kBf16; }
+  void run(const ActRows& rows, const int64_t* offsets, float* out,
+           ThreadPool* pool) const override {
     const int64_t h = hidden(), i = inter();
-    float* gu = scratch;               // [n, 2I]
-    float* act = scratch + n * 2 * i;  // [n, I]
-    gemm(x, n, h, w13_.data_as<uint16_t>() + expert * 2 * i * h, 2 * i, gu, pool);
-    for (int64_t r = 0; r < n; ++r) swiglu(gu + r * 2 * i, gu + r * 2 * i + i, i, act + r * i);
-    gemm(act, n, i, w2_.data_as<uint16_t>() + expert * h * i, h, y, pool);
+    std::vector<float> gu, act;
+    for (int64_t e = 0; e < num_experts(); ++e) {
+      const int64_t n = offsets[e + 1] - offsets[e];
+      if (n == 0) continue;
+      gu.resize(static_cast<size_t>(n * 2 * i));
+      act.resize(static_cast<size_t>(n * i));
+      gemm(rows.f32.data() + offsets[e] * h, n, h, w13_.data_as<uint16_t>() + e * 2 * i * h, 2 * i,
+           gu.data(), pool);
+      for (int64_t r = 0; r < n; ++r) {
+        swiglu(gu.data() + r * 2 * i, gu.data() + r * 2 * i + i, i, act.data() + r * i);
+      }
+      gemm(act.data(), n, i, w2_.data_as<uint16_t>() + e * h * i, h, out + offsets[e] * h, pool);
+    }
   }
 
  private:

@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "quant/scheme.h"
 
 namespace mx {
 
@@ -38,6 +39,9 @@ Result<std::unique_ptr<Linear>> make_bf16_linear(const std::vector<Tensor>& part
 // Stacks 2-D tensors along dim 0 into one BF16 tensor (converting F16/F32).
 Result<Tensor> stack_rows_bf16(const std::vector<Tensor>& parts, const std::string& name);
 
+// How routed rows reach the experts (ARCHITECTURE.md section 4).
+enum class DispatchMode { kLocal, kEpLowLatency, kEpNormal };
+
 // One expert bank of a MoE layer: per expert, gate/up [2I, H] and down [H, I].
 class ExpertBank {
  public:
@@ -47,16 +51,32 @@ class ExpertBank {
   int64_t inter() const { return inter_; }
   virtual std::string scheme_name() const = 0;
   virtual uint64_t weight_bytes() const = 0;
-  // rows x[n, H] routed to `expert` -> y[n, H] (unweighted). scratch: n * 3 * I floats.
-  virtual void forward(int64_t expert, const float* x, int64_t n, float* y, float* scratch,
-                       ThreadPool* pool) const = 0;
+  // The activation format gmm1 consumes in `mode`; the dispatcher writes rows in exactly this
+  // format (kBf16: FP32 rows).
+  virtual Scheme input_scheme(DispatchMode mode) const = 0;
+  // Rows grouped by expert: expert e owns rows [offsets[e], offsets[e+1]). Rows in the
+  // declared format go straight to gmm1; FP32 rows are quantized by gmm1 itself (counted in
+  // gmm1_quantize_passes). out: [rows, H] FP32, unweighted.
+  virtual void run(const ActRows& rows, const int64_t* offsets, float* out,
+                   ThreadPool* pool) const = 0;
+  // Rows gmm1 had to quantize itself since construction: zero on the fused path.
+  uint64_t gmm1_quantize_passes() const { return gmm1_quant_passes_; }
 
  protected:
   ExpertBank(int64_t e, int64_t h, int64_t i) : experts_(e), hidden_(h), inter_(i) {}
+  mutable uint64_t gmm1_quant_passes_ = 0;
 
  private:
   int64_t experts_, hidden_, inter_;
 };
+
+// MX weights for a dense linear (online or offline); activations are quantized per row to
+// the scheme's input format with `rule`.
+std::unique_ptr<Linear> make_mx_linear(MxWeights w, ScaleRule rule);
+// MX expert bank: w13[e] is gate then up stacked ([2I, H]), w2[e] is [H, I].
+Result<std::unique_ptr<ExpertBank>> make_mx_expert_bank(std::vector<MxWeights> w13,
+                                                        std::vector<MxWeights> w2, ScaleRule rule,
+                                                        const std::string& name);
 
 // BF16 bank from per-expert tensors: gate[e], up[e] are [I, H]; down[e] is [H, I].
 Result<std::unique_ptr<ExpertBank>> make_bf16_expert_bank(const std::vector<Tensor>& gate,

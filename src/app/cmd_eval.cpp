@@ -1,0 +1,140 @@
+#include <cstdio>
+#include <optional>
+
+#include "app/commands.h"
+#include "core/mapped_file.h"
+#include "loader/json_util.h"
+#include "loader/tokenizer.h"
+#include "runtime/evaluate.h"
+#include "runtime/generate.h"
+
+namespace mx::app {
+namespace {
+
+struct EvalArgs {
+  ModelArgs m;
+  std::string ppl_file, task_file;
+  PplOptions ppl;
+  int64_t max_questions = 0;
+  int64_t max_new_tokens = 8;
+  bool compare_bf16 = false;
+  bool json = false;
+};
+
+int eval(EvalArgs& a) {
+  if (a.ppl_file.empty() && a.task_file.empty()) {
+    a.ppl_file = a.m.model + "/eval/prose_heldout.txt";
+    a.task_file = a.m.model + "/eval/arith_heldout.jsonl";
+  }
+  auto model = load_model_or_report(a.m, "eval");
+  if (!model) return 1;
+  std::unique_ptr<DecoderModel> ref;
+  if (a.compare_bf16) {
+    if (model->offline_quantized) {
+      std::fprintf(stderr,
+                   "mxserve eval: --compare-bf16 needs a BF16 checkpoint quantized online; "
+                   "%s is quantized offline\n",
+                   a.m.model.c_str());
+      return 1;
+    }
+    ModelArgs r = a.m;
+    r.quantization.clear();
+    ref = load_model_or_report(r, "eval");
+    if (!ref) return 1;
+  }
+  auto tok = Tokenizer::load(a.m.model);
+  if (!tok.is_ok()) {
+    std::fprintf(stderr, "mxserve eval: %s\n", tok.status().to_string().c_str());
+    return 1;
+  }
+  Json out = {{"model", a.m.model},
+              {"schemes", model->scheme_summary()},
+              {"offline", model->offline_quantized}};
+  if (!a.ppl_file.empty()) {
+    auto text = read_text_file(a.ppl_file);
+    if (!text.is_ok()) {
+      std::fprintf(stderr, "mxserve eval: %s\n", text.status().to_string().c_str());
+      return 1;
+    }
+    auto r = evaluate_perplexity(*model, ref.get(), (*tok)->encode(*text), a.ppl);
+    if (!r.is_ok()) {
+      std::fprintf(stderr, "mxserve eval: %s\n", r.status().to_string().c_str());
+      return 1;
+    }
+    out["perplexity"] = r->perplexity();
+    out["scored_tokens"] = r->scored_tokens;
+    out["windows"] = r->windows;
+    if (ref) {
+      out["ref_perplexity"] = r->ref_perplexity();
+      out["ppl_change"] = r->perplexity() / r->ref_perplexity() - 1.0;
+      out["kl_mean"] = r->kl_sum / static_cast<double>(r->scored_tokens);
+      out["top1_agreement"] =
+          static_cast<double>(r->top1_agree) / static_cast<double>(r->scored_tokens);
+    }
+  }
+  if (!a.task_file.empty()) {
+    std::vector<int32_t> stops = default_stop_token_ids(a.m.model, model->config());
+    for (const char* s : {"<|im_end|>", "<|endoftext|>"}) {
+      if (auto id = (*tok)->token_id(s)) stops.push_back(*id);
+    }
+    auto r = evaluate_task(*model, ref.get(), **tok, a.task_file, stops, a.max_new_tokens,
+                           a.max_questions);
+    if (!r.is_ok()) {
+      std::fprintf(stderr, "mxserve eval: %s\n", r.status().to_string().c_str());
+      return 1;
+    }
+    out["task_accuracy"] = r->accuracy();
+    out["questions"] = r->questions;
+    if (ref) out["ref_task_accuracy"] = r->ref_accuracy();
+  }
+  if (a.json) {
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::printf("model:          %s (%s%s)\n", a.m.model.c_str(), model->scheme_summary().c_str(),
+              model->offline_quantized ? ", offline" : "");
+  if (out.contains("perplexity")) {
+    std::printf("perplexity:     %.4f over %lld tokens in %lld windows\n",
+                out["perplexity"].get<double>(),
+                static_cast<long long>(out["scored_tokens"].get<int64_t>()),
+                static_cast<long long>(out["windows"].get<int64_t>()));
+  }
+  if (out.contains("ref_perplexity")) {
+    std::printf(
+        "bf16 reference: perplexity %.4f (change %+.3f%%), mean KL %.5f, top-1 agreement %.2f%%\n",
+        out["ref_perplexity"].get<double>(), 100 * out["ppl_change"].get<double>(),
+        out["kl_mean"].get<double>(), 100 * out["top1_agreement"].get<double>());
+  }
+  if (out.contains("task_accuracy")) {
+    std::printf("task accuracy:  %.3f over %lld questions", out["task_accuracy"].get<double>(),
+                static_cast<long long>(out["questions"].get<int64_t>()));
+    if (out.contains("ref_task_accuracy"))
+      std::printf(" (bf16 %.3f)", out["ref_task_accuracy"].get<double>());
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_eval(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<EvalArgs>();
+  auto* cmd = app.add_subcommand(
+      "eval", "Perplexity and few-shot task accuracy (default: the model's eval/ sets)");
+  add_model_flags(cmd, &a->m);
+  cmd->add_option("--ppl", a->ppl_file, "Text file for perplexity");
+  cmd->add_option("--ctx", a->ppl.ctx, "Window length")->capture_default_str();
+  cmd->add_option("--stride", a->ppl.stride, "Window stride (= ctx: non-overlapping)")
+      ->capture_default_str();
+  cmd->add_option("--max-windows", a->ppl.max_windows, "Stop after this many windows (0: all)");
+  cmd->add_option("--task", a->task_file, "JSONL with prompt and answer per row");
+  cmd->add_option("--max-questions", a->max_questions, "Stop after this many questions (0: all)");
+  cmd->add_option("--max-new-tokens", a->max_new_tokens, "Answer length limit")
+      ->capture_default_str();
+  cmd->add_flag("--compare-bf16", a->compare_bf16,
+                "Also run the BF16 model: KL, top-1 agreement, deltas");
+  cmd->add_flag("--json", a->json, "Print one JSON object");
+  cmd->callback([a, &exit_code] { exit_code = eval(*a); });
+}
+
+}  // namespace mx::app

@@ -1,0 +1,79 @@
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "app/commands.h"
+#include "model/export.h"
+
+namespace mx::app {
+namespace {
+
+struct QuantizeArgs {
+  std::string model = default_model_dir();
+  std::string out;
+  std::string scheme;
+  std::string rule = "floor";
+  std::vector<std::string> keep_float;
+  uint64_t max_shard_mb = 4096;
+};
+
+int quantize(const QuantizeArgs& a) {
+  ExportOptions opt;
+  auto s = scheme_from_offline_type(a.scheme);
+  if (!s) s = scheme_from_quantization_flag(a.scheme);
+  if (!s || *s == Scheme::kBf16) {
+    std::fprintf(stderr,
+                 "mxserve quantize: unknown scheme '%s' (W8A8_MXFP8, W4A8_MXFP, W4A4_MXFP4, "
+                 "W4A4_MXFP4_DUALSCALE)\n",
+                 a.scheme.c_str());
+    return 1;
+  }
+  opt.scheme = *s;
+  parse_scale_rule(a.rule, &opt.rule);
+  opt.keep_float = a.keep_float;
+  opt.max_shard_bytes = a.max_shard_mb << 20;
+  if (::isatty(STDERR_FILENO)) {
+    opt.progress = [](int64_t done, int64_t total) {
+      const int width = 30;
+      const int fill = static_cast<int>(width * done / std::max<int64_t>(total, 1));
+      std::fprintf(stderr, "\rquantizing [%.*s%*s] %lld/%lld tensors", fill,
+                   "##############################", width - fill, "", static_cast<long long>(done),
+                   static_cast<long long>(total));
+      if (done == total) std::fprintf(stderr, "\n");
+    };
+  }
+  auto r = export_msmodelslim(a.model, a.out, opt);
+  if (!r.is_ok()) {
+    std::fprintf(stderr, "mxserve quantize: %s\n", r.status().to_string().c_str());
+    return 1;
+  }
+  std::printf(
+      "wrote %s: %s, %lld weights quantized, %lld kept FLOAT, %llu bytes in %lld shard(s)\n",
+      a.out.c_str(), std::string(scheme_info(opt.scheme).offline_type).c_str(),
+      static_cast<long long>(r->quantized), static_cast<long long>(r->kept_float),
+      static_cast<unsigned long long>(r->bytes), static_cast<long long>(r->shards));
+  return 0;
+}
+
+}  // namespace
+
+void register_quantize(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<QuantizeArgs>();
+  auto* cmd = app.add_subcommand("quantize", "Write an offline MX checkpoint (msmodelslim layout)");
+  cmd->add_option("-m,--model", a->model, "BF16/FP16 Hugging Face checkpoint")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", a->out, "Output directory")->required();
+  cmd->add_option("--scheme", a->scheme,
+                  "W8A8_MXFP8 | W4A8_MXFP | W4A4_MXFP4 | W4A4_MXFP4_DUALSCALE")
+      ->required();
+  cmd->add_option("--mx-scale-rule", a->rule, "E8M0 scale rule")
+      ->check(CLI::IsMember({"floor", "rceil"}))
+      ->capture_default_str();
+  cmd->add_option("--keep-float", a->keep_float,
+                  "Keep tensors whose name contains PATTERN in FLOAT (repeatable)");
+  cmd->add_option("--max-shard-size", a->max_shard_mb, "Shard size limit in MiB")
+      ->capture_default_str();
+  cmd->callback([a, &exit_code] { exit_code = quantize(*a); });
+}
+
+}  // namespace mx::app

@@ -1,0 +1,125 @@
+#include "model/export.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/mapped_file.h"
+#include "loader/checkpoint.h"
+#include "loader/json_util.h"
+#include "loader/quant_description.h"
+
+namespace mx {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool always_float(const std::string& name) {
+  return name.find("embed_tokens") != std::string::npos || name.rfind("lm_head", 0) == 0 ||
+         name.find("norm") != std::string::npos || ends_with(name, ".mlp.gate.weight");
+}
+
+std::string shard_name(size_t i, size_t n) {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%s-%05zu-of-%05zu.safetensors", kQuantWeightsStem, i + 1, n);
+  return buf;
+}
+
+}  // namespace
+
+Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::string& out_dir,
+                                         const ExportOptions& opt) {
+  if (opt.scheme == Scheme::kBf16) return invalid_argument("quantize: pick an MX scheme");
+  if (has_quant_description(src_dir)) {
+    return invalid_argument(src_dir + " is already quantized offline; quantize a BF16 checkpoint");
+  }
+  MX_ASSIGN_OR_RETURN(CheckpointFiles ck, CheckpointFiles::open(src_dir, "model"));
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return io_error(out_dir + ": cannot create: " + ec.message());
+  const std::string type(scheme_info(opt.scheme).offline_type);
+  nlohmann::ordered_json desc = {
+      {"version", "1.0.0"}, {"model_quant_type", type}, {"group_size", 32}};
+  std::vector<SafetensorsWriter> shards(1);
+  auto add = [&](const std::string& name, const Tensor& t, const std::string& t_type) -> Status {
+    if (shards.back().num_tensors() > 0 &&
+        shards.back().data_bytes() + t.nbytes() > opt.max_shard_bytes) {
+      shards.emplace_back();
+    }
+    desc[name] = t_type;
+    return shards.back().add(name, t);
+  };
+  ExportSummary sum;
+  const std::vector<std::string> names = ck.names();
+  int64_t done = 0;
+  for (const std::string& name : names) {
+    MX_ASSIGN_OR_RETURN(Tensor t, ck.tensor(name));
+    bool quantize = ends_with(name, ".weight") && t.rank() == 2 && !always_float(name);
+    for (const std::string& p : opt.keep_float) {
+      if (name.find(p) != std::string::npos) quantize = false;
+    }
+    if (!quantize) {
+      MX_RETURN_IF_ERROR(add(name, t, "FLOAT"));
+      ++sum.kept_float;
+    } else {
+      MX_ASSIGN_OR_RETURN(MxWeights q, quantize_weight(t, opt.scheme, opt.rule, name));
+      const std::string base = name.substr(0, name.size() - 7);
+      Tensor codes = q.codes;
+      if (scheme_info(opt.scheme).weight == ElemFormat::kE4M3) {
+        codes = Tensor::from_storage(Storage::allocate(q.codes.nbytes()), DType::kF8E4M3,
+                                     q.codes.shape());
+        std::memcpy(codes.mutable_data(), q.codes.data(), q.codes.nbytes());
+      }
+      MX_RETURN_IF_ERROR(add(name, codes, type));
+      MX_RETURN_IF_ERROR(add(base + ".weight_scale", q.scales, type));
+      if (q.chunk_scales.defined())
+        MX_RETURN_IF_ERROR(add(base + ".weight_dual_scale", q.chunk_scales, type));
+      ++sum.quantized;
+    }
+    if (opt.progress) opt.progress(++done, static_cast<int64_t>(names.size()));
+  }
+  // Weights, then the index when sharded.
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string file = shards.size() == 1 ? std::string(kQuantWeightsStem) + ".safetensors"
+                                                : shard_name(i, shards.size());
+    MX_RETURN_IF_ERROR(shards[i].write((fs::path(out_dir) / file).string()));
+    sum.bytes += shards[i].data_bytes();
+    auto f = SafetensorsFile::open((fs::path(out_dir) / file).string());
+    if (!f.is_ok()) return f.status();
+    for (const TensorInfo& t : f->tensors()) weight_map[t.name] = file;
+  }
+  sum.shards = static_cast<int64_t>(shards.size());
+  if (shards.size() > 1) {
+    nlohmann::ordered_json index = {{"metadata", {{"total_size", sum.bytes}}},
+                                    {"weight_map", weight_map}};
+    std::ofstream(fs::path(out_dir) / (std::string(kQuantWeightsStem) + ".safetensors.index.json"))
+        << index.dump(2);
+  }
+  std::ofstream(fs::path(out_dir) / kQuantDescriptionFile) << desc.dump(2) << "\n";
+  // The Hugging Face files, config.json without quantization_config.
+  for (const char* f :
+       {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
+    const fs::path src = fs::path(src_dir) / f;
+    if (!fs::exists(src, ec)) continue;
+    if (std::string(f) == "config.json") {
+      MX_ASSIGN_OR_RETURN(std::string text, read_text_file(src.string()));
+      auto j = nlohmann::ordered_json::parse(text, nullptr, false);
+      if (j.is_discarded() || !j.is_object())
+        return invalid_argument(src.string() + ": malformed JSON");
+      j.erase("quantization_config");
+      std::ofstream(fs::path(out_dir) / f) << j.dump(2) << "\n";
+    } else {
+      fs::copy_file(src, fs::path(out_dir) / f, fs::copy_options::overwrite_existing, ec);
+      if (ec) return io_error(src.string() + ": copy failed: " + ec.message());
+    }
+  }
+  return sum;
+}
+
+}  // namespace mx

@@ -1,0 +1,233 @@
+#include "quant/scheme.h"
+
+#include <array>
+#include <cstring>
+
+#include "formats/act_quant.h"
+#include "formats/half.h"
+#include "formats/mx_layout.h"
+
+namespace mx {
+namespace {
+
+constexpr std::array<SchemeInfo, 5> kSchemes = {{
+    {Scheme::kBf16, "bf16", "FLOAT", ElemFormat::kE4M3, ElemFormat::kE4M3, false},
+    {Scheme::kW8A8Mxfp8, "w8a8_mxfp8", "W8A8_MXFP8", ElemFormat::kE4M3, ElemFormat::kE4M3, false},
+    {Scheme::kW4A8Mxfp4, "w4a8_mxfp4", "W4A8_MXFP", ElemFormat::kE2M1, ElemFormat::kE4M3, false},
+    {Scheme::kW4A4Mxfp4, "w4a4_mxfp4", "W4A4_MXFP4", ElemFormat::kE2M1, ElemFormat::kE2M1, false},
+    {Scheme::kW4A4Mxfp4Dual, "w4a4_mxfp4_dual", "W4A4_MXFP4_DUALSCALE", ElemFormat::kE2M1,
+     ElemFormat::kE2M1, true},
+}};
+
+std::vector<float> to_f32(const Tensor& t) {
+  const Tensor c = t.is_contiguous() ? t : t.contiguous_copy();
+  std::vector<float> out(static_cast<size_t>(c.numel()));
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    switch (c.dtype()) {
+      case DType::kBF16:
+        out[i] = bf16_to_float(c.data_as<uint16_t>()[i]);
+        break;
+      case DType::kF16:
+        out[i] = fp16_to_float(c.data_as<uint16_t>()[i]);
+        break;
+      default:
+        out[i] = c.data_as<float>()[i];
+    }
+  }
+  return out;
+}
+
+int64_t codes_per_row(ElemFormat f, int64_t k) {
+  return f == ElemFormat::kE2M1 ? fp4_packed_bytes(k) : k;
+}
+
+}  // namespace
+
+const SchemeInfo& scheme_info(Scheme s) { return kSchemes[static_cast<size_t>(s)]; }
+
+std::optional<Scheme> scheme_from_name(std::string_view name) {
+  for (const auto& s : kSchemes) {
+    if (s.name == name) return s.scheme;
+  }
+  return std::nullopt;
+}
+
+std::optional<Scheme> scheme_from_quantization_flag(std::string_view flag) {
+  if (flag == "mxfp8") return Scheme::kW8A8Mxfp8;
+  if (flag == "mxfp_w4a8") return Scheme::kW4A8Mxfp4;
+  if (flag == "mxfp4") return Scheme::kW4A4Mxfp4Dual;
+  return scheme_from_name(flag);
+}
+
+std::optional<Scheme> scheme_from_offline_type(std::string_view type) {
+  for (const auto& s : kSchemes) {
+    if (s.offline_type == type) return s.scheme;
+  }
+  return std::nullopt;
+}
+
+int64_t MxWeights::row_bytes() const { return codes_per_row(scheme_info(scheme).weight, k); }
+uint64_t MxWeights::bytes() const {
+  return codes.nbytes() + scales.nbytes() + (chunk_scales.defined() ? chunk_scales.nbytes() : 0);
+}
+
+Result<MxWeights> quantize_weight(const Tensor& w, Scheme scheme, ScaleRule rule,
+                                  const std::string& name) {
+  if (scheme == Scheme::kBf16) return invalid_argument(name + ": bf16 is not an MX scheme");
+  if (w.rank() != 2) return invalid_argument(name + ": expected a 2-D weight, got " + w.describe());
+  if (w.dtype() != DType::kBF16 && w.dtype() != DType::kF16 && w.dtype() != DType::kF32) {
+    return invalid_argument(name + ": cannot quantize a " + w.describe() + " weight");
+  }
+  const SchemeInfo& info = scheme_info(scheme);
+  MxWeights q;
+  q.scheme = scheme;
+  q.n = w.dim(0);
+  q.k = w.dim(1);
+  const int64_t nb = mx_num_blocks(q.k), rb = q.row_bytes();
+  q.codes = Tensor::empty(DType::kU8, {q.n, rb});
+  q.scales = Tensor::empty(DType::kU8, {q.n, nb});
+  if (info.dual) q.chunk_scales = Tensor::empty(DType::kF32, {q.n, mx_num_chunks(q.k)});
+  const std::vector<float> f = to_f32(w);
+  std::vector<uint8_t> codes(static_cast<size_t>(q.k));
+  for (int64_t r = 0; r < q.n; ++r) {
+    const float* x = f.data() + r * q.k;
+    uint8_t* sc = q.scales.mutable_data_as<uint8_t>() + r * nb;
+    if (info.dual) {
+      mxfp4_dual_quantize_row(x, q.k, codes.data(), sc,
+                              q.chunk_scales.mutable_data_as<float>() + r * mx_num_chunks(q.k));
+    } else {
+      mx_quantize_row(x, q.k, info.weight, rule, codes.data(), sc);
+    }
+    uint8_t* dst = q.codes.mutable_data_as<uint8_t>() + r * rb;
+    if (info.weight == ElemFormat::kE2M1) {
+      fp4_pack(codes.data(), q.k, Fp4Order::kAdjacent, dst);
+    } else {
+      std::memcpy(dst, codes.data(), static_cast<size_t>(q.k));
+    }
+  }
+  return q;
+}
+
+Result<MxWeights> stack_mx_weights(const std::vector<MxWeights>& parts, const std::string& name) {
+  if (parts.empty()) return invalid_argument(name + ": nothing to stack");
+  if (parts.size() == 1) return parts[0];
+  MxWeights out;
+  out.scheme = parts[0].scheme;
+  out.k = parts[0].k;
+  for (const MxWeights& p : parts) {
+    if (p.scheme != out.scheme || p.k != out.k) {
+      return invalid_argument(name + ": packed parts differ in scheme or input width");
+    }
+    out.n += p.n;
+  }
+  const bool dual = scheme_info(out.scheme).dual;
+  out.codes = Tensor::empty(DType::kU8, {out.n, out.row_bytes()});
+  out.scales = Tensor::empty(DType::kU8, {out.n, mx_num_blocks(out.k)});
+  if (dual) out.chunk_scales = Tensor::empty(DType::kF32, {out.n, mx_num_chunks(out.k)});
+  size_t oc = 0, os = 0, o0 = 0;
+  for (const MxWeights& p : parts) {
+    std::memcpy(out.codes.mutable_data_as<uint8_t>() + oc, p.codes.data(), p.codes.nbytes());
+    std::memcpy(out.scales.mutable_data_as<uint8_t>() + os, p.scales.data(), p.scales.nbytes());
+    oc += p.codes.nbytes();
+    os += p.scales.nbytes();
+    if (dual) {
+      std::memcpy(reinterpret_cast<uint8_t*>(out.chunk_scales.mutable_data()) + o0,
+                  p.chunk_scales.data(), p.chunk_scales.nbytes());
+      o0 += p.chunk_scales.nbytes();
+    }
+  }
+  return out;
+}
+
+Tensor dequantize_weight(const MxWeights& w) {
+  const SchemeInfo& info = scheme_info(w.scheme);
+  Tensor out = Tensor::empty(DType::kF32, {w.n, w.k});
+  std::vector<uint8_t> codes(static_cast<size_t>(w.k));
+  const int64_t nb = mx_num_blocks(w.k), rb = w.row_bytes();
+  for (int64_t r = 0; r < w.n; ++r) {
+    const uint8_t* src = w.codes.data_as<uint8_t>() + r * rb;
+    if (info.weight == ElemFormat::kE2M1) {
+      fp4_unpack(src, w.k, Fp4Order::kAdjacent, codes.data());
+    } else {
+      std::memcpy(codes.data(), src, static_cast<size_t>(w.k));
+    }
+    float* dst = out.mutable_data_as<float>() + r * w.k;
+    const uint8_t* sc = w.scales.data_as<uint8_t>() + r * nb;
+    if (info.dual) {
+      mxfp4_dual_dequantize_row(codes.data(), sc,
+                                w.chunk_scales.data_as<float>() + r * mx_num_chunks(w.k), w.k, dst);
+    } else {
+      mx_dequantize_row(codes.data(), sc, w.k, info.weight, dst);
+    }
+  }
+  return out;
+}
+
+void ActRows::resize(int64_t r) {
+  rows = r;
+  if (!quantized) {
+    f32.resize(static_cast<size_t>(r * k));
+    return;
+  }
+  codes.resize(static_cast<size_t>(r * row_bytes));
+  scales.resize(static_cast<size_t>(r * mx_num_blocks(k)));
+  if (dual) chunk_scales.resize(static_cast<size_t>(r * mx_num_chunks(k)));
+}
+
+void act_rows_init(Scheme scheme, int64_t k, ScaleRule rule, ActRows* out) {
+  (void)rule;
+  const SchemeInfo& info = scheme_info(scheme);
+  out->quantized = scheme != Scheme::kBf16;
+  out->format = info.activation;
+  out->dual = info.dual;
+  out->k = k;
+  out->row_bytes = codes_per_row(info.activation, k);
+  out->rows = 0;
+}
+
+void act_rows_quantize(const float* x, int64_t r, ScaleRule rule, ActRows* out) {
+  const int64_t k = out->k, nb = mx_num_blocks(k);
+  if (!out->quantized) {
+    std::memcpy(out->f32.data() + r * k, x, static_cast<size_t>(k) * sizeof(float));
+    return;
+  }
+  uint8_t* codes = out->codes.data() + r * out->row_bytes;
+  uint8_t* scales = out->scales.data() + r * nb;
+  if (out->dual) {
+    uint8_t unpacked[kMxDualChunk];
+    for (int64_t c = 0; c * kMxDualChunk < k; ++c) {
+      const int64_t base = c * kMxDualChunk;
+      const int64_t n = std::min<int64_t>(kMxDualChunk, k - base);
+      mxfp4_dual_quantize_row(x + base, n, unpacked, scales + base / kMxBlock,
+                              out->chunk_scales.data() + r * mx_num_chunks(k) + c);
+      fp4_pack(unpacked, n, Fp4Order::kAdjacent, codes + base / 2);
+    }
+    return;
+  }
+  const ActQuantKernels& kern = act_quant_kernels();
+  if (out->format == ElemFormat::kE2M1) {
+    kern.f32_to_mxfp4(x, k, rule, codes, scales);
+  } else {
+    kern.f32_to_mxfp8(x, k, rule, codes, scales);
+  }
+}
+
+void act_rows_copy(const ActRows& src, int64_t s, ActRows* dst, int64_t d) {
+  const int64_t k = src.k;
+  if (!src.quantized) {
+    std::memcpy(dst->f32.data() + d * k, src.f32.data() + s * k,
+                static_cast<size_t>(k) * sizeof(float));
+    return;
+  }
+  const int64_t nb = mx_num_blocks(k);
+  std::memcpy(dst->codes.data() + d * src.row_bytes, src.codes.data() + s * src.row_bytes,
+              static_cast<size_t>(src.row_bytes));
+  std::memcpy(dst->scales.data() + d * nb, src.scales.data() + s * nb, static_cast<size_t>(nb));
+  if (src.dual) {
+    const int64_t nc = mx_num_chunks(k);
+    std::memcpy(dst->chunk_scales.data() + d * nc, src.chunk_scales.data() + s * nc,
+                static_cast<size_t>(nc) * sizeof(float));
+  }
+}
+
+}  // namespace mx

@@ -1,0 +1,74 @@
+// Quantization schemes: one row each (name, weight and activation formats, dual level, the
+// msmodelslim type string), the MX weight container, and activation buffers in a scheme's
+// input format.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "formats/minifloat.h"
+#include "formats/mx_block.h"
+
+namespace mx {
+
+enum class Scheme { kBf16, kW8A8Mxfp8, kW4A8Mxfp4, kW4A4Mxfp4, kW4A4Mxfp4Dual };
+
+struct SchemeInfo {
+  Scheme scheme;
+  std::string_view name;          // "w8a8_mxfp8"
+  std::string_view offline_type;  // msmodelslim type string, "FLOAT" for bf16
+  ElemFormat weight;
+  ElemFormat activation;
+  bool dual;
+};
+
+const SchemeInfo& scheme_info(Scheme s);
+std::optional<Scheme> scheme_from_name(std::string_view name);
+// --quantization values: mxfp8 (W8A8), mxfp_w4a8, mxfp4 (dual-level W4A4), and scheme names.
+std::optional<Scheme> scheme_from_quantization_flag(std::string_view flag);
+std::optional<Scheme> scheme_from_offline_type(std::string_view type);
+
+// A weight [n, k] in an MX scheme: codes [n, row_bytes], E8M0 scales [n, ceil(k/32)], and for
+// dual level FP32 chunk scales [n, ceil(k/512)].
+struct MxWeights {
+  Scheme scheme = Scheme::kW8A8Mxfp8;
+  int64_t n = 0, k = 0;
+  Tensor codes, scales, chunk_scales;
+  int64_t row_bytes() const;
+  uint64_t bytes() const;
+};
+
+// Quantizes a float weight (BF16, F16 or F32) [n, k] online.
+Result<MxWeights> quantize_weight(const Tensor& w, Scheme scheme, ScaleRule rule,
+                                  const std::string& name);
+// Stacks weights of one scheme and width along n (q/k/v, gate/up, experts).
+Result<MxWeights> stack_mx_weights(const std::vector<MxWeights>& parts, const std::string& name);
+// Dequantizes to FP32 [n, k] (the reference of the tests, and a quantized router gate).
+Tensor dequantize_weight(const MxWeights& w);
+
+// Rows of activations, either FP32 or quantized to a scheme's input format.
+struct ActRows {
+  bool quantized = false;
+  ElemFormat format = ElemFormat::kE4M3;
+  bool dual = false;
+  int64_t rows = 0, k = 0, row_bytes = 0;
+  std::vector<float> f32;           // [rows, k] when not quantized
+  std::vector<uint8_t> codes;       // [rows, row_bytes]
+  std::vector<uint8_t> scales;      // [rows, ceil(k/32)]
+  std::vector<float> chunk_scales;  // [rows, ceil(k/512)] when dual
+  void resize(int64_t r);
+};
+
+// Prepares `out` for rows of width k in `scheme`'s activation format.
+void act_rows_init(Scheme scheme, int64_t k, ScaleRule rule, ActRows* out);
+// Quantizes one FP32 row into row `r` of `out` (the scheme's activation format).
+void act_rows_quantize(const float* x, int64_t r, ScaleRule rule, ActRows* out);
+// Copies row `src_row` of `src` (same format) into row `dst_row` of `dst`.
+void act_rows_copy(const ActRows& src, int64_t src_row, ActRows* dst, int64_t dst_row);
+
+}  // namespace mx

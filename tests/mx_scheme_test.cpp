@@ -1,0 +1,175 @@
+// Every MX scheme's matmul, dense and grouped (expert bank), against a scalar reference that
+// dequantizes the same quantized operands with the formats reference and multiplies in
+// double. Tolerance: FP32 summation-order rounding, (K + 16) * 2^-23 * sum |a_k * w_k|.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "formats/mx_block.h"
+#include "formats/mx_layout.h"
+#include "kernels/ops.h"
+#include "quant/linear.h"
+#include "test_util.h"
+
+namespace mx {
+namespace {
+
+const Scheme kMxSchemes[] = {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4,
+                             Scheme::kW4A4Mxfp4Dual};
+
+Tensor random_weight(int64_t n, int64_t k, uint32_t seed) {
+  Tensor t = Tensor::empty(DType::kF32, {n, k});
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 0.05f);
+  for (int64_t i = 0; i < n * k; ++i) t.mutable_data_as<float>()[i] = d(rng);
+  return t;
+}
+
+// The activation row as the scheme quantizes it, dequantized by the reference codecs.
+std::vector<float> ref_act(const float* x, int64_t k, Scheme s) {
+  const SchemeInfo& info = scheme_info(s);
+  std::vector<uint8_t> codes(static_cast<size_t>(k)), scales(static_cast<size_t>(mx_num_blocks(k)));
+  std::vector<float> s0(static_cast<size_t>(mx_num_chunks(k))), out(static_cast<size_t>(k));
+  if (info.dual) {
+    mxfp4_dual_quantize_row(x, k, codes.data(), scales.data(), s0.data());
+    mxfp4_dual_dequantize_row(codes.data(), scales.data(), s0.data(), k, out.data());
+  } else {
+    mx_quantize_row(x, k, info.activation, ScaleRule::kFloor, codes.data(), scales.data());
+    mx_dequantize_row(codes.data(), scales.data(), k, info.activation, out.data());
+  }
+  return out;
+}
+
+// y_ref[m, n] and the bound of each element.
+void ref_matmul(const std::vector<float>& a, int64_t m, const Tensor& wd, std::vector<double>* y,
+                std::vector<double>* bound) {
+  const int64_t n = wd.dim(0), k = wd.dim(1);
+  y->assign(static_cast<size_t>(m * n), 0);
+  bound->assign(y->size(), 0);
+  const float* w = wd.data_as<float>();
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t q = 0; q < k; ++q) {
+        const double p = static_cast<double>(a[i * k + q]) * w[j * k + q];
+        s += p;
+        mag += std::fabs(p);
+      }
+      (*y)[i * n + j] = s;
+      (*bound)[i * n + j] = static_cast<double>(k + 16) * 0x1p-23 * mag + 1e-30;
+    }
+  }
+}
+
+TEST(MxScheme, DenseMatmulMatchesTheReference) {
+  ThreadPool pool(2);
+  int cases = 0;
+  for (Scheme s : kMxSchemes) {
+    for (int64_t k : {32, 47, 240, 688, 2048}) {
+      const int64_t n = 19;
+      const Tensor w = random_weight(n, k, static_cast<uint32_t>(k));
+      auto q = quantize_weight(w, s, ScaleRule::kFloor, "w");
+      ASSERT_TRUE(q.is_ok());
+      const Tensor wd = dequantize_weight(*q);
+      auto lin = make_mx_linear(*q, ScaleRule::kFloor);
+      for (int64_t m : {1, 3, 17}) {
+        const auto x =
+            test::activation_like(static_cast<size_t>(m * k), static_cast<uint32_t>(m * 1000 + k));
+        std::vector<float> a;
+        for (int64_t i = 0; i < m; ++i) {
+          auto r = ref_act(x.data() + i * k, k, s);
+          a.insert(a.end(), r.begin(), r.end());
+        }
+        std::vector<double> yref, bound;
+        ref_matmul(a, m, wd, &yref, &bound);
+        std::vector<float> y(static_cast<size_t>(m * n));
+        lin->forward(x.data(), m, y.data(), &pool);
+        for (size_t i = 0; i < y.size(); ++i) {
+          ASSERT_LE(std::fabs(y[i] - yref[i]), bound[i])
+              << scheme_info(s).name << " m=" << m << " k=" << k << " element " << i;
+        }
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 4 * 5 * 3);
+}
+
+TEST(MxScheme, GroupedMatmulMatchesTheReference) {
+  ThreadPool pool(2);
+  const int64_t h = 240, inter = 47 * 2 + 2;  // I = 96: gmm2 has K = 96 (three blocks)
+  const int64_t experts = 4;
+  // Expert 1 receives no rows; expert 3 gets 17.
+  const std::vector<int64_t> offsets = {0, 3, 3, 4, 21};
+  for (Scheme s : kMxSchemes) {
+    std::vector<MxWeights> w13, w2;
+    std::vector<Tensor> w13d, w2d;
+    for (int64_t e = 0; e < experts; ++e) {
+      auto g = quantize_weight(random_weight(inter, h, 10 + e), s, ScaleRule::kFloor, "g");
+      auto u = quantize_weight(random_weight(inter, h, 20 + e), s, ScaleRule::kFloor, "u");
+      auto d = quantize_weight(random_weight(h, inter, 30 + e), s, ScaleRule::kFloor, "d");
+      ASSERT_TRUE(g.is_ok() && u.is_ok() && d.is_ok());
+      auto gu = stack_mx_weights({*g, *u}, "gu");
+      ASSERT_TRUE(gu.is_ok());
+      w13d.push_back(dequantize_weight(*gu));
+      w2d.push_back(dequantize_weight(*d));
+      w13.push_back(*gu);
+      w2.push_back(*d);
+    }
+    auto bank = make_mx_expert_bank(w13, w2, ScaleRule::kFloor, "bank");
+    ASSERT_TRUE(bank.is_ok()) << bank.status().to_string();
+    const int64_t rows = offsets.back();
+    const auto x = test::activation_like(static_cast<size_t>(rows * h), 77);
+    ActRows in;
+    act_rows_init(s, h, ScaleRule::kFloor, &in);
+    in.resize(rows);
+    for (int64_t r = 0; r < rows; ++r)
+      act_rows_quantize(x.data() + r * h, r, ScaleRule::kFloor, &in);
+    std::vector<float> out(static_cast<size_t>(rows * h));
+    (*bank)->run(in, offsets.data(), out.data(), &pool);
+    EXPECT_EQ((*bank)->gmm1_quantize_passes(), 0u);
+    for (int64_t e = 0; e < experts; ++e) {
+      const int64_t n = offsets[e + 1] - offsets[e];
+      if (n == 0) continue;
+      std::vector<float> a;
+      for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+        auto ra = ref_act(x.data() + r * h, h, s);
+        a.insert(a.end(), ra.begin(), ra.end());
+      }
+      std::vector<double> gu, bgu;
+      ref_matmul(a, n, w13d[static_cast<size_t>(e)], &gu, &bgu);
+      // gmm1 epilogue in the reference: SwiGLU in FP32, requantize, dequantize.
+      std::vector<float> act;
+      for (int64_t r = 0; r < n; ++r) {
+        std::vector<float> g(static_cast<size_t>(inter)), u(g.size()), o(g.size());
+        for (int64_t j = 0; j < inter; ++j) {
+          g[j] = static_cast<float>(gu[r * 2 * inter + j]);
+          u[j] = static_cast<float>(gu[r * 2 * inter + inter + j]);
+        }
+        swiglu(g.data(), u.data(), inter, o.data());
+        auto q = ref_act(o.data(), inter, s);
+        act.insert(act.end(), q.begin(), q.end());
+      }
+      std::vector<double> y, by;
+      ref_matmul(act, n, w2d[static_cast<size_t>(e)], &y, &by);
+      for (int64_t i = 0; i < n * h; ++i) {
+        ASSERT_LE(std::fabs(out[offsets[e] * h + i] - y[i]), by[i])
+            << scheme_info(s).name << " expert " << e << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(MxScheme, SchemeTableAndFlags) {
+  EXPECT_EQ(scheme_from_quantization_flag("mxfp8"), Scheme::kW8A8Mxfp8);
+  EXPECT_EQ(scheme_from_quantization_flag("mxfp_w4a8"), Scheme::kW4A8Mxfp4);
+  EXPECT_EQ(scheme_from_quantization_flag("mxfp4"), Scheme::kW4A4Mxfp4Dual);
+  EXPECT_EQ(scheme_from_quantization_flag("w4a4_mxfp4"), Scheme::kW4A4Mxfp4);
+  EXPECT_FALSE(scheme_from_quantization_flag("int8").has_value());
+  EXPECT_EQ(scheme_from_offline_type("W4A4_MXFP4_DUALSCALE"), Scheme::kW4A4Mxfp4Dual);
+  EXPECT_EQ(scheme_from_offline_type("FLOAT"), Scheme::kBf16);
+}
+
+}  // namespace
+}  // namespace mx

@@ -1,0 +1,176 @@
+// Whole-model quantization: offline checkpoints written by `quantize` load to the same logits
+// as online quantization; damaged offline checkpoints fail naming the tensor and the reason;
+// the fused MoE dispatch equals the FP32-rows path and makes no separate quantization pass.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/mapped_file.h"
+#include "loader/json_util.h"
+#include "loader/safetensors.h"
+#include "model/export.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace mx {
+namespace {
+
+namespace fs = std::filesystem;
+
+const Scheme kMxSchemes[] = {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4,
+                             Scheme::kW4A4Mxfp4Dual};
+// Golden prompt 0 of the fixture: "It is a truth universally acknowledged, that".
+const std::vector<int32_t> kPrompt = {1277, 278, 258, 1105, 4017, 603, 3652, 1176, 11, 330};
+
+std::string model_dir() { return test::source_dir() + "/models/tiny-qwen3-moe"; }
+
+std::vector<float> logits_of(DecoderModel& m) {
+  KvCache cache(m.config(), 16);
+  std::vector<float> out(static_cast<size_t>(kPrompt.size() * m.config().vocab_size));
+  EXPECT_TRUE(
+      m.forward(kPrompt.data(), static_cast<int64_t>(kPrompt.size()), cache, true, out.data())
+          .is_ok());
+  return out;
+}
+
+TEST(QuantModel, OfflineEqualsOnline) {
+  const std::string root = test::temp_dir("offline");
+  for (Scheme s : kMxSchemes) {
+    const std::string dir = root + "/" + std::string(scheme_info(s).name);
+    ExportOptions opt;
+    opt.scheme = s;
+    opt.max_shard_bytes = 4 << 20;  // several shards and an index
+    auto sum = export_msmodelslim(model_dir(), dir, opt);
+    ASSERT_TRUE(sum.is_ok()) << sum.status().to_string();
+    EXPECT_GT(sum->shards, 1);
+    LoadOptions off_opt;
+    off_opt.threads = 2;
+    auto off = load_model(dir, off_opt);
+    ASSERT_TRUE(off.is_ok()) << off.status().to_string();
+    EXPECT_TRUE((*off)->offline_quantized);
+    LoadOptions on_opt = off_opt;
+    on_opt.quantization = s;
+    auto on = load_model(model_dir(), on_opt);
+    ASSERT_TRUE(on.is_ok()) << on.status().to_string();
+    const auto a = logits_of(**off), b = logits_of(**on);
+    double max_diff = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    // The same codes and scales: equal up to FP32 rounding (the dequantized router gate).
+    EXPECT_LE(max_diff, 1e-4) << scheme_info(s).name;
+    std::printf("%s: offline vs online max |dlogit| %.2e, %lld shards\n",
+                std::string(scheme_info(s).name).c_str(), max_diff,
+                static_cast<long long>(sum->shards));
+  }
+  fs::remove_all(root);
+}
+
+// Rewrites one tensor of an offline checkpoint (or drops it when `replace` is null).
+void rewrite(const std::string& dir, const std::string& name, const Tensor* replace) {
+  const std::string path = dir + "/quant_model_weights.safetensors";
+  auto f = SafetensorsFile::open(path);
+  ASSERT_TRUE(f.is_ok());
+  SafetensorsWriter w;
+  for (const TensorInfo& t : f->tensors()) {
+    if (t.name == name) {
+      if (replace) {
+        ASSERT_TRUE(w.add(name, *replace).is_ok());
+      }
+      continue;
+    }
+    ASSERT_TRUE(w.add(t.name, *f->tensor(t.name)).is_ok());
+  }
+  const std::string bytes = w.serialize();
+  std::ofstream(path + ".new", std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  fs::rename(path + ".new", path);
+}
+
+void expect_load_error(const std::string& dir, const std::string& tensor,
+                       const std::string& reason) {
+  auto m = load_model(dir, LoadOptions{});
+  ASSERT_FALSE(m.is_ok()) << "loaded a damaged checkpoint (" << reason << ")";
+  EXPECT_NE(m.status().message().find(tensor), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find(reason), std::string::npos) << m.status().message();
+}
+
+TEST(QuantModel, DamagedOfflineCheckpointsAreNamed) {
+  const std::string root = test::temp_dir("damaged");
+  ExportOptions opt;
+  opt.scheme = Scheme::kW8A8Mxfp8;
+  const std::string clean = root + "/clean";
+  ASSERT_TRUE(export_msmodelslim(model_dir(), clean, opt).is_ok());
+  const std::string q = "model.layers.1.self_attn.q_proj";
+  auto fresh = [&](const std::string& tag) {
+    const std::string d = root + "/" + tag;
+    fs::copy(clean, d, fs::copy_options::recursive);
+    return d;
+  };
+  {  // a missing weight_scale
+    const std::string d = fresh("noscale");
+    rewrite(d, q + ".weight_scale", nullptr);
+    expect_load_error(d, q + ".weight_scale", "missing");
+  }
+  {  // a scale of the wrong shape
+    const std::string d = fresh("shape");
+    Tensor t = Tensor::empty(DType::kU8, {256, 3});
+    rewrite(d, q + ".weight_scale", &t);
+    expect_load_error(d, q + ".weight_scale", "must be U8[256, 8]");
+  }
+  {  // a NaN scale byte
+    const std::string d = fresh("nan");
+    auto f = SafetensorsFile::open(d + "/quant_model_weights.safetensors");
+    Tensor t = f->tensor(q + ".weight_scale")->contiguous_copy();
+    t.mutable_data_as<uint8_t>()[5] = 0xFF;
+    rewrite(d, q + ".weight_scale", &t);
+    expect_load_error(d, q + ".weight_scale", "0xFF");
+  }
+  {  // an unknown type string
+    const std::string d = fresh("type");
+    auto text = read_text_file(d + "/quant_model_description.json");
+    auto j = nlohmann::ordered_json::parse(*text);
+    j[q + ".weight"] = "W2A2_MAGIC";
+    std::ofstream(d + "/quant_model_description.json") << j.dump();
+    expect_load_error(d, q + ".weight", "W2A2_MAGIC");
+  }
+  {  // packed shards with different types
+    const std::string d = fresh("mixed");
+    auto text = read_text_file(d + "/quant_model_description.json");
+    auto j = nlohmann::ordered_json::parse(*text);
+    j["model.layers.1.self_attn.k_proj.weight"] = "FLOAT";
+    std::ofstream(d + "/quant_model_description.json") << j.dump();
+    expect_load_error(d, "model.layers.1.self_attn.k_proj", "mixes types");
+  }
+  fs::remove_all(root);
+}
+
+TEST(QuantModel, FusedDispatchEqualsGmm1QuantizedRows) {
+  for (Scheme s : kMxSchemes) {
+    LoadOptions opt;
+    opt.threads = 2;
+    opt.quantization = s;
+    auto m = load_model(model_dir(), opt);
+    ASSERT_TRUE(m.is_ok());
+    auto passes = [&] {
+      uint64_t n = 0;
+      for (const DecoderLayer& l : (*m)->layers) {
+        if (l.moe) n += l.moe->experts->gmm1_quantize_passes();
+      }
+      return n;
+    };
+    (*m)->set_fused_dispatch(true);
+    const auto fused = logits_of(**m);
+    EXPECT_EQ(passes(), 0u) << "the fused path quantized rows in gmm1";
+    (*m)->set_fused_dispatch(false);
+    const auto unfused = logits_of(**m);
+    EXPECT_GT(passes(), 0u) << "FP32 rows did not reach gmm1";
+    ASSERT_EQ(fused.size(), unfused.size());
+    EXPECT_EQ(0, std::memcmp(fused.data(), unfused.data(), fused.size() * sizeof(float)))
+        << scheme_info(s).name << ": fused and gmm1-quantized paths differ";
+  }
+}
+
+}  // namespace
+}  // namespace mx
