@@ -67,6 +67,37 @@ TEST(QuantModel, OfflineEqualsOnline) {
   fs::remove_all(root);
 }
 
+// A quantized router gate is dequantized with its scales: routing then matches the BF16 gate
+// almost everywhere. Read as BF16 without its scales, the codes would route at random.
+TEST(QuantModel, QuantizedRouterGateIsDequantized) {
+  const std::string root = test::temp_dir("gate");
+  ExportOptions opt;
+  opt.scheme = Scheme::kW8A8Mxfp8;
+  opt.quantize_router_gate = true;
+  ASSERT_TRUE(export_msmodelslim(model_dir(), root, opt).is_ok());
+  auto text = read_text_file(root + "/quant_model_description.json");
+  ASSERT_NE(text->find("\"model.layers.1.mlp.gate.weight\": \"W8A8_MXFP8\""), std::string::npos);
+  LoadOptions lo;
+  auto off = load_model(root, lo);
+  ASSERT_TRUE(off.is_ok()) << off.status().to_string();
+  lo.quantization = Scheme::kW8A8Mxfp8;
+  auto on = load_model(model_dir(), lo);
+  ASSERT_TRUE(on.is_ok());
+  (*off)->set_trace_router(true);
+  (*on)->set_trace_router(true);
+  logits_of(**off);
+  logits_of(**on);
+  int same = 0, total = 0;
+  for (size_t l = 0; l < (*on)->router_trace().size(); ++l) {
+    const auto& a = (*off)->router_trace()[l].experts;
+    const auto& b = (*on)->router_trace()[l].experts;
+    for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i] ? 1 : 0;
+    total += static_cast<int>(a.size());
+  }
+  EXPECT_GE(same, total * 9 / 10) << same << "/" << total << " router choices agree";
+  fs::remove_all(root);
+}
+
 // Rewrites one tensor of an offline checkpoint (or drops it when `replace` is null).
 void rewrite(const std::string& dir, const std::string& name, const Tensor* replace) {
   const std::string path = dir + "/quant_model_weights.safetensors";

@@ -57,8 +57,10 @@ void mx_decode_activations(const MxMatrixView& a, float* af) {
   }
 }
 
-void mx_gemm(const float* af, const float* a_chunk_scales, int64_t m, const MxMatrixView& w,
-             float* y, int64_t ldy, int64_t n_begin, int64_t n_end, float* acc) {
+namespace mx_gemm_detail {
+namespace {
+void mx_gemm_scalar(const float* af, const float* a_chunk_scales, int64_t m, const MxMatrixView& w,
+                    float* y, int64_t ldy, int64_t n_begin, int64_t n_end, float* acc) {
   const int64_t k = w.k, nb = (k + 31) / 32, kp = nb * 32;
   const bool dual = w.chunk_scales != nullptr;
   float* chunk_acc = acc + m;
@@ -80,8 +82,13 @@ void mx_gemm(const float* af, const float* a_chunk_scales, int64_t m, const MxMa
         const float ws = pow2(static_cast<int>(wsc[b]) - 127);
         for (int64_t i = 0; i < m; ++i) {
           const float* ar = af + i * kp + b * 32;
-          float s = 0.0f;
-          for (int j = 0; j < 32; ++j) s += ar[j] * wb[j];
+          // Eight fixed lanes: a reduction order the compiler may vectorize.
+          float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          for (int j = 0; j < 32; j += 8) {
+            for (int l = 0; l < 8; ++l) lane[l] += ar[j + l] * wb[j + l];
+          }
+          const float s = ((lane[0] + lane[4]) + (lane[1] + lane[5])) +
+                          ((lane[2] + lane[6]) + (lane[3] + lane[7]));
           chunk_acc[i] += s * ws;
         }
       }
@@ -95,6 +102,33 @@ void mx_gemm(const float* af, const float* a_chunk_scales, int64_t m, const MxMa
     }
     for (int64_t i = 0; i < m; ++i) y[i * ldy + n] = acc[i];
   }
+}
+
+}  // namespace
+const MxGemmKernels kScalarMxGemm = {IsaLevel::kScalar, mx_gemm_scalar};
+}  // namespace mx_gemm_detail
+
+const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level) {
+  if (!isa_supported(level)) return nullptr;
+  switch (level) {
+    case IsaLevel::kScalar:
+      return &mx_gemm_detail::kScalarMxGemm;
+    case IsaLevel::kAvx2:
+      return &mx_gemm_detail::kAvx2MxGemm;
+    case IsaLevel::kAvx512:
+      return nullptr;  // the AVX2 kernel serves until one is written
+  }
+  return nullptr;
+}
+
+const MxGemmKernels& mx_gemm_kernels() {
+  static const MxGemmKernels* k = [] {
+    for (int l = static_cast<int>(active_isa()); l >= 0; --l) {
+      if (const MxGemmKernels* p = mx_gemm_kernels_for(static_cast<IsaLevel>(l))) return p;
+    }
+    return &mx_gemm_detail::kScalarMxGemm;
+  }();
+  return *k;
 }
 
 }  // namespace mx

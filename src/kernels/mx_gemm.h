@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "core/cpu_features.h"
 #include "formats/minifloat.h"
 
 namespace mx {
@@ -29,8 +30,23 @@ int64_t mx_decoded_stride(int64_t k);
 void mx_decode_activations(const MxMatrixView& a, float* af);
 
 // Columns [n_begin, n_end) of y [m, ldy] from decoded activations `af` (with the activations'
-// chunk scales for dual-level FP4, else null) and quantized weights. acc: 2 * m floats.
-void mx_gemm(const float* af, const float* a_chunk_scales, int64_t m, const MxMatrixView& w,
-             float* y, int64_t ldy, int64_t n_begin, int64_t n_end, float* acc);
+// chunk scales for dual-level FP4, else null) and quantized weights. acc: kMxGemmAccPerRow * m
+// floats, 32-byte aligned.
+constexpr int64_t kMxGemmAccPerRow = 16;
+using MxGemmFn = void (*)(const float* af, const float* a_chunk_scales, int64_t m,
+                          const MxMatrixView& w, float* y, int64_t ldy, int64_t n_begin,
+                          int64_t n_end, float* acc);
+
+struct MxGemmKernels {
+  IsaLevel isa;
+  MxGemmFn gemm;
+};
+const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level);
+const MxGemmKernels& mx_gemm_kernels();
+
+namespace mx_gemm_detail {
+extern const MxGemmKernels kScalarMxGemm;
+extern const MxGemmKernels kAvx2MxGemm;
+}  // namespace mx_gemm_detail
 
 }  // namespace mx

@@ -19,9 +19,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-bool always_float(const std::string& name) {
+bool always_float(const std::string& name, bool quantize_gate) {
   return name.find("embed_tokens") != std::string::npos || name.rfind("lm_head", 0) == 0 ||
-         name.find("norm") != std::string::npos || ends_with(name, ".mlp.gate.weight");
+         name.find("norm") != std::string::npos ||
+         (!quantize_gate && ends_with(name, ".mlp.gate.weight"));
 }
 
 std::string shard_name(size_t i, size_t n) {
@@ -59,7 +60,8 @@ Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::
   int64_t done = 0;
   for (const std::string& name : names) {
     MX_ASSIGN_OR_RETURN(Tensor t, ck.tensor(name));
-    bool quantize = ends_with(name, ".weight") && t.rank() == 2 && !always_float(name);
+    bool quantize = ends_with(name, ".weight") && t.rank() == 2 &&
+                    !always_float(name, opt.quantize_router_gate);
     for (const std::string& p : opt.keep_float) {
       if (name.find(p) != std::string::npos) quantize = false;
     }

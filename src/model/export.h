@@ -20,6 +20,8 @@ struct ExportOptions {
   // Tensors whose name contains any of these stay FLOAT, besides embeddings, lm_head, norms
   // and the router gate, which always do.
   std::vector<std::string> keep_float;
+  // msmodelslim may quantize the MoE router gate too; loaders must then dequantize it.
+  bool quantize_router_gate = false;
   uint64_t max_shard_bytes = 4ull << 30;
   std::function<void(int64_t done, int64_t total)> progress;
 };

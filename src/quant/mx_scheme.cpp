@@ -42,8 +42,12 @@ void gemm_rows(const ActRows& a, int64_t row0, int64_t m, const MxMatrixView& w,
   mx_decode_activations(av, af.data());
   const int64_t n = w.rows;
   auto body = [&](int64_t b, int64_t e, int) {
-    std::vector<float> acc(static_cast<size_t>(2 * m));
-    mx_gemm(af.data(), av.chunk_scales, m, w, y, n, b * 16, std::min(n, e * 16), acc.data());
+    // 32-byte aligned accumulators for the vector kernels.
+    std::vector<float> acc_store(static_cast<size_t>(kMxGemmAccPerRow * m + 8));
+    auto* acc = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(acc_store.data()) + 31) &
+                                         ~uintptr_t{31});
+    mx_gemm_kernels().gemm(af.data(), av.chunk_scales, m, w, y, n, b * 16, std::min(n, e * 16),
+                           acc);
   };
   const int64_t blocks = (n + 15) / 16;
   if (pool == nullptr || m * n * a.k < (1 << 15)) {

@@ -1,0 +1,132 @@
+// The generic kernel test: every registered ISA variant of the GEMM tables against a scalar
+// reference computed here in double, on odd shapes. Tolerance: FP32 summation-order rounding,
+// (K + 16) * 2^-23 * sum |a_k * w_k|.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "formats/half.h"
+#include "kernels/gemm.h"
+#include "kernels/mx_gemm.h"
+#include "quant/scheme.h"
+#include "test_util.h"
+
+namespace mx {
+namespace {
+
+const IsaLevel kLevels[] = {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512};
+
+TEST(Kernels, EveryBf16GemmVariant) {
+  int variants = 0;
+  for (IsaLevel isa : kLevels) {
+    const GemmKernels* kern = gemm_kernels_for(isa);
+    if (kern == nullptr) continue;
+    ++variants;
+    for (int64_t m : {1, 3, 5, 17}) {
+      for (int64_t k : {1, 17, 33, 97, 240, 688}) {
+        const int64_t n = 13;
+        const auto x =
+            test::activation_like(static_cast<size_t>(m * k), static_cast<uint32_t>(m + k));
+        const auto wf = test::activation_like(static_cast<size_t>(n * k), static_cast<uint32_t>(k));
+        std::vector<uint16_t> w(wf.size());
+        for (size_t i = 0; i < w.size(); ++i) w[i] = float_to_bf16(wf[i]);
+        std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
+        // Two column slices, as threads split them.
+        const GemmBf16Args a{x.data(), w.data(), y.data(), m, k, k, k, n};
+        kern->bf16(a, 0, 6);
+        kern->bf16(a, 6, n);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            double s = 0, mag = 0;
+            for (int64_t q = 0; q < k; ++q) {
+              const double p = static_cast<double>(x[i * k + q]) * bf16_to_float(w[j * k + q]);
+              s += p;
+              mag += std::fabs(p);
+            }
+            ASSERT_LE(std::fabs(y[i * n + j] - s), (k + 16) * 0x1p-23 * mag + 1e-30)
+                << isa_name(isa) << " m=" << m << " k=" << k << " (" << i << ", " << j << ")";
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(variants, 1);
+}
+
+TEST(Kernels, EveryMxGemmVariant) {
+  int variants = 0;
+  for (IsaLevel isa : kLevels) {
+    const MxGemmKernels* kern = mx_gemm_kernels_for(isa);
+    if (kern == nullptr) continue;
+    ++variants;
+    for (Scheme s :
+         {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4, Scheme::kW4A4Mxfp4Dual}) {
+      const SchemeInfo& info = scheme_info(s);
+      for (int64_t m : {1, 3, 17}) {
+        for (int64_t k : {32, 47, 240, 688, 1100}) {
+          const int64_t n = 11;
+          const auto wf =
+              test::activation_like(static_cast<size_t>(n * k), static_cast<uint32_t>(k * 3));
+          Tensor wt = Tensor::empty(DType::kF32, {n, k});
+          std::copy(wf.begin(), wf.end(), wt.mutable_data_as<float>());
+          auto q = quantize_weight(wt, s, ScaleRule::kFloor, "w");
+          ASSERT_TRUE(q.is_ok());
+          const Tensor wd = dequantize_weight(*q);
+          const auto x =
+              test::activation_like(static_cast<size_t>(m * k), static_cast<uint32_t>(m * 7 + k));
+          ActRows a;
+          act_rows_init(s, k, ScaleRule::kFloor, &a);
+          a.resize(m);
+          for (int64_t r = 0; r < m; ++r)
+            act_rows_quantize(x.data() + r * k, r, ScaleRule::kFloor, &a);
+          const MxMatrixView av{a.format,
+                                a.codes.data(),
+                                a.scales.data(),
+                                a.dual ? a.chunk_scales.data() : nullptr,
+                                m,
+                                k,
+                                a.row_bytes};
+          std::vector<float> af(static_cast<size_t>(m * mx_decoded_stride(k)));
+          mx_decode_activations(av, af.data());
+          const MxMatrixView wv{info.weight,
+                                q->codes.data_as<uint8_t>(),
+                                q->scales.data_as<uint8_t>(),
+                                info.dual ? q->chunk_scales.data_as<float>() : nullptr,
+                                n,
+                                k,
+                                q->row_bytes()};
+          std::vector<float> acc_store(static_cast<size_t>(kMxGemmAccPerRow * m + 8));
+          auto* acc = reinterpret_cast<float*>(
+              (reinterpret_cast<uintptr_t>(acc_store.data()) + 31) & ~uintptr_t{31});
+          std::vector<float> y(static_cast<size_t>(m * n));
+          kern->gemm(af.data(), av.chunk_scales, m, wv, y.data(), n, 0, 4, acc);
+          kern->gemm(af.data(), av.chunk_scales, m, wv, y.data(), n, 4, n, acc);
+          // Reference: the activations as dequantized by the decoder (chunk scale applied) times
+          // the reference-dequantized weights.
+          const int64_t kp = mx_decoded_stride(k), chunks = (k + 511) / 512;
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double sum = 0, mag = 0;
+              for (int64_t t = 0; t < k; ++t) {
+                double av_t = af[i * kp + t];
+                if (info.dual) av_t *= a.chunk_scales[i * chunks + t / 512];
+                const double p = av_t * wd.data_as<float>()[j * k + t];
+                sum += p;
+                mag += std::fabs(p);
+              }
+              ASSERT_LE(std::fabs(y[i * n + j] - sum), (k + 16) * 0x1p-23 * mag + 1e-30)
+                  << isa_name(isa) << " " << info.name << " m=" << m << " k=" << k;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(variants, 1);
+}
+
+}  // namespace
+}  // namespace mx
