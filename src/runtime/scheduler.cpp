@@ -1,0 +1,149 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace mx {
+
+int64_t BatchPlan::tokens() const {
+  int64_t n = 0;
+  for (const PlanItem& i : items) n += i.count;
+  return n;
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(config), alloc_(config.num_blocks, config.block_size) {
+  MX_CHECK(config.max_running_requests > 0 && config.chunked_prefill_size > 0);
+}
+
+Status Scheduler::add(uint64_t id, int64_t prompt_len, int64_t max_new_tokens) {
+  if (prompt_len <= 0 || max_new_tokens <= 0)
+    return invalid_argument("empty prompt or token budget");
+  if (seqs_.count(id)) return invalid_argument("request " + std::to_string(id) + " exists");
+  if (static_cast<int32_t>(waiting_.size()) >= config_.max_waiting_requests) {
+    return Status(StatusCode::kOutOfRange, "the waiting queue is full (" +
+                                               std::to_string(config_.max_waiting_requests) +
+                                               " requests)");
+  }
+  const int64_t capacity = static_cast<int64_t>(config_.num_blocks) * config_.block_size;
+  if (prompt_len + max_new_tokens > capacity) {
+    return Status(StatusCode::kOutOfRange,
+                  "prompt plus max_tokens (" + std::to_string(prompt_len + max_new_tokens) +
+                      ") exceeds the KV cache of " + std::to_string(capacity) + " tokens");
+  }
+  SeqInfo s;
+  s.id = id;
+  s.arrival = next_arrival_++;
+  s.prompt_len = prompt_len;
+  s.max_new_tokens = max_new_tokens;
+  seqs_.emplace(id, std::move(s));
+  waiting_.push_back(id);
+  return Status::ok();
+}
+
+void Scheduler::preempt(uint64_t id) {
+  SeqInfo& s = seqs_.at(id);
+  MX_CHECK(s.table.release(&alloc_).is_ok());
+  s.computed = 0;
+  ++s.preemptions;
+  running_.erase(std::find(running_.begin(), running_.end(), id));
+  // Back to waiting in arrival order, so it is readmitted before anything that came later.
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(),
+                          [&](uint64_t w) { return seqs_.at(w).arrival > s.arrival; });
+  waiting_.insert(pos, id);
+}
+
+BatchPlan Scheduler::schedule() {
+  BatchPlan plan;
+  // 1. Decode: every running request whose prompt is fully computed gets one token.
+  std::vector<uint64_t> decoding;
+  for (uint64_t id : running_) {
+    const SeqInfo& s = seqs_.at(id);
+    if (s.generated > 0 && s.computed == s.known() - 1) decoding.push_back(id);
+  }
+  for (uint64_t id : decoding) {
+    if (std::find(running_.begin(), running_.end(), id) == running_.end()) continue;  // preempted
+    SeqInfo& s = seqs_.at(id);
+    while (!s.table.reserve(s.computed + 1, &alloc_)) {
+      const uint64_t victim = running_.back();  // the latest arrival
+      preempt(victim);
+      plan.preempted.push_back(victim);
+      if (victim == id) break;
+    }
+    if (std::find(running_.begin(), running_.end(), id) == running_.end()) continue;
+    plan.items.push_back({id, s.computed, 1, true});
+  }
+  // Planned decode items of requests preempted later in this loop are dropped.
+  plan.items.erase(std::remove_if(plan.items.begin(), plan.items.end(),
+                                  [&](const PlanItem& i) {
+                                    return std::find(running_.begin(), running_.end(), i.id) ==
+                                           running_.end();
+                                  }),
+                   plan.items.end());
+  // 2. Prefill: running requests still prefilling, then waiting ones in arrival order.
+  int64_t budget = config_.chunked_prefill_size;
+  auto prefill = [&](SeqInfo& s) -> bool {
+    const int64_t remaining = s.known() - s.computed;
+    const int64_t chunk = std::min(remaining, budget);
+    if (chunk <= 0 || !s.table.reserve(s.computed + chunk, &alloc_)) return false;
+    plan.items.push_back({s.id, s.computed, chunk, s.computed + chunk == s.known()});
+    budget -= chunk;
+    return true;
+  };
+  for (uint64_t id : running_) {
+    SeqInfo& s = seqs_.at(id);
+    const bool is_decoding = s.generated > 0 && s.computed == s.known() - 1;
+    if (!is_decoding && budget > 0) prefill(s);
+  }
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int32_t>(running_.size()) < config_.max_running_requests) {
+    SeqInfo& s = seqs_.at(waiting_.front());
+    if (!prefill(s)) break;  // no KV room: admit nothing out of order
+    running_.push_back(s.id);
+    std::sort(running_.begin(), running_.end(),
+              [&](uint64_t a, uint64_t b) { return seqs_.at(a).arrival < seqs_.at(b).arrival; });
+    waiting_.pop_front();
+  }
+  return plan;
+}
+
+void Scheduler::retire(uint64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  MX_CHECK(it->second.table.release(&alloc_).is_ok());
+  running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
+  seqs_.erase(it);
+}
+
+std::vector<uint64_t> Scheduler::complete(const BatchPlan& plan,
+                                          const std::vector<uint64_t>& finished) {
+  std::vector<uint64_t> retired;
+  for (const PlanItem& i : plan.items) {
+    auto it = seqs_.find(i.id);
+    if (it == seqs_.end()) continue;  // cancelled meanwhile
+    SeqInfo& s = it->second;
+    s.computed = std::max(s.computed, i.start + i.count);
+    if (i.samples) ++s.generated;
+    const bool stop = std::find(finished.begin(), finished.end(), i.id) != finished.end();
+    if (s.generated >= s.max_new_tokens || stop) {
+      retired.push_back(i.id);
+      retire(i.id);
+    }
+  }
+  return retired;
+}
+
+bool Scheduler::cancel(uint64_t id) {
+  if (!seqs_.count(id)) return false;
+  retire(id);
+  return true;
+}
+
+const SeqInfo* Scheduler::find(uint64_t id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : &it->second;
+}
+
+}  // namespace mx
