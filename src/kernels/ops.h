@@ -30,4 +30,10 @@ void log_softmax(const float* logits, int64_t n, float* out);
 void attention_head(const float* q, const float* k, const float* v, int64_t len, int64_t ld,
                     int64_t head_dim, float scale, float* scores, float* out);
 
+// The same over a paged cache: position t's key is k_blocks[t / block_size] + (t % block_size)
+// * ld (likewise values). The block pointers already point at this head's columns.
+void attention_head_paged(const float* q, const float* const* k_blocks,
+                          const float* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
+                          int64_t head_dim, float scale, float* scores, float* out);
+
 }  // namespace mx

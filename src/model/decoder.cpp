@@ -11,9 +11,9 @@
 
 namespace mx {
 
-KvCache::KvCache(const ModelConfig& c, int64_t capacity)
-    : capacity_(capacity), row_(c.num_kv_heads * c.head_dim) {
-  const size_t n = static_cast<size_t>(c.num_layers * capacity * row_);
+PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size)
+    : num_blocks_(num_blocks), block_size_(block_size), row_(c.num_kv_heads * c.head_dim) {
+  const size_t n = static_cast<size_t>(c.num_layers * num_blocks * block_size * row_);
   k_.assign(n, 0.0f);
   v_.assign(n, 0.0f);
 }
@@ -28,24 +28,35 @@ uint64_t DecoderModel::weight_bytes() const {
   return b;
 }
 
-void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h, int64_t n, KvCache& cache) {
+void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
+                             const std::vector<SeqSlice>& seqs, const std::vector<int64_t>& row_seq,
+                             PagedKv& kv) {
   const ModelConfig& c = config_;
   const int64_t d = c.head_dim, nq = c.num_heads, nkv = c.num_kv_heads;
   const int64_t qkv_w = (nq + 2 * nkv) * d;
-  const int64_t start = cache.length();
+  const int64_t n = static_cast<int64_t>(row_seq.size());
+  const int64_t bs = kv.block_size(), ld = kv.row();
   std::vector<float> qkv(static_cast<size_t>(n * qkv_w));
   layer.attn.qkv->forward(h, n, qkv.data(), pool_.get());
   const auto* qn = layer.attn.q_norm.data_as<uint16_t>();
   const auto* kn = layer.attn.k_norm.data_as<uint16_t>();
+  std::vector<int64_t> row_pos(static_cast<size_t>(n));
+  for (int64_t t = 0, r = 0; t < static_cast<int64_t>(seqs.size()); ++t) {
+    for (int64_t i = 0; i < seqs[t].count; ++i, ++r) row_pos[r] = seqs[t].start + i;
+  }
+  // q/k norms, RoPE, and the new keys and values into their blocks: all rows first, so that
+  // rows of one prefill chunk see each other's keys.
   for (int64_t t = 0; t < n; ++t) {
     float* row = qkv.data() + t * qkv_w;
-    const int64_t pos = start + t;
+    const int64_t pos = row_pos[t];
+    const SeqSlice& sq = seqs[static_cast<size_t>(row_seq[t])];
     for (int64_t hd = 0; hd < nq; ++hd) {
       rms_norm_bf16(row + hd * d, qn, d, c.rms_norm_eps, row + hd * d);
       rope_neox(row + hd * d, d, pos, inv_freq_.data());
     }
-    float* k = cache.k(li, pos);
-    float* v = cache.v(li, pos);
+    const int32_t block = sq.blocks[pos / bs];
+    float* k = kv.k(li, block) + (pos % bs) * ld;
+    float* v = kv.v(li, block) + (pos % bs) * ld;
     for (int64_t hd = 0; hd < nkv; ++hd) {
       float* kh = row + (nq + hd) * d;
       rms_norm_bf16(kh, kn, d, c.rms_norm_eps, kh);
@@ -54,17 +65,31 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h, int64_t 
       std::memcpy(v + hd * d, row + (nq + nkv + hd) * d, static_cast<size_t>(d) * sizeof(float));
     }
   }
-  // Causal attention: token t sees positions 0 .. start + t.
+  // Causal attention: the token at position p sees positions 0 .. p of its own sequence.
   std::vector<float> out(static_cast<size_t>(n * nq * d));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int64_t group = nq / nkv;
   pool_->parallel_for(n * nq, [&](int64_t b, int64_t e, int) {
-    std::vector<float> scores(static_cast<size_t>(start + n));
+    std::vector<float> scores;
+    std::vector<const float*> kb, vb;
+    int64_t prepared = -1;  // (row * nkv + kv head) the block pointers are for
     for (int64_t idx = b; idx < e; ++idx) {
       const int64_t t = idx / nq, hd = idx % nq, kvh = hd / group;
-      attention_head(qkv.data() + t * qkv_w + hd * d, cache.k(li, 0) + kvh * d,
-                     cache.v(li, 0) + kvh * d, start + t + 1, cache.row(), d, scale, scores.data(),
-                     out.data() + (t * nq + hd) * d);
+      const int64_t len = row_pos[t] + 1;
+      if (prepared != t * nkv + kvh) {
+        const SeqSlice& sq = seqs[static_cast<size_t>(row_seq[t])];
+        const int64_t nblk = (len + bs - 1) / bs;
+        kb.resize(static_cast<size_t>(nblk));
+        vb.resize(static_cast<size_t>(nblk));
+        for (int64_t j = 0; j < nblk; ++j) {
+          kb[j] = kv.k(li, sq.blocks[j]) + kvh * d;
+          vb[j] = kv.v(li, sq.blocks[j]) + kvh * d;
+        }
+        prepared = t * nkv + kvh;
+      }
+      scores.resize(static_cast<size_t>(len));
+      attention_head_paged(qkv.data() + t * qkv_w + hd * d, kb.data(), vb.data(), bs, len, ld, d,
+                           scale, scores.data(), out.data() + (t * nq + hd) * d);
     }
   });
   layer.attn.o->forward(out.data(), n, h, pool_.get());
@@ -143,20 +168,46 @@ std::string DecoderModel::scheme_summary() const {
 
 Status DecoderModel::forward(const int32_t* tokens, int64_t n, KvCache& cache, bool all_logits,
                              float* logits) {
-  const ModelConfig& c = config_;
-  const int64_t hid = c.hidden_size;
   if (n <= 0) return invalid_argument("forward: no tokens");
   if (cache.length() + n > cache.capacity()) {
     return invalid_argument("sequence of " + std::to_string(cache.length() + n) +
                             " tokens exceeds the KV cache capacity of " +
                             std::to_string(cache.capacity()));
   }
-  for (int64_t t = 0; t < n; ++t) {
-    if (tokens[t] < 0 || tokens[t] >= c.vocab_size) {
-      return invalid_argument("token id " + std::to_string(tokens[t]) +
-                              " is outside the vocabulary of " + std::to_string(c.vocab_size));
+  const int32_t block = 0;
+  SeqSlice s;
+  s.tokens = tokens;
+  s.count = n;
+  s.start = cache.length();
+  s.blocks = &block;
+  s.logits = all_logits ? SeqSlice::Logits::kAll : SeqSlice::Logits::kLast;
+  MX_RETURN_IF_ERROR(forward_batch({s}, cache.paged(), logits));
+  cache.set_length(cache.length() + n);
+  return Status::ok();
+}
+
+Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* logits) {
+  const ModelConfig& c = config_;
+  const int64_t hid = c.hidden_size;
+  std::vector<int64_t> row_seq;
+  std::vector<int64_t> logit_rows;
+  for (size_t sidx = 0; sidx < seqs.size(); ++sidx) {
+    const SeqSlice& sq = seqs[sidx];
+    if (sq.count <= 0 || sq.start < 0) return invalid_argument("forward: empty sequence slice");
+    for (int64_t i = 0; i < sq.count; ++i) {
+      const int32_t tok = sq.tokens[i];
+      if (tok < 0 || tok >= c.vocab_size) {
+        return invalid_argument("token id " + std::to_string(tok) +
+                                " is outside the vocabulary of " + std::to_string(c.vocab_size));
+      }
+      const bool want = sq.logits == SeqSlice::Logits::kAll ||
+                        (sq.logits == SeqSlice::Logits::kLast && i == sq.count - 1);
+      if (want) logit_rows.push_back(static_cast<int64_t>(row_seq.size()));
+      row_seq.push_back(static_cast<int64_t>(sidx));
     }
   }
+  const int64_t n = static_cast<int64_t>(row_seq.size());
+  if (n == 0) return invalid_argument("forward: no tokens");
   if (inv_freq_.empty()) {
     inv_freq_.resize(static_cast<size_t>(c.head_dim / 2));
     rope_inv_freq(c.head_dim, c.rope_theta, inv_freq_.data());
@@ -164,9 +215,12 @@ Status DecoderModel::forward(const int32_t* tokens, int64_t n, KvCache& cache, b
   router_trace_.clear();
   std::vector<float> x(static_cast<size_t>(n * hid)), h(x.size());
   const auto* emb = embed.data_as<uint16_t>();
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t j = 0; j < hid; ++j) {
-      x[t * hid + j] = std::bit_cast<float>(static_cast<uint32_t>(emb[tokens[t] * hid + j]) << 16);
+  for (int64_t r = 0, sidx = 0; sidx < static_cast<int64_t>(seqs.size()); ++sidx) {
+    for (int64_t i = 0; i < seqs[sidx].count; ++i, ++r) {
+      const int32_t tok = seqs[sidx].tokens[i];
+      for (int64_t j = 0; j < hid; ++j) {
+        x[r * hid + j] = std::bit_cast<float>(static_cast<uint32_t>(emb[tok * hid + j]) << 16);
+      }
     }
   }
   std::vector<float> tmp;
@@ -176,7 +230,7 @@ Status DecoderModel::forward(const int32_t* tokens, int64_t n, KvCache& cache, b
       rms_norm_bf16(x.data() + t * hid, layer.input_norm.data_as<uint16_t>(), hid, c.rms_norm_eps,
                     h.data() + t * hid);
     }
-    attention(layer, li, h.data(), n, cache);  // h <- attention output
+    attention(layer, li, h.data(), seqs, row_seq, kv);  // h <- attention output
     for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
     for (int64_t t = 0; t < n; ++t) {
       rms_norm_bf16(x.data() + t * hid, layer.post_norm.data_as<uint16_t>(), hid, c.rms_norm_eps,
@@ -199,12 +253,11 @@ Status DecoderModel::forward(const int32_t* tokens, int64_t n, KvCache& cache, b
       for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
     }
   }
-  cache.set_length(cache.length() + n);
-  const int64_t first = all_logits ? 0 : n - 1;
-  const int64_t rows = n - first;
-  for (int64_t t = first; t < n; ++t) {
-    rms_norm_bf16(x.data() + t * hid, final_norm.data_as<uint16_t>(), hid, c.rms_norm_eps,
-                  h.data() + (t - first) * hid);
+  const int64_t rows = static_cast<int64_t>(logit_rows.size());
+  if (rows == 0) return Status::ok();
+  for (int64_t i = 0; i < rows; ++i) {
+    rms_norm_bf16(x.data() + logit_rows[i] * hid, final_norm.data_as<uint16_t>(), hid,
+                  c.rms_norm_eps, h.data() + i * hid);
   }
   lm_head->forward(h.data(), rows, logits, pool_.get());
   return Status::ok();

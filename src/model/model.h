@@ -18,20 +18,50 @@
 
 namespace mx {
 
-// Keys and values of one sequence, FP32, [layer][position][kv_heads * head_dim].
-class KvCache {
+// Keys and values of many sequences in fixed-size blocks, FP32,
+// [layer][block][slot][kv_heads * head_dim]. Which blocks a sequence owns is the scheduler's
+// business (runtime/kv_blocks.h); the model only follows block tables.
+class PagedKv {
  public:
-  KvCache(const ModelConfig& c, int64_t capacity);
-  int64_t capacity() const { return capacity_; }
-  int64_t length() const { return length_; }
-  void set_length(int64_t n) { length_ = n; }
-  float* k(int64_t layer, int64_t pos) { return k_.data() + (layer * capacity_ + pos) * row_; }
-  float* v(int64_t layer, int64_t pos) { return v_.data() + (layer * capacity_ + pos) * row_; }
+  PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size);
+  int32_t num_blocks() const { return num_blocks_; }
+  int32_t block_size() const { return block_size_; }
   int64_t row() const { return row_; }
+  float* k(int64_t layer, int32_t block) { return k_.data() + offset(layer, block); }
+  float* v(int64_t layer, int32_t block) { return v_.data() + offset(layer, block); }
 
  private:
-  int64_t capacity_, row_, length_ = 0;
+  size_t offset(int64_t layer, int32_t block) const {
+    return static_cast<size_t>((layer * num_blocks_ + block) * block_size_ * row_);
+  }
+  int32_t num_blocks_, block_size_;
+  int64_t row_;
   std::vector<float> k_, v_;
+};
+
+// One sequence in a batch: tokens at positions [start, start + count), whose keys and values
+// go to (and whose attention reads from) the blocks of `blocks`.
+struct SeqSlice {
+  enum class Logits { kNone, kLast, kAll };
+  const int32_t* tokens = nullptr;
+  int64_t count = 0;
+  int64_t start = 0;
+  const int32_t* blocks = nullptr;  // covers start + count positions
+  Logits logits = Logits::kLast;
+};
+
+// A single sequence's cache: one block as long as the capacity.
+class KvCache {
+ public:
+  KvCache(const ModelConfig& c, int64_t capacity) : kv_(c, 1, static_cast<int32_t>(capacity)) {}
+  int64_t capacity() const { return kv_.block_size(); }
+  int64_t length() const { return length_; }
+  void set_length(int64_t n) { length_ = n; }
+  PagedKv& paged() { return kv_; }
+
+ private:
+  PagedKv kv_;
+  int64_t length_ = 0;
 };
 
 struct AttentionBlock {
@@ -86,6 +116,9 @@ class DecoderModel {
   // and writes logits [n, vocab] (all_logits) or [1, vocab] for the last token. Fails on a
   // token id out of range or a full cache.
   Status forward(const int32_t* tokens, int64_t n, KvCache& cache, bool all_logits, float* logits);
+  // Many sequences in one pass (continuous batching): logits rows in slice order, one per
+  // kLast slice and `count` per kAll slice. Each row's result is independent of the others.
+  Status forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* logits);
 
   // Local dispatch writes routed rows in the format the expert kernel declares (activation
   // quantization fused into the permutation). Off, rows travel as FP32 and gmm1 quantizes
@@ -108,7 +141,8 @@ class DecoderModel {
   std::unique_ptr<ThreadPool> pool_;
 
  private:
-  void attention(DecoderLayer& layer, int64_t li, float* h, int64_t n, KvCache& cache);
+  void attention(DecoderLayer& layer, int64_t li, float* h, const std::vector<SeqSlice>& seqs,
+                 const std::vector<int64_t>& row_seq, PagedKv& kv);
   void moe(const MoeBlock& moe, int64_t li, const float* h, int64_t n, float* x);
   bool trace_router_ = false;
   bool fused_dispatch_ = true;
