@@ -57,6 +57,40 @@ size_t stop_holdback(const std::string& text, const std::vector<std::string>& st
   return hold;
 }
 
+TextStream::Step TextStream::push(int32_t id) {
+  Step st;
+  const bool stop_token = std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(),
+                                    id) != params_.stop_token_ids.end();
+  if (stop_token && !params_.ignore_eos) {
+    st.stop = true;
+    return st;
+  }
+  const size_t before = text_.size();
+  text_ += dec_.push(id);
+  const size_t stop_at = find_stop(text_, before >= 64 ? before - 64 : 0, params_.stop);
+  if (stop_at != std::string::npos) {
+    text_.resize(stop_at);
+    st.stop = true;
+  }
+  const size_t ready = st.stop ? text_.size() : text_.size() - stop_holdback(text_, params_.stop);
+  if (ready > emitted_) {
+    st.delta = text_.substr(emitted_, ready - emitted_);
+    emitted_ = ready;
+  }
+  return st;
+}
+
+std::string TextStream::finish(bool* stopped) {
+  text_ += dec_.flush();
+  // A stop string may complete only with the bytes flushed last.
+  const size_t stop_at = find_stop(text_, 0, params_.stop);
+  *stopped = stop_at != std::string::npos;
+  if (*stopped) text_.resize(stop_at);
+  std::string rest = text_.size() > emitted_ ? text_.substr(emitted_) : std::string();
+  emitted_ = text_.size();
+  return rest;
+}
+
 Result<GenerateResult> generate(DecoderModel& model, const Tokenizer& tok,
                                 const std::vector<int32_t>& prompt, const SamplingParams& params,
                                 int64_t context_length,
@@ -78,9 +112,7 @@ Result<GenerateResult> generate(DecoderModel& model, const Tokenizer& tok,
   const auto t0 = clock::now();
   MX_RETURN_IF_ERROR(model.forward(prompt.data(), n, cache, false, logits.data()));
   Sampler sampler(params);
-  IncrementalDecoder dec(tok, params.skip_special_tokens);
-  std::string text;    // all decoded text so far
-  size_t emitted = 0;  // bytes of `text` already passed to on_text
+  TextStream stream(tok, params);
   r.finish_reason = "length";
   auto t_first = clock::now();
   for (int64_t step = 0; step < budget; ++step) {
@@ -90,37 +122,22 @@ Result<GenerateResult> generate(DecoderModel& model, const Tokenizer& tok,
       r.prefill_seconds = std::chrono::duration<double>(t_first - t0).count();
     }
     r.token_ids.push_back(id);
-    const bool stop_token = std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(),
-                                      id) != params.stop_token_ids.end();
-    if (stop_token && !params.ignore_eos) {
+    const TextStream::Step st = stream.push(id);
+    if (on_text && !st.delta.empty()) on_text(st.delta);
+    if (st.stop) {
       r.finish_reason = "stop";
       break;
     }
-    const size_t before = text.size();
-    text += dec.push(id);
-    const size_t stop_at = find_stop(text, before >= 64 ? before - 64 : 0, params.stop);
-    if (stop_at != std::string::npos) {
-      text.resize(stop_at);
-      r.finish_reason = "stop";
-      break;
-    }
-    const size_t ready = text.size() - stop_holdback(text, params.stop);
-    if (on_text && ready > emitted) on_text(text.substr(emitted, ready - emitted));
-    emitted = std::max(emitted, ready);
     if (step + 1 < budget) MX_RETURN_IF_ERROR(model.forward(&id, 1, cache, false, logits.data()));
   }
   if (r.finish_reason == "length") {
-    text += dec.flush();
-    // A stop string may complete only with the bytes flushed last.
-    const size_t stop_at = find_stop(text, 0, params.stop);
-    if (stop_at != std::string::npos) {
-      text.resize(stop_at);
-      r.finish_reason = "stop";
-    }
+    bool stopped = false;
+    const std::string rest = stream.finish(&stopped);
+    if (stopped) r.finish_reason = "stop";
+    if (on_text && !rest.empty()) on_text(rest);
   }
-  if (on_text && text.size() > emitted) on_text(text.substr(emitted));
   r.decode_seconds = std::chrono::duration<double>(clock::now() - t_first).count();
-  r.text = std::move(text);
+  r.text = stream.text();
   return r;
 }
 

@@ -34,6 +34,28 @@ size_t find_stop(const std::string& text, size_t from, const std::vector<std::st
 // How many trailing bytes of `text` could begin a stop string and must be held back.
 size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops);
 
+// The text side of one generation: feeds sampled tokens through the incremental decoder and
+// the stop rules, and says what may be shown now.
+class TextStream {
+ public:
+  TextStream(const Tokenizer& tok, const SamplingParams& params)
+      : params_(params), dec_(tok, params.skip_special_tokens) {}
+  struct Step {
+    std::string delta;  // text that can be shown now (may be empty)
+    bool stop = false;  // a stop token or stop string ended the generation
+  };
+  Step push(int32_t id);
+  // At the end of a generation that ran out of budget: whatever was held back.
+  std::string finish(bool* stopped);
+  const std::string& text() const { return text_; }
+
+ private:
+  const SamplingParams& params_;
+  IncrementalDecoder dec_;
+  std::string text_;
+  size_t emitted_ = 0;
+};
+
 // Fails when the prompt plus one token does not fit the context.
 Result<GenerateResult> generate(DecoderModel& model, const Tokenizer& tok,
                                 const std::vector<int32_t>& prompt, const SamplingParams& params,

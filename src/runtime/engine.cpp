@@ -1,0 +1,177 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+
+namespace mx {
+
+Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config)
+    : model_(model),
+      tok_(tok),
+      config_(config),
+      kv_(model.config(), config.num_blocks, config.block_size),
+      sched_(config) {
+  stats_.kv_blocks_total = config.num_blocks;
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+Result<uint64_t> Engine::submit(EngineRequest req) {
+  const int64_t n = static_cast<int64_t>(req.prompt.size());
+  if (n == 0) return invalid_argument("the prompt is empty");
+  const int64_t ctx = model_.config().max_position_embeddings;
+  if (n + req.params.max_tokens > ctx) {
+    return invalid_argument("the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
+                            std::to_string(req.params.max_tokens) +
+                            ") exceeds the context length of " + std::to_string(ctx));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = next_id_++;
+  MX_RETURN_IF_ERROR(sched_.add(id, n, req.params.max_tokens));
+  inbox_.emplace_back(id, std::move(req));
+  wake_.notify_all();
+  return id;
+}
+
+void Engine::cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.push_back(id);
+  wake_.notify_all();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineStats s = stats_;
+  s.running = static_cast<int64_t>(sched_.running());
+  s.waiting = static_cast<int64_t>(sched_.waiting());
+  s.kv_blocks_used = sched_.allocator().used_blocks();
+  return s;
+}
+
+void Engine::finish(uint64_t id, const std::string& reason) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  Live& l = it->second;
+  StreamEvent ev;
+  if (reason != "cancelled") {
+    bool stopped = false;
+    ev.text = l.text->finish(&stopped);
+  }
+  ev.finished = true;
+  ev.finish_reason = reason;
+  ev.prompt_tokens = static_cast<int64_t>(l.req.prompt.size());
+  ev.completion_tokens = static_cast<int64_t>(l.tokens.size() - l.req.prompt.size());
+  if (l.req.on_event) l.req.on_event(ev);
+  live_.erase(it);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.finished_requests;
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [this] {
+        return stop_ || !inbox_.empty() || !cancels_.empty() || sched_.running() > 0 ||
+               sched_.waiting() > 0;
+      });
+      if (stop_) break;
+    }
+    step_once();
+  }
+  // Requests still live at shutdown end as cancelled.
+  std::vector<uint64_t> ids;
+  for (const auto& [id, _] : live_) ids.push_back(id);
+  for (uint64_t id : ids) finish(id, "cancelled");
+}
+
+void Engine::step_once() {
+  BatchPlan plan;
+  std::vector<uint64_t> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, req] : inbox_) {
+      Live l;
+      l.tokens = req.prompt;
+      l.sampler = std::make_unique<Sampler>(req.params);
+      l.req = std::move(req);
+      l.text = std::make_unique<TextStream>(tok_, l.req.params);
+      stats_.prompt_tokens += static_cast<int64_t>(l.tokens.size());
+      live_.emplace(id, std::move(l));
+    }
+    inbox_.clear();
+    for (uint64_t id : cancels_) {
+      if (sched_.cancel(id)) cancelled.push_back(id);
+    }
+    cancels_.clear();
+    plan = sched_.schedule();
+    stats_.preemptions += static_cast<int64_t>(plan.preempted.size());
+  }
+  for (uint64_t id : cancelled) finish(id, "cancelled");
+  if (plan.empty()) return;
+  std::vector<SeqSlice> slices;
+  std::vector<uint64_t> samplers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const PlanItem& item : plan.items) {
+      const SeqInfo* info = sched_.find(item.id);
+      Live& l = live_.at(item.id);
+      SeqSlice s;
+      s.tokens = l.tokens.data() + item.start;
+      s.count = item.count;
+      s.start = item.start;
+      s.blocks = info->table.blocks.data();
+      s.logits = item.samples ? SeqSlice::Logits::kLast : SeqSlice::Logits::kNone;
+      slices.push_back(s);
+      if (item.samples) samplers.push_back(item.id);
+    }
+  }
+  const int64_t vocab = model_.config().vocab_size;
+  std::vector<float> logits(samplers.size() * static_cast<size_t>(vocab));
+  const Status st = model_.forward_batch(slices, kv_, logits.data());
+  if (!st.is_ok()) {
+    // A request the model rejects cannot be served; end it rather than the server.
+    MX_LOG_ERROR("engine step failed: " + st.to_string());
+    for (const PlanItem& item : plan.items) cancel(item.id);
+    return;
+  }
+  std::vector<uint64_t> stopped;
+  for (size_t i = 0; i < samplers.size(); ++i) {
+    Live& l = live_.at(samplers[i]);
+    const std::vector<int32_t> prompt(
+        l.tokens.begin(), l.tokens.begin() + static_cast<std::ptrdiff_t>(l.req.prompt.size()));
+    const std::vector<int32_t> output(
+        l.tokens.begin() + static_cast<std::ptrdiff_t>(l.req.prompt.size()), l.tokens.end());
+    const int32_t id =
+        l.sampler->sample(logits.data() + i * static_cast<size_t>(vocab), vocab, prompt, output);
+    l.tokens.push_back(id);
+    const TextStream::Step ts = l.text->push(id);
+    if (ts.stop) {
+      l.stopped = true;
+      stopped.push_back(samplers[i]);
+    }
+    StreamEvent ev;
+    ev.text = ts.delta;
+    ev.tokens = {id};
+    if (l.req.on_event && (!ev.text.empty() || !ts.stop)) l.req.on_event(ev);
+  }
+  std::vector<uint64_t> retired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    retired = sched_.complete(plan, stopped);
+    stats_.generated_tokens += static_cast<int64_t>(samplers.size());
+    ++stats_.steps;
+  }
+  for (uint64_t id : retired) finish(id, live_.at(id).stopped ? "stop" : "length");
+}
+
+}  // namespace mx

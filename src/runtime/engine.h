@@ -1,0 +1,93 @@
+// The serving engine: one thread that runs continuous batching over many requests. Each step
+// asks the scheduler for a plan, runs it as one batched forward over the paged KV cache,
+// samples for the requests that finished a prefill or a decode step, and streams their text
+// through each request's callback. Requests can join and leave (finish, cancel) every step.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "loader/tokenizer.h"
+#include "model/model.h"
+#include "runtime/generate.h"
+#include "runtime/sampler.h"
+#include "runtime/scheduler.h"
+
+namespace mx {
+
+// What a request's callback receives; called on the engine thread, so it must not block.
+struct StreamEvent {
+  std::string text;             // new text (may be empty)
+  std::vector<int32_t> tokens;  // tokens sampled this step
+  bool finished = false;
+  std::string finish_reason;  // "stop", "length" or "cancelled" once finished
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+struct EngineRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  std::function<void(const StreamEvent&)> on_event;
+};
+
+struct EngineStats {
+  int64_t running = 0, waiting = 0;
+  int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0;  // totals since start
+  int64_t finished_requests = 0, steps = 0, preemptions = 0;
+};
+
+class Engine {
+ public:
+  Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request; fails (out of range) when the waiting queue is full or the request can
+  // never fit the KV cache, and (invalid argument) when it exceeds the context.
+  Result<uint64_t> submit(EngineRequest req);
+  // Stops a request (a client went away); its blocks are freed on the next step and its
+  // callback gets a final event with finish_reason "cancelled".
+  void cancel(uint64_t id);
+  EngineStats stats() const;
+
+ private:
+  struct Live {
+    EngineRequest req;
+    std::vector<int32_t> tokens;  // prompt then generated
+    std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<TextStream> text;
+    bool stopped = false;
+  };
+  void loop();
+  void step_once();
+  void finish(uint64_t id, const std::string& reason);
+
+  DecoderModel& model_;
+  const Tokenizer& tok_;
+  SchedulerConfig config_;
+  PagedKv kv_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  Scheduler sched_;                // guarded by mu_
+  std::map<uint64_t, Live> live_;  // touched only by the engine thread after admission
+  std::vector<std::pair<uint64_t, EngineRequest>> inbox_;
+  std::vector<uint64_t> cancels_;
+  uint64_t next_id_ = 1;
+  bool stop_ = false;
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace mx
