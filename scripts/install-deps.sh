@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 apt_packages=(
   cmake ninja-build g++ make pkg-config
   libgtest-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev libcpp-httplib-dev
   nodejs npm
 )
 

@@ -66,6 +66,7 @@ int64_t run_concurrent(Fixture& f, const SchedulerConfig& cfg) {
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = 24;
+  p.stop = {". "};  // prose hits it: both paths must stop at the same place
   Collector c;
   std::vector<uint64_t> ids(f.prompts.size());
   int64_t preemptions = 0;

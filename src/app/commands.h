@@ -38,5 +38,6 @@ void register_tokenize(CLI::App& app, int& exit_code);
 void register_chat(CLI::App& app, int& exit_code);
 void register_eval(CLI::App& app, int& exit_code);
 void register_quantize(CLI::App& app, int& exit_code);
+void register_serve(CLI::App& app, int& exit_code);
 
 }  // namespace mx::app

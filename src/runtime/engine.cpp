@@ -162,7 +162,7 @@ void Engine::step_once() {
     StreamEvent ev;
     ev.text = ts.delta;
     ev.tokens = {id};
-    if (l.req.on_event && (!ev.text.empty() || !ts.stop)) l.req.on_event(ev);
+    if (l.req.on_event) l.req.on_event(ev);
   }
   std::vector<uint64_t> retired;
   {

@@ -50,7 +50,7 @@ class TextStream {
   const std::string& text() const { return text_; }
 
  private:
-  const SamplingParams& params_;
+  SamplingParams params_;  // a copy: the request that owns the original may move
   IncrementalDecoder dec_;
   std::string text_;
   size_t emitted_ = 0;

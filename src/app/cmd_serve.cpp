@@ -1,0 +1,91 @@
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "app/commands.h"
+#include "loader/chat_template.h"
+#include "loader/tokenizer.h"
+#include "runtime/generate.h"
+#include "server/openai_server.h"
+
+namespace mx::app {
+namespace {
+
+struct ServeArgs {
+  ModelArgs m;
+  ServerConfig server;
+  int64_t max_total_tokens = 0;  // 0: room for max_running_requests full contexts, capped
+};
+
+OpenAiServer* g_server = nullptr;
+
+int serve(ServeArgs& a) {
+  auto model = load_model_or_report(a.m, "serve");
+  if (!model) return 1;
+  auto tok = Tokenizer::load(a.m.model);
+  if (!tok.is_ok()) {
+    std::fprintf(stderr, "mxserve serve: %s\n", tok.status().to_string().c_str());
+    return 1;
+  }
+  std::optional<ChatTemplate> tmpl;
+  if (auto t = ChatTemplate::load(a.m.model); t.is_ok()) tmpl = std::move(t).value();
+  std::vector<int32_t> stops = default_stop_token_ids(a.m.model, model->config());
+  if (auto end = (*tok)->token_id("<|im_end|>")) stops.push_back(*end);
+  ServerConfig& c = a.server;
+  if (c.served_model_name.empty()) {
+    c.served_model_name = std::filesystem::path(a.m.model).filename().string();
+    if (c.served_model_name.empty()) c.served_model_name = "model";
+  }
+  const int64_t ctx =
+      c.context_length > 0 ? c.context_length : model->config().max_position_embeddings;
+  const int64_t total = a.max_total_tokens > 0
+                            ? a.max_total_tokens
+                            : std::min<int64_t>(ctx * c.scheduler.max_running_requests, 1 << 20);
+  c.scheduler.num_blocks =
+      static_cast<int32_t>((total + c.scheduler.block_size - 1) / c.scheduler.block_size);
+  OpenAiServer server(*model, *tok, std::move(tmpl), stops, c);
+  g_server = &server;
+  std::signal(SIGINT, [](int) {
+    if (g_server) g_server->stop();
+  });
+  std::signal(SIGTERM, [](int) {
+    if (g_server) g_server->stop();
+  });
+  const Status s = server.run();
+  g_server = nullptr;
+  if (!s.is_ok()) {
+    std::fprintf(stderr, "mxserve serve: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<ServeArgs>();
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  add_model_flags(cmd, &a->m);
+  ServerConfig& c = a->server;
+  cmd->add_option("--host", c.host, "Address to bind (loopback by default)")->capture_default_str();
+  cmd->add_option("--port", c.port, "Port (0 picks a free one)")->capture_default_str();
+  cmd->add_option("--served-model-name", c.served_model_name,
+                  "Model id in the API (default: directory name)");
+  cmd->add_option("--api-key", c.api_key, "Require this bearer token");
+  cmd->add_option("--max-running-requests", c.scheduler.max_running_requests,
+                  "Requests decoded together")
+      ->capture_default_str();
+  cmd->add_option("--max-total-tokens", a->max_total_tokens, "KV cache size in tokens");
+  cmd->add_option("--chunked-prefill-size", c.scheduler.chunked_prefill_size,
+                  "Prefill tokens per step")
+      ->capture_default_str();
+  cmd->add_option("--max-queued-requests", c.scheduler.max_waiting_requests,
+                  "Waiting requests before 503")
+      ->capture_default_str();
+  cmd->add_option("--context-length", c.context_length, "Context length (default: the model's)");
+  cmd->add_option("--max-body-bytes", c.max_body_bytes, "Largest request body (413 above)")
+      ->capture_default_str();
+  cmd->callback([a, &exit_code] { exit_code = serve(*a); });
+}
+
+}  // namespace mx::app

@@ -1,0 +1,44 @@
+// The OpenAI-compatible HTTP front end: parses and validates requests, renders chat
+// templates, hands work to the engine and streams it back (server-sent events). Every error is
+// an OpenAI-shaped error object with its HTTP status; no request can take the server down.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "loader/chat_template.h"
+#include "loader/tokenizer.h"
+#include "model/model.h"
+#include "runtime/engine.h"
+
+namespace mx {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 30000;
+  std::string served_model_name;  // default: the model directory's name
+  std::string api_key;            // empty: no authentication
+  int64_t context_length = 0;     // 0: the model's
+  size_t max_body_bytes = 8u << 20;
+  SchedulerConfig scheduler;
+};
+
+class OpenAiServer {
+ public:
+  OpenAiServer(DecoderModel& model, std::shared_ptr<const Tokenizer> tok,
+               std::optional<ChatTemplate> tmpl, std::vector<int32_t> stop_ids,
+               const ServerConfig& config);
+  ~OpenAiServer();
+  // Binds and serves until stop(); fails when the address cannot be bound.
+  Status run();
+  void stop();
+  int bound_port() const { return bound_port_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int bound_port_ = 0;
+};
+
+}  // namespace mx

@@ -1,0 +1,122 @@
+// End-to-end tests of `mxserve serve` with the official openai client (npm openai 6.x).
+// The server runs in a separate process; BASE_URL, API_KEY, MXSERVE and MODEL_DIR come from
+// server_test.sh.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import OpenAI from "openai";
+
+const baseURL = process.env.BASE_URL + "/v1";
+const client = new OpenAI({ baseURL, apiKey: process.env.API_KEY, maxRetries: 0 });
+const MODEL = "tiny-qwen3-moe";
+const prompt = "It is a truth universally acknowledged, that";
+
+function tokenCount(text) {
+  const out = execFileSync(process.env.MXSERVE, ["tokenize", "-m", process.env.MODEL_DIR, text]);
+  return JSON.parse(out.toString()).length;
+}
+
+async function metric(name) {
+  const text = await (await fetch(process.env.BASE_URL + "/metrics")).text();
+  const line = text.split("\n").find((l) => l.startsWith(name + " "));
+  return Number(line.split(" ")[1]);
+}
+
+test("models lists the served model", async () => {
+  const models = await client.models.list();
+  assert.equal(models.data[0].id, MODEL);
+});
+
+test("completion: text, finish_reason and usage equal to the tokenizer's count", async () => {
+  const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 8, temperature: 0 });
+  assert.equal(r.choices[0].text, " it is not a good thing to be");
+  assert.equal(r.choices[0].finish_reason, "length");
+  assert.equal(r.usage.prompt_tokens, tokenCount(prompt));
+  assert.equal(r.usage.completion_tokens, 8);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 8);
+});
+
+test("chat: non-streamed and streamed agree; usage in the stream", async () => {
+  const messages = [{ role: "user", content: "Tell me about Emma." }];
+  const full = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 12, temperature: 0 });
+  assert.equal(full.choices[0].message.role, "assistant");
+  const stream = await client.chat.completions.create({
+    model: MODEL, messages, max_tokens: 12, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = "", usage = null, finish = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.delta?.content ?? "";
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.equal(text, full.choices[0].message.content);
+  assert.equal(finish, full.choices[0].finish_reason);
+  assert.deepEqual(usage, full.usage);
+});
+
+test("stop strings end the text before the stop", async () => {
+  const r = await client.completions.create({
+    model: MODEL, prompt: "Question: What is 2 plus 2? Answer:", max_tokens: 40, temperature: 0, stop: ["\n", "Question"],
+  });
+  assert.equal(r.choices[0].finish_reason, "stop");
+  assert.ok(!r.choices[0].text.includes("\n"));
+});
+
+test("16 concurrent greedy streams equal the same requests one at a time", async () => {
+  const prompts = Array.from({ length: 16 }, (_, i) => `Chapter ${i + 1}. The ${["house", "sea", "king", "law"][i % 4]} was`);
+  const one = async (p) => {
+    const s = await client.completions.create({ model: MODEL, prompt: p, max_tokens: 16, temperature: 0, stream: true });
+    let t = "";
+    for await (const c of s) t += c.choices[0]?.text ?? "";
+    return t;
+  };
+  const sequential = [];
+  for (const p of prompts) sequential.push(await one(p));
+  const concurrent = await Promise.all(prompts.map(one));
+  assert.deepEqual(concurrent, sequential);
+});
+
+test("a client that disconnects mid-stream frees its KV blocks; the server stays healthy", async () => {
+  const controller = new AbortController();
+  const s = await client.completions.create(
+    { model: MODEL, prompt, max_tokens: 600, temperature: 0.8, stream: true, ignore_eos: true },
+    { signal: controller.signal });
+  let chunks = 0;
+  try {
+    for await (const _ of s) {
+      if (++chunks === 3) {
+        assert.ok((await metric("mxserve_kv_cache_blocks_used")) > 0);
+        controller.abort();
+      }
+    }
+  } catch (e) {
+    assert.ok(e.name === "AbortError" || e.constructor.name === "APIUserAbortError", String(e));
+  }
+  let used = -1;
+  for (let i = 0; i < 100 && used !== 0; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    used = await metric("mxserve_kv_cache_blocks_used");
+  }
+  assert.equal(used, 0);
+  assert.equal(await (await fetch(process.env.BASE_URL + "/health")).text(), "ok");
+});
+
+test("errors carry their status and an OpenAI error object", async () => {
+  const bad = new OpenAI({ baseURL, apiKey: "wrong-key", maxRetries: 0 });
+  await assert.rejects(bad.models.list(), (e) => e.status === 401 && e.error?.type === "authentication_error");
+  await assert.rejects(client.completions.create({ model: "nope", prompt }), (e) => e.status === 404);
+  await assert.rejects(client.completions.create({ model: MODEL, prompt, temperature: "hot" }), (e) => e.status === 400);
+  await assert.rejects(client.completions.create({ model: MODEL, prompt, max_tokens: 100000 }),
+    (e) => e.status === 400 && /context length/.test(e.message));
+  await assert.rejects(client.completions.create({ model: MODEL, prompt, n: 2 }), (e) => e.status === 400);
+  const headers = { "Content-Type": "application/json", Authorization: "Bearer " + process.env.API_KEY };
+  let r = await fetch(process.env.BASE_URL + "/v1/completions", { method: "POST", headers, body: "{not json" });
+  assert.equal(r.status, 400);
+  assert.equal((await r.json()).error.code, 400);
+  r = await fetch(process.env.BASE_URL + "/v1/completions", { method: "POST", headers, body: JSON.stringify({ prompt: "x".repeat(9 << 20) }) });
+  assert.equal(r.status, 413);
+  assert.equal(await (await fetch(process.env.BASE_URL + "/health")).text(), "ok");
+});
