@@ -1,5 +1,3 @@
-#include <unistd.h>
-
 #include <cstdio>
 
 #include "app/commands.h"
@@ -32,16 +30,7 @@ int quantize(const QuantizeArgs& a) {
   parse_scale_rule(a.rule, &opt.rule);
   opt.keep_float = a.keep_float;
   opt.max_shard_bytes = a.max_shard_mb << 20;
-  if (::isatty(STDERR_FILENO)) {
-    opt.progress = [](int64_t done, int64_t total) {
-      const int width = 30;
-      const int fill = static_cast<int>(width * done / std::max<int64_t>(total, 1));
-      std::fprintf(stderr, "\rquantizing [%.*s%*s] %lld/%lld tensors", fill,
-                   "##############################", width - fill, "", static_cast<long long>(done),
-                   static_cast<long long>(total));
-      if (done == total) std::fprintf(stderr, "\n");
-    };
-  }
+  opt.progress = terminal_progress("quantizing", "tensors");
   auto r = export_msmodelslim(a.model, a.out, opt);
   if (!r.is_ok()) {
     std::fprintf(stderr, "mxserve quantize: %s\n", r.status().to_string().c_str());

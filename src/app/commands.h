@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
+
 #include <memory>
 #include <string>
 
@@ -19,6 +21,9 @@ int default_threads();
 
 // Sampling flags shared by run and chat, named as llama.cpp and vLLM users expect.
 void add_sampling_flags(CLI::App* cmd, SamplingParams* p);
+
+// A progress bar on stderr when it is a terminal (null otherwise): "\rWHAT [###   ] 3/9 UNIT".
+std::function<void(int64_t, int64_t)> terminal_progress(const char* what, const char* unit);
 
 // Flags of every command that loads a model.
 struct ModelArgs {

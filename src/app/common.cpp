@@ -44,6 +44,19 @@ void add_sampling_flags(CLI::App* cmd, SamplingParams* p) {
   cmd->add_flag("--ignore-eos", p->ignore_eos, "Keep generating past end-of-sequence tokens");
 }
 
+std::function<void(int64_t, int64_t)> terminal_progress(const char* what, const char* unit) {
+  if (::isatty(STDERR_FILENO) == 0) return nullptr;
+  return [what, unit](int64_t done, int64_t total) {
+    const int width = 30;
+    const int fill = static_cast<int>(width * done / std::max<int64_t>(total, 1));
+    std::fprintf(stderr, "\r%s [%.*s%*s] %lld/%lld %s", what, fill,
+                 "##############################", width - fill, "", static_cast<long long>(done),
+                 static_cast<long long>(total), unit);
+    if (done == total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  };
+}
+
 void add_model_flags(CLI::App* cmd, ModelArgs* a) {
   cmd->add_option("-m,--model", a->model,
                   "Model directory (HF, or msmodelslim with "
@@ -69,17 +82,7 @@ std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const cha
   if (!a.quantization.empty()) opt.quantization = scheme_from_quantization_flag(a.quantization);
   parse_scale_rule(a.scale_rule, &opt.scale_rule);
   const bool tty = ::isatty(STDERR_FILENO) != 0;
-  if (tty) {
-    opt.progress = [](int64_t done, int64_t total) {
-      const int width = 30;
-      const int fill = static_cast<int>(width * done / std::max<int64_t>(total, 1));
-      std::fprintf(stderr, "\rloading [%.*s%*s] %lld/%lld layers", fill,
-                   "##############################", width - fill, "", static_cast<long long>(done),
-                   static_cast<long long>(total));
-      if (done == total) std::fprintf(stderr, "\n");
-      std::fflush(stderr);
-    };
-  }
+  opt.progress = terminal_progress("loading", "layers");
   auto m = load_model(dir, opt);
   if (!m.is_ok()) {
     if (tty) std::fprintf(stderr, "\n");

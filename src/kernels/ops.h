@@ -25,13 +25,10 @@ void softmax(float* x, int64_t n);
 // log-softmax of logits[n] into out[n] (may alias).
 void log_softmax(const float* logits, int64_t n, float* out);
 
-// Causal attention for one query head over `len` cached positions:
-// out[d] = sum_t softmax(q . k_t * scale) v_t. k and v rows have stride `ld`.
-void attention_head(const float* q, const float* k, const float* v, int64_t len, int64_t ld,
-                    int64_t head_dim, float scale, float* scores, float* out);
-
-// The same over a paged cache: position t's key is k_blocks[t / block_size] + (t % block_size)
-// * ld (likewise values). The block pointers already point at this head's columns.
+// Causal attention for one query head over `len` cached positions of a paged cache:
+// out = sum_t softmax(q . k_t * scale) v_t, where position t's key is
+// k_blocks[t / block_size] + (t % block_size) * ld (likewise values). The block pointers
+// already point at this head's columns. scores: len floats of scratch.
 void attention_head_paged(const float* q, const float* const* k_blocks,
                           const float* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
                           int64_t head_dim, float scale, float* scores, float* out);
