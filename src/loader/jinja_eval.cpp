@@ -171,7 +171,7 @@ class Interpreter {
   explicit Interpreter(Scope scope) : scope_(std::move(scope)) {}
 
   Status run(const Body& body, std::string* out) {
-    Flow f;
+    Flow f = Flow::kNormal;
     return exec(body, out, &f);
   }
 
