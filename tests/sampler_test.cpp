@@ -6,6 +6,7 @@
 #include <map>
 
 #include "runtime/generate.h"
+#include "runtime/histogram.h"
 #include "runtime/sampler.h"
 
 namespace mx {
@@ -118,6 +119,35 @@ TEST(StopStrings, FindAndHoldBack) {
   EXPECT_EQ(stop_holdback("answer 42\nQue", stops), 4u);
   EXPECT_EQ(stop_holdback("answer EN", stops), 2u);
   EXPECT_EQ(stop_holdback("answer", stops), 0u);
+}
+
+TEST(TokenLogprob, RawLogSoftmaxAndTopKWithTiesToTheLowerId) {
+  const std::vector<float> l = {1.0f, 3.0f, 2.0f, 3.0f};
+  const double lse = std::log(std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0));
+  const TokenLogprob r = token_logprob(l.data(), 4, 2, 3);
+  EXPECT_EQ(r.token, 2);
+  EXPECT_NEAR(r.logprob, 2.0 - lse, 1e-6);
+  ASSERT_EQ(r.top.size(), 3u);
+  EXPECT_EQ(r.top[0].first, 1);
+  EXPECT_EQ(r.top[1].first, 3);
+  EXPECT_EQ(r.top[2].first, 2);
+  EXPECT_NEAR(r.top[0].second, 3.0 - lse, 1e-6);
+  EXPECT_NEAR(r.top[2].second, r.logprob, 1e-7);
+  EXPECT_TRUE(token_logprob(l.data(), 4, 0, 0).top.empty());
+  EXPECT_EQ(token_logprob(l.data(), 4, 0, 10).top.size(), 4u);
+}
+
+TEST(Histogram, CumulativeBucketsSumAndExposition) {
+  Histogram h({2.0, 1.0});
+  for (double v : {0.5, 1.0, 1.5, 5.0}) h.observe(v);
+  EXPECT_EQ(h.cumulative(), (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(h.count(), 4);
+  EXPECT_DOUBLE_EQ(h.sum(), 8.0);
+  const std::string text = h.exposition("lat", "Latency.");
+  EXPECT_NE(text.find("# TYPE lat histogram\n"), std::string::npos);
+  EXPECT_NE(text.find("lat_bucket{le=\"1\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("lat_bucket{le=\"+Inf\"} 4\n"), std::string::npos);
+  EXPECT_NE(text.find("lat_sum 8\nlat_count 4\n"), std::string::npos);
 }
 
 }  // namespace

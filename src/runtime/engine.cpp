@@ -5,6 +5,14 @@
 #include "core/log.h"
 
 namespace mx {
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+bool uses_history(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+}  // namespace
 
 Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config)
     : model_(model),
@@ -37,7 +45,7 @@ Result<uint64_t> Engine::submit(EngineRequest req) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
   MX_RETURN_IF_ERROR(sched_.add(id, n, req.params.max_tokens));
-  inbox_.emplace_back(id, std::move(req));
+  inbox_.push_back({id, std::move(req), std::chrono::steady_clock::now()});
   wake_.notify_all();
   return id;
 }
@@ -71,9 +79,11 @@ void Engine::finish(uint64_t id, const std::string& reason) {
   ev.prompt_tokens = static_cast<int64_t>(l.req.prompt.size());
   ev.completion_tokens = static_cast<int64_t>(l.tokens.size() - l.req.prompt.size());
   if (l.req.on_event) l.req.on_event(ev);
+  const double e2e = seconds_since(l.arrival);
   live_.erase(it);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.finished_requests;
+  if (reason != "cancelled") stats_.e2e_latency.observe(e2e);
 }
 
 void Engine::loop() {
@@ -99,14 +109,15 @@ void Engine::step_once() {
   std::vector<uint64_t> cancelled;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, req] : inbox_) {
+    for (Pending& in : inbox_) {
       Live l;
-      l.tokens = req.prompt;
-      l.sampler = std::make_unique<Sampler>(req.params);
-      l.req = std::move(req);
+      l.tokens = in.req.prompt;
+      l.sampler = std::make_unique<Sampler>(in.req.params);
+      l.req = std::move(in.req);
+      l.arrival = in.arrival;
       l.text = std::make_unique<TextStream>(tok_, l.req.params);
       stats_.prompt_tokens += static_cast<int64_t>(l.tokens.size());
-      live_.emplace(id, std::move(l));
+      live_.emplace(in.id, std::move(l));
     }
     inbox_.clear();
     for (uint64_t id : cancels_) {
@@ -145,14 +156,26 @@ void Engine::step_once() {
     return;
   }
   std::vector<uint64_t> stopped;
+  std::vector<double> ttft, itl;
+  const auto now = std::chrono::steady_clock::now();
+  const std::vector<int32_t> none;
   for (size_t i = 0; i < samplers.size(); ++i) {
     Live& l = live_.at(samplers[i]);
-    const std::vector<int32_t> prompt(
-        l.tokens.begin(), l.tokens.begin() + static_cast<std::ptrdiff_t>(l.req.prompt.size()));
-    const std::vector<int32_t> output(
-        l.tokens.begin() + static_cast<std::ptrdiff_t>(l.req.prompt.size()), l.tokens.end());
-    const int32_t id =
-        l.sampler->sample(logits.data() + i * static_cast<size_t>(vocab), vocab, prompt, output);
+    float* row = logits.data() + i * static_cast<size_t>(vocab);
+    std::vector<float> raw;
+    if (l.req.top_logprobs >= 0) raw.assign(row, row + vocab);
+    int32_t id;
+    if (uses_history(l.req.params)) {
+      const auto split = l.tokens.begin() + static_cast<std::ptrdiff_t>(l.req.prompt.size());
+      const std::vector<int32_t> prompt(l.tokens.begin(), split), output(split, l.tokens.end());
+      id = l.sampler->sample(row, vocab, prompt, output);
+    } else {
+      id = l.sampler->sample(row, vocab, none, none);
+    }
+    const bool first = l.tokens.size() == l.req.prompt.size();
+    (first ? ttft : itl)
+        .push_back(std::chrono::duration<double>(now - (first ? l.arrival : l.last_token)).count());
+    l.last_token = now;
     l.tokens.push_back(id);
     const TextStream::Step ts = l.text->push(id);
     if (ts.stop) {
@@ -162,6 +185,8 @@ void Engine::step_once() {
     StreamEvent ev;
     ev.text = ts.delta;
     ev.tokens = {id};
+    if (!raw.empty())
+      ev.logprobs.push_back(token_logprob(raw.data(), vocab, id, l.req.top_logprobs));
     if (l.req.on_event) l.req.on_event(ev);
   }
   std::vector<uint64_t> retired;
@@ -169,6 +194,8 @@ void Engine::step_once() {
     std::lock_guard<std::mutex> lock(mu_);
     retired = sched_.complete(plan, stopped);
     stats_.generated_tokens += static_cast<int64_t>(samplers.size());
+    for (double t : ttft) stats_.time_to_first_token.observe(t);
+    for (double t : itl) stats_.inter_token_latency.observe(t);
     ++stats_.steps;
   }
   for (uint64_t id : retired) finish(id, live_.at(id).stopped ? "stop" : "length");

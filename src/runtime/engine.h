@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -19,6 +20,7 @@
 #include "loader/tokenizer.h"
 #include "model/model.h"
 #include "runtime/generate.h"
+#include "runtime/histogram.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
 
@@ -32,15 +34,18 @@ struct StreamEvent {
   std::string finish_reason;  // "stop", "length" or "cancelled" once finished
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  std::vector<TokenLogprob> logprobs;  // one per token in `tokens` when requested
 };
 
 struct EngineRequest {
   std::vector<int32_t> prompt;
   SamplingParams params;
   std::function<void(const StreamEvent&)> on_event;
+  int top_logprobs = -1;  // < 0: no log-probs; else also this many most likely alternatives
 };
 
 struct EngineStats {
+  Histogram time_to_first_token, inter_token_latency, e2e_latency;  // seconds
   int64_t running = 0, waiting = 0;
   int64_t kv_blocks_used = 0, kv_blocks_total = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0;  // totals since start
@@ -69,6 +74,12 @@ class Engine {
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<TextStream> text;
     bool stopped = false;
+    std::chrono::steady_clock::time_point arrival, last_token;
+  };
+  struct Pending {
+    uint64_t id;
+    EngineRequest req;
+    std::chrono::steady_clock::time_point arrival;
   };
   void loop();
   void step_once();
@@ -82,7 +93,7 @@ class Engine {
   std::condition_variable wake_;
   Scheduler sched_;                // guarded by mu_
   std::map<uint64_t, Live> live_;  // touched only by the engine thread after admission
-  std::vector<std::pair<uint64_t, EngineRequest>> inbox_;
+  std::vector<Pending> inbox_;
   std::vector<uint64_t> cancels_;
   uint64_t next_id_ = 1;
   bool stop_ = false;

@@ -89,4 +89,30 @@ int32_t Sampler::sample(float* logits, int64_t vocab, const std::vector<int32_t>
   return d.back().first;
 }
 
+TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, int k) {
+  double mx = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, static_cast<double>(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  TokenLogprob r;
+  r.token = token;
+  r.logprob = static_cast<float>(static_cast<double>(logits[token]) - lse);
+  const size_t want = static_cast<size_t>(std::clamp<int64_t>(k, 0, vocab));
+  // Insertion into a short sorted list: k is at most 20, the vocabulary is large.
+  std::vector<std::pair<int32_t, float>>& top = r.top;
+  top.reserve(want + 1);
+  for (int64_t i = 0; i < vocab && want > 0; ++i) {
+    const float l = logits[i];
+    if (top.size() == want && l <= top.back().second) continue;
+    auto at =
+        std::upper_bound(top.begin(), top.end(), l,
+                         [](float v, const std::pair<int32_t, float>& e) { return v > e.second; });
+    top.insert(at, {static_cast<int32_t>(i), l});
+    if (top.size() > want) top.pop_back();
+  }
+  for (auto& e : top) e.second = static_cast<float>(static_cast<double>(e.second) - lse);
+  return r;
+}
+
 }  // namespace mx

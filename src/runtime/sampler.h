@@ -36,6 +36,16 @@ void apply_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& p
 std::vector<std::pair<int32_t, double>> filtered_distribution(const float* logits, int64_t vocab,
                                                               const SamplingParams& p);
 
+// The log-probability of `token` and the `k` most likely tokens (highest first, ties to the
+// lower id) under the model's own distribution: the raw logits, before penalties, temperature
+// and filters, as OpenAI's and vLLM's `logprobs` report them.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, int k);
+
 class Sampler {
  public:
   // Without a seed the generator is seeded from std::random_device.

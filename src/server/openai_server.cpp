@@ -10,29 +10,10 @@
 #include <mutex>
 
 #include "core/log.h"
+#include "server/openai_protocol.h"
 
 namespace mx {
 namespace {
-
-using OJson = nlohmann::ordered_json;
-
-struct HttpError {
-  HttpError(int s, std::string m, std::string t = "invalid_request_error", std::string p = "")
-      : status(s), message(std::move(m)), type(std::move(t)), param(std::move(p)) {}
-  int status;
-  std::string message;
-  std::string type;
-  std::string param;
-};
-
-std::string error_body(const HttpError& e) {
-  OJson j = {{"error",
-              {{"message", e.message},
-               {"type", e.type},
-               {"param", e.param.empty() ? OJson() : OJson(e.param)},
-               {"code", e.status}}}};
-  return j.dump();
-}
 
 void send_error(httplib::Response& res, const HttpError& e) {
   res.status = e.status;
@@ -51,27 +32,6 @@ int64_t now_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// Typed optional fields of the request body; wrong types are a 400 naming the field.
-template <typename T>
-bool get_field(const OJson& body, const char* key, T* out, HttpError* err) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return true;
-  try {
-    if constexpr (std::is_same_v<T, bool>) {
-      if (!it->is_boolean()) throw std::invalid_argument("type");
-    } else if constexpr (std::is_arithmetic_v<T>) {
-      if (!it->is_number()) throw std::invalid_argument("type");
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      if (!it->is_string()) throw std::invalid_argument("type");
-    }
-    *out = it->get<T>();
-    return true;
-  } catch (const std::exception&) {
-    *err = {400, std::string("'") + key + "' has the wrong type", "invalid_request_error", key};
-    return false;
-  }
 }
 
 }  // namespace
@@ -98,161 +58,21 @@ struct OpenAiServer::Impl {
     return config.context_length > 0 ? std::min(config.context_length, ctx) : ctx;
   }
 
+  ProtocolContext protocol() const {
+    ProtocolContext c;
+    c.tok = tok.get();
+    c.tmpl = tmpl ? &*tmpl : nullptr;
+    c.stop_ids = stop_ids;
+    c.context = context();
+    c.served_model_name = config.served_model_name;
+    return c;
+  }
+
   bool authorized(const httplib::Request& req, httplib::Response& res) {
     if (config.api_key.empty()) return true;
     if (req.get_header_value("Authorization") == "Bearer " + config.api_key) return true;
     send_error(res, {401, "Incorrect or missing API key", "authentication_error"});
     return false;
-  }
-
-  bool parse_sampling(const OJson& body, bool chat, int64_t prompt_len, SamplingParams* p,
-                      HttpError* err) {
-    p->temperature = 1.0f;
-    p->top_p = 1.0f;
-    int64_t max_tokens = chat ? context() - prompt_len : 16;
-    int64_t n = 1;
-    if (!get_field(body, "max_tokens", &max_tokens, err) ||
-        !get_field(body, "max_completion_tokens", &max_tokens, err) ||
-        !get_field(body, "temperature", &p->temperature, err) ||
-        !get_field(body, "top_p", &p->top_p, err) || !get_field(body, "top_k", &p->top_k, err) ||
-        !get_field(body, "min_p", &p->min_p, err) ||
-        !get_field(body, "presence_penalty", &p->presence_penalty, err) ||
-        !get_field(body, "frequency_penalty", &p->frequency_penalty, err) ||
-        !get_field(body, "repetition_penalty", &p->repetition_penalty, err) ||
-        !get_field(body, "ignore_eos", &p->ignore_eos, err) || !get_field(body, "n", &n, err)) {
-      return false;
-    }
-    if (auto s = body.find("seed"); s != body.end() && !s->is_null()) {
-      if (!s->is_number_integer()) {
-        *err = {400, "'seed' must be an integer", "invalid_request_error", "seed"};
-        return false;
-      }
-      p->seed = static_cast<uint64_t>(s->get<int64_t>());
-    }
-    if (n != 1) {
-      *err = {400, "only n = 1 is supported", "invalid_request_error", "n"};
-      return false;
-    }
-    if (max_tokens < 1) {
-      *err = {400, "'max_tokens' must be at least 1", "invalid_request_error", "max_tokens"};
-      return false;
-    }
-    if (p->temperature < 0 || p->temperature > 2 || p->top_p <= 0 || p->top_p > 1) {
-      *err = {400, "temperature must be in [0, 2] and top_p in (0, 1]", "invalid_request_error",
-              "temperature"};
-      return false;
-    }
-    if (auto s = body.find("stop"); s != body.end() && !s->is_null()) {
-      if (s->is_string()) {
-        p->stop.push_back(s->get<std::string>());
-      } else if (s->is_array() && s->size() <= 4) {
-        for (const OJson& v : *s) {
-          if (!v.is_string()) {
-            *err = {400, "'stop' must be a string or a list of up to 4 strings",
-                    "invalid_request_error", "stop"};
-            return false;
-          }
-          p->stop.push_back(v.get<std::string>());
-        }
-      } else {
-        *err = {400, "'stop' must be a string or a list of up to 4 strings",
-                "invalid_request_error", "stop"};
-        return false;
-      }
-    }
-    if (prompt_len + max_tokens > context()) {
-      *err = {400,
-              "the prompt (" + std::to_string(prompt_len) + " tokens) plus max_tokens (" +
-                  std::to_string(max_tokens) + ") exceeds the context length of " +
-                  std::to_string(context()),
-              "invalid_request_error", "max_tokens"};
-      return false;
-    }
-    p->max_tokens = static_cast<int>(max_tokens);
-    p->stop_token_ids = stop_ids;
-    return true;
-  }
-
-  bool prompt_of(const OJson& body, bool chat, std::vector<int32_t>* ids, HttpError* err) {
-    if (!chat) {
-      auto it = body.find("prompt");
-      if (it == body.end()) {
-        *err = {400, "'prompt' is required", "invalid_request_error", "prompt"};
-        return false;
-      }
-      if (it->is_string()) {
-        *ids = tok->encode(it->get<std::string>());
-      } else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
-        *ids = tok->encode((*it)[0].get<std::string>());
-      } else if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) {
-        for (const OJson& v : *it) {
-          if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
-              v.get<int64_t>() >= tok->vocab_size()) {
-            *err = {400, "'prompt' holds an invalid token id", "invalid_request_error", "prompt"};
-            return false;
-          }
-          ids->push_back(v.get<int32_t>());
-        }
-      } else {
-        *err = {400, "'prompt' must be a string or a list of token ids", "invalid_request_error",
-                "prompt"};
-        return false;
-      }
-    } else {
-      auto it = body.find("messages");
-      if (it == body.end() || !it->is_array() || it->empty()) {
-        *err = {400, "'messages' must be a non-empty list", "invalid_request_error", "messages"};
-        return false;
-      }
-      OJson messages = OJson::array();
-      for (const OJson& m : *it) {
-        if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-          *err = {400, "each message needs a string 'role'", "invalid_request_error", "messages"};
-          return false;
-        }
-        OJson msg = m;
-        // Content given as parts: join the text parts.
-        if (m.contains("content") && m["content"].is_array()) {
-          std::string text;
-          for (const OJson& part : m["content"]) {
-            if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
-                part["text"].is_string()) {
-              text += part["text"].get<std::string>();
-            }
-          }
-          msg["content"] = text;
-        } else if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null()) {
-          *err = {400, "message content must be a string or a list of parts",
-                  "invalid_request_error", "messages"};
-          return false;
-        }
-        if (!msg.contains("content") || msg["content"].is_null()) msg["content"] = "";
-        messages.push_back(msg);
-      }
-      if (!tmpl) {
-        *err = {400, "this model has no chat template", "invalid_request_error", "messages"};
-        return false;
-      }
-      OJson extra = OJson::object();
-      if (body.contains("tools") && body["tools"].is_array()) extra["tools"] = body["tools"];
-      if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object()) {
-        for (auto kv = body["chat_template_kwargs"].begin();
-             kv != body["chat_template_kwargs"].end(); ++kv) {
-          extra[kv.key()] = kv.value();
-        }
-      }
-      auto text = tmpl->apply(messages, true, extra);
-      if (!text.is_ok()) {
-        *err = {400, text.status().message(), "invalid_request_error", "messages"};
-        return false;
-      }
-      *ids = tok->encode(*text);
-    }
-    if (ids->empty()) {
-      *err = {400, "the prompt is empty", "invalid_request_error", "prompt"};
-      return false;
-    }
-    return true;
   }
 
   void handle(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -263,28 +83,16 @@ struct OpenAiServer::Impl {
       send_error(res, {400, "the request body is not a JSON object", "invalid_request_error"});
       return;
     }
-    std::string model_name;
+    ParsedRequest pr;
     HttpError err{400, ""};
-    if (!get_field(body, "model", &model_name, &err)) return send_error(res, err);
-    if (!model_name.empty() && model_name != config.served_model_name) {
-      return send_error(res, {404, "The model '" + model_name + "' does not exist",
-                              "invalid_request_error", "model"});
-    }
-    std::vector<int32_t> prompt;
-    SamplingParams params;
-    bool stream = false, include_usage = false;
-    if (!prompt_of(body, chat, &prompt, &err) ||
-        !parse_sampling(body, chat, static_cast<int64_t>(prompt.size()), &params, &err) ||
-        !get_field(body, "stream", &stream, &err)) {
-      return send_error(res, err);
-    }
-    if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
-      include_usage = so->value("include_usage", false);
-    }
+    if (!parse_request(body, chat, protocol(), &pr, &err)) return send_error(res, err);
+    const bool stream = pr.stream, include_usage = pr.include_usage;
     auto state = std::make_shared<RequestState>();
     EngineRequest er;
-    er.prompt = prompt;
-    er.params = params;
+    er.prompt = std::move(pr.prompt);
+    er.params = std::move(pr.params);
+    er.top_logprobs = pr.top_logprobs;
+    const bool want_logprobs = pr.top_logprobs >= 0;
     er.on_event = [state](const StreamEvent& e) {
       std::lock_guard<std::mutex> lock(state->mu);
       state->events.push_back(e);
@@ -306,8 +114,10 @@ struct OpenAiServer::Impl {
       state->cv.wait(lock, [&] { return state->done; });
       std::string text, reason;
       int64_t pt = 0, ct = 0;
+      LogprobsJson lps(*tok, chat);
       for (const StreamEvent& e : state->events) {
         text += e.text;
+        if (want_logprobs) lps.add(e.logprobs);
         if (e.finished) {
           reason = e.finish_reason;
           pt = e.prompt_tokens;
@@ -319,7 +129,7 @@ struct OpenAiServer::Impl {
         choice["message"] = {{"role", "assistant"}, {"content", text}};
       else
         choice["text"] = text;
-      choice["logprobs"] = nullptr;
+      choice["logprobs"] = want_logprobs ? lps.all() : OJson();
       OJson out = {
           {"id", rid},
           {"object", object},
@@ -334,6 +144,7 @@ struct OpenAiServer::Impl {
     Engine* eng = engine.get();
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     auto sent_role = std::make_shared<bool>(false);
+    auto lps = std::make_shared<LogprobsJson>(*tok, chat);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -349,8 +160,12 @@ struct OpenAiServer::Impl {
             const std::string line = "data: " + j.dump() + "\n\n";
             return sink.write(line.data(), line.size());
           };
-          auto chunk = [&](const std::string& text, const OJson& reason) {
-            OJson choice = {{"index", 0}, {"finish_reason", reason}, {"logprobs", nullptr}};
+          auto chunk = [&](const StreamEvent& e, const OJson& reason) {
+            const std::string& text = e.text;
+            OJson choice = {{"index", 0},
+                            {"finish_reason", reason},
+                            {"logprobs", want_logprobs && !e.logprobs.empty() ? lps->add(e.logprobs)
+                                                                              : OJson()}};
             if (chat) {
               OJson delta = OJson::object();
               if (!*sent_role) delta["role"] = "assistant";
@@ -374,13 +189,14 @@ struct OpenAiServer::Impl {
           }
           for (const StreamEvent& e : batch) {
             if (!e.finished) {
-              if (!e.text.empty() && !chunk(e.text, nullptr)) {
+              const bool has_lp = want_logprobs && !e.logprobs.empty();
+              if ((!e.text.empty() || has_lp) && !chunk(e, nullptr)) {
                 eng->cancel(engine_id);  // the client went away
                 return false;
               }
               continue;
             }
-            if (!chunk(e.text, e.finish_reason)) return false;
+            if (!chunk(e, e.finish_reason)) return false;
             if (include_usage) {
               OJson u = {{"id", rid},
                          {"object", chunk_object},
@@ -430,6 +246,12 @@ struct OpenAiServer::Impl {
           static_cast<double>(s.finished_requests));
     gauge("mxserve_preemptions_total", "Requests preempted for KV space.", "counter",
           static_cast<double>(s.preemptions));
+    out += s.time_to_first_token.exposition("mxserve_time_to_first_token_seconds",
+                                            "Time from arrival to the first generated token.");
+    out += s.inter_token_latency.exposition("mxserve_inter_token_latency_seconds",
+                                            "Time between consecutive generated tokens.");
+    out += s.e2e_latency.exposition("mxserve_e2e_request_latency_seconds",
+                                    "Time from arrival to the last token of finished requests.");
     return out;
   }
 };

@@ -4,6 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import OpenAI from "openai";
 
 const baseURL = process.env.BASE_URL + "/v1";
@@ -119,4 +120,72 @@ test("errors carry their status and an OpenAI error object", async () => {
   r = await fetch(process.env.BASE_URL + "/v1/completions", { method: "POST", headers, body: JSON.stringify({ prompt: "x".repeat(9 << 20) }) });
   assert.equal(r.status, 413);
   assert.equal(await (await fetch(process.env.BASE_URL + "/health")).text(), "ok");
+});
+
+// Reference prompts with the reference model's top-5 log-probs at every position.
+function goldenPrompts() {
+  const g = JSON.parse(readFileSync(process.env.GOLDEN_DIR + "/golden.json", "utf8"));
+  return g.prompts.map((p) => ({ ids: p.input_ids, top5: p.top5_per_position, text: p.greedy_32_text, safe: p.greedy_safe_len }));
+}
+
+test("logprobs equal the reference model's log-probs (golden top-5), streamed and not", async () => {
+  for (const g of goldenPrompts()) {
+    const r = await client.completions.create({ model: MODEL, prompt: g.ids, max_tokens: g.safe, temperature: 0, logprobs: 5 });
+    const lp = r.choices[0].logprobs;
+    assert.equal(lp.tokens.length, g.safe);
+    assert.ok(g.text.startsWith(lp.tokens.join("")), lp.tokens.join(""));
+    const want = g.top5[g.top5.length - 1].logprobs;
+    // Digit keys come first in a JS object, whatever their order in the JSON.
+    const got = Object.values(lp.top_logprobs[0]).sort((a, b) => b - a);
+    assert.equal(got.length, 5);
+    for (let i = 0; i < 5; i++) assert.ok(Math.abs(got[i] - want[i]) < 2e-3, `${got[i]} vs ${want[i]}`);
+    assert.ok(Math.abs(lp.token_logprobs[0] - want[0]) < 2e-3);
+    for (let i = 0; i < g.safe; i++) {
+      // Greedy: the chosen token is the most likely one.
+      assert.equal(lp.token_logprobs[i], Math.max(...Object.values(lp.top_logprobs[i])));
+      assert.equal(lp.text_offset[i], lp.tokens.slice(0, i).join("").length);
+    }
+  }
+  const messages = [{ role: "user", content: "Tell me about Emma." }];
+  const full = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 3 });
+  const content = full.choices[0].logprobs.content;
+  assert.equal(content.length, 6);
+  assert.equal(content.map((c) => c.token).join(""), full.choices[0].message.content);
+  for (const c of content) {
+    assert.equal(c.top_logprobs.length, 3);
+    assert.equal(c.top_logprobs[0].logprob, c.logprob);
+    assert.deepEqual(c.bytes, [...Buffer.from(c.token, "utf8")]);
+  }
+  const stream = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 3, stream: true });
+  const streamed = [];
+  for await (const chunk of stream) for (const c of chunk.choices) streamed.push(...(c.logprobs?.content ?? []));
+  assert.deepEqual(streamed, content);
+  await assert.rejects(client.chat.completions.create({ model: MODEL, messages, top_logprobs: 3 }), (e) => e.status === 400);
+  await assert.rejects(client.completions.create({ model: MODEL, prompt, logprobs: 9 }), (e) => e.status === 400);
+});
+
+test("/metrics has time-to-first-token and inter-token latency histograms", async () => {
+  const text = await (await fetch(process.env.BASE_URL + "/metrics")).text();
+  for (const name of ["mxserve_time_to_first_token_seconds", "mxserve_inter_token_latency_seconds", "mxserve_e2e_request_latency_seconds"]) {
+    assert.match(text, new RegExp(`# TYPE ${name} histogram`));
+    const inf = Number(text.match(new RegExp(`${name}_bucket\\{le="\\+Inf"\\} (\\d+)`))[1]);
+    const count = Number(text.match(new RegExp(`${name}_count (\\d+)`))[1]);
+    assert.ok(count > 0);
+    assert.equal(inf, count);
+  }
+});
+
+test("a full waiting queue answers 503 and the server keeps serving", async () => {
+  const busy = new OpenAI({ baseURL: process.env.BUSY_URL + "/v1", apiKey: "x", maxRetries: 0 });
+  const results = await Promise.allSettled(Array.from({ length: 6 }, () =>
+    busy.completions.create({ model: MODEL, prompt, max_tokens: 300, temperature: 0, ignore_eos: true })));
+  const rejected = results.filter((r) => r.status === "rejected");
+  assert.ok(rejected.length >= 1, "no request was refused");
+  for (const r of rejected) {
+    assert.equal(r.reason.status, 503);
+    assert.equal(r.reason.error?.type, "server_busy");
+  }
+  assert.ok(results.some((r) => r.status === "fulfilled"));
+  const after = await busy.completions.create({ model: MODEL, prompt, max_tokens: 4, temperature: 0 });
+  assert.equal(after.choices[0].text.length > 0, true);
 });

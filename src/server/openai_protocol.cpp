@@ -1,0 +1,285 @@
+#include "server/openai_protocol.h"
+
+#include <cmath>
+
+namespace mx {
+
+std::string error_body(const HttpError& e) {
+  OJson j = {{"error",
+              {{"message", e.message},
+               {"type", e.type},
+               {"param", e.param.empty() ? OJson() : OJson(e.param)},
+               {"code", e.status}}}};
+  return j.dump();
+}
+
+namespace {
+
+// Typed optional fields of the request body; wrong types are a 400 naming the field.
+template <typename T>
+bool get_field(const OJson& body, const char* key, T* out, HttpError* err) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return true;
+  try {
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!it->is_boolean()) throw std::invalid_argument("type");
+    } else if constexpr (std::is_arithmetic_v<T>) {
+      if (!it->is_number()) throw std::invalid_argument("type");
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (!it->is_string()) throw std::invalid_argument("type");
+    }
+    *out = it->get<T>();
+    return true;
+  } catch (const std::exception&) {
+    *err = {400, std::string("'") + key + "' has the wrong type", "invalid_request_error", key};
+    return false;
+  }
+}
+
+bool parse_sampling(const OJson& body, bool chat, int64_t prompt_len, const ProtocolContext& ctx,
+                    SamplingParams* p, HttpError* err) {
+  p->temperature = 1.0f;
+  p->top_p = 1.0f;
+  int64_t max_tokens = chat ? ctx.context - prompt_len : 16;
+  int64_t n = 1;
+  if (!get_field(body, "max_tokens", &max_tokens, err) ||
+      !get_field(body, "max_completion_tokens", &max_tokens, err) ||
+      !get_field(body, "temperature", &p->temperature, err) ||
+      !get_field(body, "top_p", &p->top_p, err) || !get_field(body, "top_k", &p->top_k, err) ||
+      !get_field(body, "min_p", &p->min_p, err) ||
+      !get_field(body, "presence_penalty", &p->presence_penalty, err) ||
+      !get_field(body, "frequency_penalty", &p->frequency_penalty, err) ||
+      !get_field(body, "repetition_penalty", &p->repetition_penalty, err) ||
+      !get_field(body, "ignore_eos", &p->ignore_eos, err) || !get_field(body, "n", &n, err)) {
+    return false;
+  }
+  if (auto s = body.find("seed"); s != body.end() && !s->is_null()) {
+    if (!s->is_number_integer()) {
+      *err = {400, "'seed' must be an integer", "invalid_request_error", "seed"};
+      return false;
+    }
+    p->seed = static_cast<uint64_t>(s->get<int64_t>());
+  }
+  if (n != 1) {
+    *err = {400, "only n = 1 is supported", "invalid_request_error", "n"};
+    return false;
+  }
+  if (max_tokens < 1) {
+    *err = {400, "'max_tokens' must be at least 1", "invalid_request_error", "max_tokens"};
+    return false;
+  }
+  if (p->temperature < 0 || p->temperature > 2 || p->top_p <= 0 || p->top_p > 1) {
+    *err = {400, "temperature must be in [0, 2] and top_p in (0, 1]", "invalid_request_error",
+            "temperature"};
+    return false;
+  }
+  if (auto s = body.find("stop"); s != body.end() && !s->is_null()) {
+    if (s->is_string()) {
+      p->stop.push_back(s->get<std::string>());
+    } else if (s->is_array() && s->size() <= 4) {
+      for (const OJson& v : *s) {
+        if (!v.is_string()) {
+          *err = {400, "'stop' must be a string or a list of up to 4 strings",
+                  "invalid_request_error", "stop"};
+          return false;
+        }
+        p->stop.push_back(v.get<std::string>());
+      }
+    } else {
+      *err = {400, "'stop' must be a string or a list of up to 4 strings", "invalid_request_error",
+              "stop"};
+      return false;
+    }
+  }
+  if (prompt_len + max_tokens > ctx.context) {
+    *err = {400,
+            "the prompt (" + std::to_string(prompt_len) + " tokens) plus max_tokens (" +
+                std::to_string(max_tokens) + ") exceeds the context length of " +
+                std::to_string(ctx.context),
+            "invalid_request_error", "max_tokens"};
+    return false;
+  }
+  p->max_tokens = static_cast<int>(max_tokens);
+  p->stop_token_ids = ctx.stop_ids;
+  return true;
+}
+
+bool prompt_of(const OJson& body, bool chat, const ProtocolContext& ctx, std::vector<int32_t>* ids,
+               HttpError* err) {
+  if (!chat) {
+    auto it = body.find("prompt");
+    if (it == body.end()) {
+      *err = {400, "'prompt' is required", "invalid_request_error", "prompt"};
+      return false;
+    }
+    if (it->is_string()) {
+      *ids = ctx.tok->encode(it->get<std::string>());
+    } else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
+      *ids = ctx.tok->encode((*it)[0].get<std::string>());
+    } else if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) {
+      for (const OJson& v : *it) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+            v.get<int64_t>() >= ctx.tok->vocab_size()) {
+          *err = {400, "'prompt' holds an invalid token id", "invalid_request_error", "prompt"};
+          return false;
+        }
+        ids->push_back(v.get<int32_t>());
+      }
+    } else {
+      *err = {400, "'prompt' must be a string or a list of token ids", "invalid_request_error",
+              "prompt"};
+      return false;
+    }
+  } else {
+    auto it = body.find("messages");
+    if (it == body.end() || !it->is_array() || it->empty()) {
+      *err = {400, "'messages' must be a non-empty list", "invalid_request_error", "messages"};
+      return false;
+    }
+    OJson messages = OJson::array();
+    for (const OJson& m : *it) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+        *err = {400, "each message needs a string 'role'", "invalid_request_error", "messages"};
+        return false;
+      }
+      OJson msg = m;
+      // Content given as parts: join the text parts.
+      if (m.contains("content") && m["content"].is_array()) {
+        std::string text;
+        for (const OJson& part : m["content"]) {
+          if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+              part["text"].is_string()) {
+            text += part["text"].get<std::string>();
+          }
+        }
+        msg["content"] = text;
+      } else if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null()) {
+        *err = {400, "message content must be a string or a list of parts", "invalid_request_error",
+                "messages"};
+        return false;
+      }
+      if (!msg.contains("content") || msg["content"].is_null()) msg["content"] = "";
+      messages.push_back(msg);
+    }
+    if (ctx.tmpl == nullptr) {
+      *err = {400, "this model has no chat template", "invalid_request_error", "messages"};
+      return false;
+    }
+    OJson extra = OJson::object();
+    if (body.contains("tools") && body["tools"].is_array()) extra["tools"] = body["tools"];
+    if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object()) {
+      for (auto kv = body["chat_template_kwargs"].begin(); kv != body["chat_template_kwargs"].end();
+           ++kv) {
+        extra[kv.key()] = kv.value();
+      }
+    }
+    auto text = ctx.tmpl->apply(messages, true, extra);
+    if (!text.is_ok()) {
+      *err = {400, text.status().message(), "invalid_request_error", "messages"};
+      return false;
+    }
+    *ids = ctx.tok->encode(*text);
+  }
+  if (ids->empty()) {
+    *err = {400, "the prompt is empty", "invalid_request_error", "prompt"};
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool parse_request(const OJson& body, bool chat, const ProtocolContext& ctx, ParsedRequest* out,
+                   HttpError* err) {
+  std::string model_name;
+  if (!get_field(body, "model", &model_name, err)) return false;
+  if (!model_name.empty() && model_name != ctx.served_model_name) {
+    *err = {404, "The model '" + model_name + "' does not exist", "invalid_request_error", "model"};
+    return false;
+  }
+  if (!prompt_of(body, chat, ctx, &out->prompt, err) ||
+      !parse_sampling(body, chat, static_cast<int64_t>(out->prompt.size()), ctx, &out->params,
+                      err) ||
+      !get_field(body, "stream", &out->stream, err)) {
+    return false;
+  }
+  if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
+    if (!get_field(*so, "include_usage", &out->include_usage, err)) return false;
+  }
+  // Completions: `logprobs` is the number of alternatives (0..5). Chat: `logprobs` is a
+  // switch and `top_logprobs` (0..20) the number of alternatives.
+  if (chat) {
+    bool want = false;
+    int64_t top = 0;
+    if (!get_field(body, "logprobs", &want, err) || !get_field(body, "top_logprobs", &top, err)) {
+      return false;
+    }
+    if (top < 0 || top > 20 || (top > 0 && !want)) {
+      *err = {400, "'top_logprobs' must be in [0, 20] and needs 'logprobs': true",
+              "invalid_request_error", "top_logprobs"};
+      return false;
+    }
+    if (want) out->top_logprobs = static_cast<int>(top);
+  } else {
+    auto it = body.find("logprobs");
+    if (it != body.end() && !it->is_null()) {
+      if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 5) {
+        *err = {400, "'logprobs' must be an integer in [0, 5]", "invalid_request_error",
+                "logprobs"};
+        return false;
+      }
+      out->top_logprobs = it->get<int>();
+    }
+  }
+  return true;
+}
+
+OJson LogprobsJson::entry(int32_t id, float logprob) const {
+  const std::string& bytes = tok_.token_bytes(id);
+  // A token can end inside a UTF-8 sequence; its text is then repaired for JSON and the
+  // exact bytes go in `bytes`.
+  OJson e = {{"token", repair_utf8(bytes)}, {"logprob", logprob}};
+  OJson b = OJson::array();
+  for (unsigned char c : bytes) b.push_back(static_cast<int>(c));
+  e["bytes"] = b;
+  return e;
+}
+
+OJson LogprobsJson::add(const std::vector<TokenLogprob>& lps) {
+  if (all_.is_null()) {
+    all_ = chat_ ? OJson{{"content", OJson::array()}}
+                 : OJson{{"tokens", OJson::array()},
+                         {"token_logprobs", OJson::array()},
+                         {"top_logprobs", OJson::array()},
+                         {"text_offset", OJson::array()}};
+  }
+  OJson part = chat_ ? OJson{{"content", OJson::array()}}
+                     : OJson{{"tokens", OJson::array()},
+                             {"token_logprobs", OJson::array()},
+                             {"top_logprobs", OJson::array()},
+                             {"text_offset", OJson::array()}};
+  for (const TokenLogprob& lp : lps) {
+    if (chat_) {
+      OJson e = entry(lp.token, lp.logprob);
+      OJson top = OJson::array();
+      for (const auto& [id, l] : lp.top) top.push_back(entry(id, l));
+      e["top_logprobs"] = top;
+      part["content"].push_back(e);
+      all_["content"].push_back(e);
+      continue;
+    }
+    const std::string text = repair_utf8(tok_.token_bytes(lp.token));
+    OJson top = OJson::object();
+    for (const auto& [id, l] : lp.top) top[repair_utf8(tok_.token_bytes(id))] = l;
+    for (OJson* o : {&part, &all_}) {
+      (*o)["tokens"].push_back(text);
+      (*o)["token_logprobs"].push_back(lp.logprob);
+      (*o)["top_logprobs"].push_back(top);
+      (*o)["text_offset"].push_back(offset_);
+    }
+    offset_ += static_cast<int64_t>(tok_.token_bytes(lp.token).size());
+  }
+  return part;
+}
+
+}  // namespace mx

@@ -1,0 +1,72 @@
+// The OpenAI wire format, apart from HTTP: request bodies to engine requests (with every
+// validation error as an OpenAI error object and status), and log-probs to their JSON shapes.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loader/chat_template.h"
+#include "loader/tokenizer.h"
+#include "runtime/sampler.h"
+
+namespace mx {
+
+using OJson = nlohmann::ordered_json;
+
+struct HttpError {
+  HttpError(int s, std::string m, std::string t = "invalid_request_error", std::string p = "")
+      : status(s), message(std::move(m)), type(std::move(t)), param(std::move(p)) {}
+  int status;
+  std::string message;
+  std::string type;
+  std::string param;
+};
+
+std::string error_body(const HttpError& e);
+
+// What a request is checked against.
+struct ProtocolContext {
+  const Tokenizer* tok = nullptr;
+  const ChatTemplate* tmpl = nullptr;  // null: the model has no chat template
+  std::vector<int32_t> stop_ids;
+  int64_t context = 0;
+  std::string served_model_name;
+};
+
+struct ParsedRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  bool stream = false;
+  bool include_usage = false;
+  int top_logprobs = -1;  // < 0: no log-probs
+};
+
+// Parses a /v1/completions (chat = false) or /v1/chat/completions body; on failure fills
+// `err` with the status (400 bad request, 404 unknown model) and message.
+bool parse_request(const OJson& body, bool chat, const ProtocolContext& ctx, ParsedRequest* out,
+                   HttpError* err);
+
+// Accumulates sampled tokens' log-probs into the completions shape (tokens, token_logprobs,
+// top_logprobs, text_offset) or the chat shape (content: [{token, logprob, bytes,
+// top_logprobs}]).
+class LogprobsJson {
+ public:
+  LogprobsJson(const Tokenizer& tok, bool chat) : tok_(tok), chat_(chat) {}
+  // The JSON for `lps` alone (a stream chunk); text offsets continue across calls.
+  OJson add(const std::vector<TokenLogprob>& lps);
+  // Everything added so far, as one object.
+  const OJson& all() const { return all_; }
+
+ private:
+  OJson entry(int32_t id, float logprob) const;
+  const Tokenizer& tok_;
+  bool chat_;
+  int64_t offset_ = 0;
+  OJson all_;
+};
+
+}  // namespace mx
