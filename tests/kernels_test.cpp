@@ -1,6 +1,6 @@
-// The generic kernel test: every registered ISA variant of the GEMM tables against a scalar
-// reference computed here in double, on odd shapes. Tolerance: FP32 summation-order rounding,
-// (K + 16) * 2^-23 * sum |a_k * w_k|.
+// The generic kernel test: every registered ISA variant of the GEMM and attention tables
+// against a scalar reference computed here in double, on odd shapes. Tolerance: FP32
+// summation-order rounding, (K + 16) * 2^-23 * sum |a_k * w_k|.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "formats/half.h"
+#include "kernels/attention.h"
 #include "kernels/gemm.h"
 #include "kernels/mx_gemm.h"
 #include "quant/scheme.h"
@@ -25,7 +26,8 @@ TEST(Kernels, EveryBf16GemmVariant) {
     const GemmKernels* kern = gemm_kernels_for(isa);
     if (kern == nullptr) continue;
     ++variants;
-    for (int64_t m : {1, 3, 5, 17}) {
+    // Every row-tile size (1..6) and uneven tilings (7, 8, 13, 17 rows).
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 13, 17}) {
       for (int64_t k : {1, 17, 33, 97, 240, 688}) {
         const int64_t n = 13;
         const auto x =
@@ -120,6 +122,58 @@ TEST(Kernels, EveryMxGemmVariant) {
               ASSERT_LE(std::fabs(y[i * n + j] - sum), (k + 16) * 0x1p-23 * mag + 1e-30)
                   << isa_name(isa) << " " << info.name << " m=" << m << " k=" << k;
             }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(variants, 1);
+}
+
+// Attention over a paged cache with shuffled blocks: scores, a softmax and the value sum in
+// double. Tolerance: relative 1e-5 of the largest |value| (FP32 sums of a few hundred terms
+// and the vectorized exp).
+TEST(Kernels, EveryAttentionVariant) {
+  int variants = 0;
+  for (IsaLevel isa : kLevels) {
+    const AttentionKernels* kern = attention_kernels_for(isa);
+    if (kern == nullptr) continue;
+    ++variants;
+    for (int64_t d : {8, 20, 64, 72, 128}) {
+      for (int64_t len : {1, 7, 9, 33, 300}) {
+        for (int64_t bs : {1, 16}) {
+          const int64_t ld = d + 5, nblk = (len + bs - 1) / bs;
+          const auto kv = test::activation_like(static_cast<size_t>(2 * nblk * bs * ld),
+                                                static_cast<uint32_t>(d * 31 + len));
+          const auto q = test::activation_like(static_cast<size_t>(d), static_cast<uint32_t>(len));
+          std::vector<const float*> kb(static_cast<size_t>(nblk)), vb(kb.size());
+          for (int64_t b = 0; b < nblk; ++b) {  // blocks in reverse order: a real indirection
+            kb[b] = kv.data() + (nblk - 1 - b) * bs * ld;
+            vb[b] = kv.data() + (nblk + b) * bs * ld;
+          }
+          const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+          std::vector<float> scores(static_cast<size_t>(len)), out(static_cast<size_t>(d), -1.0f);
+          kern->head_paged(q.data(), kb.data(), vb.data(), bs, len, ld, d, scale, scores.data(),
+                           out.data());
+          std::vector<double> p(static_cast<size_t>(len));
+          double mx = -1e300, sum = 0, vmax = 0;
+          for (int64_t t = 0; t < len; ++t) {
+            const float* kt = kb[t / bs] + (t % bs) * ld;
+            double s = 0;
+            for (int64_t j = 0; j < d; ++j) s += static_cast<double>(q[j]) * kt[j];
+            p[t] = s * scale;
+            mx = std::max(mx, p[t]);
+          }
+          for (double& x : p) sum += x = std::exp(x - mx);
+          for (int64_t j = 0; j < d; ++j) {
+            double o = 0;
+            for (int64_t t = 0; t < len; ++t) {
+              const double v = vb[t / bs][(t % bs) * ld + j];
+              o += p[t] / sum * v;
+              vmax = std::max(vmax, std::fabs(v));
+            }
+            ASSERT_NEAR(out[j], o, 1e-5 * vmax)
+                << isa_name(isa) << " d=" << d << " len=" << len << " bs=" << bs << " col " << j;
           }
         }
       }

@@ -16,6 +16,7 @@ struct EvalArgs {
   std::string ppl_file, task_file;
   PplOptions ppl;
   int64_t max_questions = 0;
+  int64_t shots = -1;
   int64_t max_new_tokens = 8;
   bool compare_bf16 = false;
   bool json = false;
@@ -77,14 +78,19 @@ int eval(EvalArgs& a) {
     for (const char* s : {"<|im_end|>", "<|endoftext|>"}) {
       if (auto id = (*tok)->token_id(s)) stops.push_back(*id);
     }
-    auto r = evaluate_task(*model, ref.get(), **tok, a.task_file, stops, a.max_new_tokens,
-                           a.max_questions);
+    auto items = load_task(a.task_file, a.shots, a.max_questions);
+    if (!items.is_ok()) {
+      std::fprintf(stderr, "mxserve eval: %s\n", items.status().to_string().c_str());
+      return 1;
+    }
+    auto r = evaluate_task(*model, ref.get(), **tok, *items, stops, a.max_new_tokens);
     if (!r.is_ok()) {
       std::fprintf(stderr, "mxserve eval: %s\n", r.status().to_string().c_str());
       return 1;
     }
     out["task_accuracy"] = r->accuracy();
     out["questions"] = r->questions;
+    out["invalid_rate"] = r->invalid_rate();
     if (ref) out["ref_task_accuracy"] = r->ref_accuracy();
   }
   if (a.json) {
@@ -128,6 +134,9 @@ void register_eval(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--max-windows", a->ppl.max_windows, "Stop after this many windows (0: all)");
   cmd->add_option("--task", a->task_file, "JSONL with prompt and answer per row");
+  cmd->add_option("--shots", a->shots,
+                  "Build prompts with this many worked examples from the file's first rows "
+                  "(default: each row's own prompt)");
   cmd->add_option("--max-questions", a->max_questions, "Stop after this many questions (0: all)");
   cmd->add_option("--max-new-tokens", a->max_new_tokens, "Answer length limit")
       ->capture_default_str();

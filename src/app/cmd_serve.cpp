@@ -30,7 +30,9 @@ int serve(ServeArgs& a) {
   std::optional<ChatTemplate> tmpl;
   if (auto t = ChatTemplate::load(a.m.model); t.is_ok()) tmpl = std::move(t).value();
   std::vector<int32_t> stops = default_stop_token_ids(a.m.model, model->config());
-  if (auto end = (*tok)->token_id("<|im_end|>")) stops.push_back(*end);
+  for (const char* s : {"<|im_end|>", "<|endoftext|>"}) {
+    if (auto id = (*tok)->token_id(s)) stops.push_back(*id);
+  }
   ServerConfig& c = a.server;
   if (c.served_model_name.empty()) {
     c.served_model_name = std::filesystem::path(a.m.model).filename().string();

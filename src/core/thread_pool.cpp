@@ -1,5 +1,7 @@
 #include "core/thread_pool.h"
 
+#include <chrono>
+
 #include "core/check.h"
 
 namespace mx {
@@ -13,7 +15,7 @@ ThreadPool::ThreadPool(int num_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true, std::memory_order_release);
   }
   wake_.notify_all();
   for (auto& w : workers_) w.join();
@@ -25,6 +27,23 @@ void ThreadPool::range_of(int t, int64_t* b, int64_t* e) const {
   *e = job_n_ * (t + 1) / nt;
 }
 
+namespace {
+
+// Spins until done() or about 50 microseconds have passed; true when done() held.
+template <typename Done>
+bool spin_until(Done done) {
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > limit) return false;
+  }
+}
+
+}  // namespace
+
 void ThreadPool::run(int64_t n, Trampoline fn, void* ctx) {
   if (n <= 0) return;
   if (workers_.empty() || n == 1) {
@@ -32,41 +51,44 @@ void ThreadPool::run(int64_t n, Trampoline fn, void* ctx) {
     return;
   }
   std::lock_guard<std::mutex> run_lock(run_mu_);
+  job_fn_ = fn;
+  job_ctx_ = ctx;
+  job_n_ = n;
+  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
+    // Under the lock, so that a worker about to sleep sees the new generation or the wake-up.
     std::lock_guard<std::mutex> lock(mu_);
-    job_fn_ = fn;
-    job_ctx_ = ctx;
-    job_n_ = n;
-    pending_ = static_cast<int>(workers_.size());
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   int64_t b, e;
   range_of(0, &b, &e);
   if (b < e) fn(ctx, b, e, 0);
+  auto all_done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (spin_until(all_done)) return;
   std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [this] { return pending_ == 0; });
+  done_.wait(lock, all_done);
 }
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    Trampoline fn;
-    void* ctx;
-    {
+    auto woken = [&] {
+      return stop_.load(std::memory_order_acquire) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    };
+    if (!spin_until(woken)) {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      fn = job_fn_;
-      ctx = job_ctx_;
+      wake_.wait(lock, woken);
     }
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
     int64_t b, e;
     range_of(index, &b, &e);
-    if (b < e) fn(ctx, b, e, index);
-    {
+    if (b < e) job_fn_(job_ctx_, b, e, index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_.notify_one();
+      done_.notify_one();
     }
   }
 }

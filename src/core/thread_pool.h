@@ -1,8 +1,10 @@
 // A fixed pool of worker threads for data-parallel loops. parallel_for splits [0, n) into one
 // contiguous range per thread and the calling thread takes the first; a call allocates nothing,
-// so it can sit inside a decode step.
+// so it can sit inside a decode step. A decode step makes dozens of short calls, so waiting
+// threads spin briefly before sleeping: a futex wake-up costs as much as a small GEMM.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -41,9 +43,9 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
   Trampoline job_fn_ = nullptr;
   void* job_ctx_ = nullptr;
   int64_t job_n_ = 0;

@@ -67,22 +67,4 @@ void log_softmax(const float* logits, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = logits[i] - lse;
 }
 
-void attention_head_paged(const float* q, const float* const* k_blocks,
-                          const float* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
-                          int64_t head_dim, float scale, float* scores, float* out) {
-  for (int64_t t = 0; t < len; ++t) {
-    const float* kt = k_blocks[t / block_size] + (t % block_size) * ld;
-    float s = 0.0f;
-    for (int64_t d = 0; d < head_dim; ++d) s += q[d] * kt[d];
-    scores[t] = s * scale;
-  }
-  softmax(scores, len);
-  for (int64_t d = 0; d < head_dim; ++d) out[d] = 0.0f;
-  for (int64_t t = 0; t < len; ++t) {
-    const float p = scores[t];
-    const float* vt = v_blocks[t / block_size] + (t % block_size) * ld;
-    for (int64_t d = 0; d < head_dim; ++d) out[d] += p * vt[d];
-  }
-}
-
 }  // namespace mx

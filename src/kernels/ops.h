@@ -25,10 +25,8 @@ void softmax(float* x, int64_t n);
 // log-softmax of logits[n] into out[n] (may alias).
 void log_softmax(const float* logits, int64_t n, float* out);
 
-// Causal attention for one query head over `len` cached positions of a paged cache:
-// out = sum_t softmax(q . k_t * scale) v_t, where position t's key is
-// k_blocks[t / block_size] + (t % block_size) * ld (likewise values). The block pointers
-// already point at this head's columns. scores: len floats of scratch.
+// Attention of one query head over a paged cache, through the active ISA's kernel
+// (kernels/attention.h says what it computes).
 void attention_head_paged(const float* q, const float* const* k_blocks,
                           const float* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
                           int64_t head_dim, float scale, float* scores, float* out);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <regex>
 
 #include "kernels/ops.h"
 #include "loader/json_util.h"
@@ -15,6 +16,9 @@ double PplResult::perplexity() const {
 }
 double PplResult::ref_perplexity() const {
   return scored_tokens ? std::exp(ref_nll_sum / static_cast<double>(scored_tokens)) : 0;
+}
+double TaskResult::invalid_rate() const {
+  return questions ? static_cast<double>(invalid) / static_cast<double>(questions) : 0;
 }
 double TaskResult::accuracy() const {
   return questions ? static_cast<double>(correct) / static_cast<double>(questions) : 0;
@@ -91,43 +95,75 @@ Result<std::string> answer_of(DecoderModel& m, const Tokenizer& tok,
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = static_cast<int>(max_new);
-  p.stop = {"\n"};
+  p.stop = task_stop_strings();
   p.stop_token_ids = stop_ids;
   MX_ASSIGN_OR_RETURN(GenerateResult g,
                       generate(m, tok, prompt, p, m.config().max_position_embeddings));
-  return strip(g.text.substr(0, g.text.find('\n')));
+  return task_prediction(g.text);
 }
 }  // namespace
 
-Result<TaskResult> evaluate_task(DecoderModel& model, DecoderModel* ref, const Tokenizer& tok,
-                                 const std::string& jsonl_path,
-                                 const std::vector<int32_t>& stop_ids, int64_t max_new_tokens,
-                                 int64_t max_questions) {
+const std::vector<std::string>& task_stop_strings() {
+  static const std::vector<std::string> stops = {"\n", "Question"};
+  return stops;
+}
+
+std::string task_prediction(const std::string& generated) {
+  size_t end = generated.size();
+  for (const std::string& s : task_stop_strings()) end = std::min(end, generated.find(s));
+  return strip(generated.substr(0, end));
+}
+
+bool is_number(const std::string& s) {
+  static const std::regex number(R"(-?[0-9]+(\.[0-9]+)?)");
+  return std::regex_match(s, number);
+}
+
+Result<std::vector<TaskItem>> load_task(const std::string& jsonl_path, int64_t shots,
+                                        int64_t max_questions) {
   std::ifstream in(jsonl_path);
   if (!in) return not_found(jsonl_path + ": cannot open");
-  TaskResult r;
+  std::vector<TaskItem> items;
+  std::string examples;
   std::string line;
-  int64_t line_no = 0;
+  int64_t line_no = 0, row = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (strip(line).empty()) continue;
-    if (max_questions > 0 && r.questions >= max_questions) break;
-    auto j = parse_json(line, jsonl_path + ":" + std::to_string(line_no));
-    if (!j.is_ok()) return j.status();
-    if (!j->is_object() || !j->contains("prompt") || !(*j)["prompt"].is_string() ||
-        !j->contains("answer")) {
-      return invalid_argument(jsonl_path + ":" + std::to_string(line_no) +
-                              ": needs string 'prompt' and 'answer'");
+    if (max_questions > 0 && static_cast<int64_t>(items.size()) >= max_questions) break;
+    const std::string where = jsonl_path + ":" + std::to_string(line_no);
+    MX_ASSIGN_OR_RETURN(Json j, parse_json(line, where));
+    const char* key = shots < 0 ? "prompt" : "question";
+    if (!j.is_object() || !j.contains(key) || !j[key].is_string() || !j.contains("answer")) {
+      return invalid_argument(where + ": needs string '" + key + "' and 'answer'");
     }
-    const Json& a = (*j)["answer"];
-    const std::string want = strip(a.is_string() ? a.get<std::string>() : a.dump());
-    const std::vector<int32_t> prompt = tok.encode((*j)["prompt"].get<std::string>());
+    const Json& a = j["answer"];
+    TaskItem item{j[key].get<std::string>(),
+                  strip(a.is_string() ? a.get<std::string>() : a.dump())};
+    if (row++ < shots) {
+      examples += item.prompt + " " + item.answer + "\n";
+      continue;
+    }
+    if (shots >= 0) item.prompt = examples + item.prompt;
+    items.push_back(std::move(item));
+  }
+  if (items.empty()) return invalid_argument(jsonl_path + ": no questions to score");
+  return items;
+}
+
+Result<TaskResult> evaluate_task(DecoderModel& model, DecoderModel* ref, const Tokenizer& tok,
+                                 const std::vector<TaskItem>& items,
+                                 const std::vector<int32_t>& stop_ids, int64_t max_new_tokens) {
+  TaskResult r;
+  for (const TaskItem& item : items) {
+    const std::vector<int32_t> prompt = tok.encode(item.prompt);
     MX_ASSIGN_OR_RETURN(std::string got, answer_of(model, tok, prompt, stop_ids, max_new_tokens));
     ++r.questions;
-    if (got == want) ++r.correct;
+    if (got == item.answer) ++r.correct;
+    if (!is_number(got)) ++r.invalid;
     if (ref != nullptr) {
       MX_ASSIGN_OR_RETURN(std::string rgot, answer_of(*ref, tok, prompt, stop_ids, max_new_tokens));
-      if (rgot == want) ++r.ref_correct;
+      if (rgot == item.answer) ++r.ref_correct;
     }
   }
   return r;

@@ -39,16 +39,36 @@ Result<PplResult> evaluate_perplexity(DecoderModel& model, DecoderModel* ref,
 struct TaskResult {
   int64_t questions = 0;
   int64_t correct = 0;
+  int64_t invalid = 0;  // predictions that are not a number
   int64_t ref_correct = 0;
   double accuracy() const;
+  double invalid_rate() const;
   double ref_accuracy() const;
 };
 
-// Rows with "prompt" and "answer": greedy, at most `max_new_tokens`, stop at a newline or a
-// stop token; the prediction is the text before the first newline, stripped.
+// One scored question of a few-shot task.
+struct TaskItem {
+  std::string prompt;
+  std::string answer;
+};
+
+// Reads a JSONL task. With shots < 0 each row's "prompt" is used as it is (its examples are
+// part of the file). With shots >= 0 prompts are built from "question" and "answer" the way
+// few-shot harnesses build them: the first `shots` rows become worked examples
+// ("<question> <answer>\n" each) before every later row's question, and are not scored.
+Result<std::vector<TaskItem>> load_task(const std::string& jsonl_path, int64_t shots = -1,
+                                        int64_t max_questions = 0);
+
+// Generation stops at a newline or at the start of a next question, and the prediction is
+// the text before either, stripped; shared by the local and the HTTP evaluators so that the
+// same greedy text scores the same.
+const std::vector<std::string>& task_stop_strings();
+std::string task_prediction(const std::string& generated);
+bool is_number(const std::string& s);
+
+// Greedy answers of at most `max_new_tokens`, stopping at task_stop_strings() or a stop token.
 Result<TaskResult> evaluate_task(DecoderModel& model, DecoderModel* ref, const Tokenizer& tok,
-                                 const std::string& jsonl_path,
-                                 const std::vector<int32_t>& stop_ids, int64_t max_new_tokens = 8,
-                                 int64_t max_questions = 0);
+                                 const std::vector<TaskItem>& items,
+                                 const std::vector<int32_t>& stop_ids, int64_t max_new_tokens = 8);
 
 }  // namespace mx

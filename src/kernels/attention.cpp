@@ -1,0 +1,63 @@
+#include "kernels/attention.h"
+
+#include "kernels/ops.h"
+
+namespace mx {
+namespace attention_detail {
+namespace {
+
+void head_paged_reference(const float* q, const float* const* k_blocks,
+                          const float* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
+                          int64_t head_dim, float scale, float* scores, float* out) {
+  for (int64_t t = 0; t < len; ++t) {
+    const float* kt = k_blocks[t / block_size] + (t % block_size) * ld;
+    float s = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d) s += q[d] * kt[d];
+    scores[t] = s * scale;
+  }
+  softmax(scores, len);
+  for (int64_t d = 0; d < head_dim; ++d) out[d] = 0.0f;
+  for (int64_t t = 0; t < len; ++t) {
+    const float p = scores[t];
+    const float* vt = v_blocks[t / block_size] + (t % block_size) * ld;
+    for (int64_t d = 0; d < head_dim; ++d) out[d] += p * vt[d];
+  }
+}
+
+}  // namespace
+
+const AttentionKernels kScalarAttention = {IsaLevel::kScalar, head_paged_reference};
+
+}  // namespace attention_detail
+
+const AttentionKernels* attention_kernels_for(IsaLevel level) {
+  if (!isa_supported(level)) return nullptr;
+  switch (level) {
+    case IsaLevel::kScalar:
+      return &attention_detail::kScalarAttention;
+    case IsaLevel::kAvx2:
+      return &attention_detail::kAvx2Attention;
+    case IsaLevel::kAvx512:
+      return nullptr;  // the AVX2 kernel serves
+  }
+  return nullptr;
+}
+
+const AttentionKernels& attention_kernels() {
+  static const AttentionKernels* k = [] {
+    for (int l = static_cast<int>(active_isa()); l >= 0; --l) {
+      if (const AttentionKernels* p = attention_kernels_for(static_cast<IsaLevel>(l))) return p;
+    }
+    return &attention_detail::kScalarAttention;
+  }();
+  return *k;
+}
+
+void attention_head_paged(const float* q, const float* const* k_blocks,
+                          const float* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
+                          int64_t head_dim, float scale, float* scores, float* out) {
+  attention_kernels().head_paged(q, k_blocks, v_blocks, block_size, len, ld, head_dim, scale,
+                                 scores, out);
+}
+
+}  // namespace mx

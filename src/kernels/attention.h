@@ -1,0 +1,30 @@
+// Attention of one query head over a paged KV cache, one table per ISA, chosen once.
+// out = sum_t softmax(q . k_t * scale) v_t over positions t < len, where position t's key is
+// k_blocks[t / block_size] + (t % block_size) * ld (likewise values); the block pointers
+// already point at this head's columns. scores: len floats of caller scratch.
+//
+// Declarations only: ISA translation units include this header (see formats/act_quant.h).
+#pragma once
+
+#include <cstdint>
+
+#include "core/cpu_features.h"
+
+namespace mx {
+
+struct AttentionKernels {
+  IsaLevel isa;
+  void (*head_paged)(const float* q, const float* const* k_blocks, const float* const* v_blocks,
+                     int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
+                     float* scores, float* out);
+};
+
+const AttentionKernels* attention_kernels_for(IsaLevel level);
+const AttentionKernels& attention_kernels();
+
+namespace attention_detail {
+extern const AttentionKernels kScalarAttention;
+extern const AttentionKernels kAvx2Attention;
+}  // namespace attention_detail
+
+}  // namespace mx

@@ -1,0 +1,99 @@
+// AVX2 attention head: q . k with 8-wide FMAs, the softmax with a vectorized exp, and the
+// weighted sum of values accumulated in registers 32 columns at a time.
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "kernels/attention.h"
+
+namespace mx::attention_detail {
+namespace {
+
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+inline float hmax(__m256 v) {
+  const __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(t, _mm_movehdup_ps(t)));
+}
+
+// exp(x) for x <= 0 (arguments of a max-subtracted softmax): 2^(x log2 e) split into the
+// nearest integer power of two and a degree-6 Taylor polynomial of the rest (|f| <= ln2 / 2),
+// relative error ~2e-7; inputs are clamped at -87, where the result is ~1.6e-38.
+inline __m256 exp_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 t = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
+  const __m256 fl = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_mul_ps(_mm256_sub_ps(t, fl), _mm256_set1_ps(0.693147180559945309f));
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fl), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+void head_paged_avx2(const float* q, const float* const* k_blocks, const float* const* v_blocks,
+                     int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
+                     float* scores, float* out) {
+  const int64_t d8 = head_dim & ~int64_t{7};
+  for (int64_t t = 0; t < len; ++t) {
+    const float* kt = k_blocks[t / block_size] + (t % block_size) * ld;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t d = 0; d < d8; d += 8)
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kt + d), acc);
+    float s = hsum(acc);
+    for (int64_t d = d8; d < head_dim; ++d) s += q[d] * kt[d];
+    scores[t] = s * scale;
+  }
+  const int64_t l8 = len & ~int64_t{7};
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  for (int64_t t = 0; t < l8; t += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(scores + t));
+  float mx = hmax(mv);
+  for (int64_t t = l8; t < len; ++t) mx = std::fmax(mx, scores[t]);
+  const __m256 mxv = _mm256_set1_ps(mx);
+  __m256 sv = _mm256_setzero_ps();
+  for (int64_t t = 0; t < l8; t += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scores + t), mxv));
+    _mm256_storeu_ps(scores + t, e);
+    sv = _mm256_add_ps(sv, e);
+  }
+  double sum = hsum(sv);
+  for (int64_t t = l8; t < len; ++t) {
+    scores[t] = std::exp(scores[t] - mx);
+    sum += scores[t];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t d0 = 0; d0 < d8; d0 += 32) {
+    const int64_t w = d8 - d0 < 32 ? (d8 - d0) / 8 : 4;
+    __m256 o[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+    for (int64_t t = 0; t < len; ++t) {
+      const __m256 p = _mm256_set1_ps(scores[t]);
+      const float* vt = v_blocks[t / block_size] + (t % block_size) * ld + d0;
+      for (int64_t j = 0; j < w; ++j) o[j] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * j), o[j]);
+    }
+    const __m256 iv = _mm256_set1_ps(inv);
+    for (int64_t j = 0; j < w; ++j) _mm256_storeu_ps(out + d0 + 8 * j, _mm256_mul_ps(o[j], iv));
+  }
+  for (int64_t d = d8; d < head_dim; ++d) {
+    float acc = 0.0f;
+    for (int64_t t = 0; t < len; ++t)
+      acc += scores[t] * v_blocks[t / block_size][(t % block_size) * ld + d];
+    out[d] = acc * inv;
+  }
+}
+
+}  // namespace
+
+const AttentionKernels kAvx2Attention = {IsaLevel::kAvx2, head_paged_avx2};
+
+}  // namespace mx::attention_detail
