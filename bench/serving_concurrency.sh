@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Output token throughput of the bundled model behind `mxserve serve` at 1 and at 8
+# concurrent requests, measured by `mxserve bench-serving` against one server, the two levels
+# interleaved over REPS rounds so that machine noise hits both alike; prints each round and
+# the ratio of the medians. Usage: serving_concurrency.sh [MXSERVE] [REPS]
+set -eu
+bin=${1:-./build/mxserve}
+reps=${2:-3}
+model=${MODEL:-models/tiny-qwen3-moe}
+log=$(mktemp)
+"$bin" serve -m "$model" --port 0 --max-running-requests 16 >"$log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
+port=""
+for _ in $(seq 1 300); do
+  port=$(grep -oE 'http://127\.0\.0\.1:[0-9]+' "$log" | head -1 | sed 's/.*://') || true
+  [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+  sleep 0.1
+done
+url="http://127.0.0.1:$port"
+one=() eight=()
+for r in $(seq 1 "$reps"); do
+  for c in 1 8; do
+    t=$("$bin" bench-serving --base-url "$url" --num-prompts $((c * 8)) --max-concurrency $c \
+      --input-len 64 --output-len 128 --json |
+      python3 -c "import json,sys;print(json.load(sys.stdin)['output_throughput'])")
+    echo "round $r, concurrency $c: $t output tok/s"
+    if [ $c = 1 ]; then one+=("$t"); else eight+=("$t"); fi
+  done
+done
+python3 - "${one[*]}" "${eight[*]}" <<'PY'
+import statistics, sys
+one = [float(x) for x in sys.argv[1].split()]
+eight = [float(x) for x in sys.argv[2].split()]
+m1, m8 = statistics.median(one), statistics.median(eight)
+print(f"median output tok/s: 1 concurrent {m1:.1f}, 8 concurrent {m8:.1f}, ratio {m8 / m1:.2f}x")
+PY
