@@ -67,6 +67,47 @@ TEST(QuantModel, OfflineEqualsOnline) {
   fs::remove_all(root);
 }
 
+// --quantize-lm-head: online and offline (quantize --quantize-lm-head) give the same logits,
+// lm_head is stored in the scheme (not BF16), and the logits move away from the BF16-head
+// model by a quantization-sized amount.
+TEST(QuantModel, QuantizedLmHeadOnlineEqualsOffline) {
+  const std::string root = test::temp_dir("head");
+  for (Scheme s : {Scheme::kW8A8Mxfp8, Scheme::kW4A4Mxfp4Dual}) {
+    const std::string dir = root + "/" + std::string(scheme_info(s).name);
+    ExportOptions opt;
+    opt.scheme = s;
+    opt.quantize_lm_head = true;
+    ASSERT_TRUE(export_msmodelslim(model_dir(), dir, opt).is_ok());
+    auto desc = read_text_file(dir + "/quant_model_description.json");
+    ASSERT_TRUE(desc.is_ok());
+    EXPECT_NE(desc->find("\"lm_head.weight\": \"" + std::string(scheme_info(s).offline_type)),
+              std::string::npos);
+    LoadOptions lo;
+    lo.threads = 2;
+    auto off = load_model(dir, lo);
+    ASSERT_TRUE(off.is_ok()) << off.status().to_string();
+    lo.quantization = s;
+    auto plain = load_model(model_dir(), lo);
+    lo.quantize_lm_head = true;
+    auto on = load_model(model_dir(), lo);
+    ASSERT_TRUE(on.is_ok() && plain.is_ok());
+    EXPECT_EQ((*on)->lm_head->scheme_name(), scheme_info(s).name);
+    EXPECT_EQ((*plain)->lm_head->scheme_name(), "bf16");
+    const int64_t vocab = (*on)->config().vocab_size, hid = (*on)->config().hidden_size;
+    EXPECT_LT((*on)->lm_head->weight_bytes(), static_cast<uint64_t>(vocab * hid * 2));
+    const auto a = logits_of(**off), b = logits_of(**on), c = logits_of(**plain);
+    double same = 0, moved = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      same = std::max(same, static_cast<double>(std::fabs(a[i] - b[i])));
+      moved = std::max(moved, static_cast<double>(std::fabs(b[i] - c[i])));
+    }
+    EXPECT_LE(same, 1e-4) << scheme_info(s).name;
+    EXPECT_GT(moved, 1e-3) << scheme_info(s).name;
+    EXPECT_LT(moved, 5.0) << scheme_info(s).name;
+  }
+  fs::remove_all(root);
+}
+
 // A quantized router gate is dequantized with its scales: routing then matches the BF16 gate
 // almost everywhere. Read as BF16 without its scales, the codes would route at random.
 TEST(QuantModel, QuantizedRouterGateIsDequantized) {

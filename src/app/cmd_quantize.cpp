@@ -13,6 +13,7 @@ struct QuantizeArgs {
   std::string rule = "floor";
   std::vector<std::string> keep_float;
   uint64_t max_shard_mb = 4096;
+  bool quantize_lm_head = false;
 };
 
 int quantize(const QuantizeArgs& a) {
@@ -29,6 +30,7 @@ int quantize(const QuantizeArgs& a) {
   opt.scheme = *s;
   parse_scale_rule(a.rule, &opt.rule);
   opt.keep_float = a.keep_float;
+  opt.quantize_lm_head = a.quantize_lm_head;
   opt.max_shard_bytes = a.max_shard_mb << 20;
   opt.progress = terminal_progress("quantizing", "tensors");
   auto r = export_msmodelslim(a.model, a.out, opt);
@@ -60,6 +62,8 @@ void register_quantize(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--keep-float", a->keep_float,
                   "Keep tensors whose name contains PATTERN in FLOAT (repeatable)");
+  cmd->add_flag("--quantize-lm-head", a->quantize_lm_head,
+                "Quantize lm_head in the same scheme (default: keep it FLOAT)");
   cmd->add_option("--max-shard-size", a->max_shard_mb, "Shard size limit in MiB")
       ->capture_default_str();
   cmd->callback([a, &exit_code] { exit_code = quantize(*a); });

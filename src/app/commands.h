@@ -31,6 +31,7 @@ struct ModelArgs {
   int threads = default_threads();
   std::string quantization;  // empty: as stored
   std::string scale_rule = "floor";
+  bool quantize_lm_head = false;
 };
 void add_model_flags(CLI::App* cmd, ModelArgs* a);
 

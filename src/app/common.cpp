@@ -73,6 +73,8 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a) {
   cmd->add_option("--mx-scale-rule", a->scale_rule, "E8M0 scale rule for online quantization")
       ->check(CLI::IsMember({"floor", "rceil"}))
       ->capture_default_str();
+  cmd->add_flag("--quantize-lm-head", a->quantize_lm_head,
+                "With --quantization, quantize lm_head in the same scheme (default: BF16)");
 }
 
 std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const char* command) {
@@ -81,6 +83,7 @@ std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const cha
   opt.threads = a.threads;
   if (!a.quantization.empty()) opt.quantization = scheme_from_quantization_flag(a.quantization);
   parse_scale_rule(a.scale_rule, &opt.scale_rule);
+  opt.quantize_lm_head = a.quantize_lm_head;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   opt.progress = terminal_progress("loading", "layers");
   auto m = load_model(dir, opt);

@@ -64,7 +64,9 @@ Status load_moe(const WeightLoader& w, const ModelConfig& c, const std::string& 
   return Status::ok();
 }
 
-Status load_embeddings_and_head(const WeightLoader& w, const ModelConfig& c, DecoderModel* m) {
+Status load_embeddings_and_head(const WeightLoader& w, const ModelConfig& c,
+                                std::optional<Scheme> head_scheme, ScaleRule rule,
+                                DecoderModel* m) {
   MX_ASSIGN_OR_RETURN(Tensor embed,
                       w.get("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}));
   MX_ASSIGN_OR_RETURN(Tensor e16, stack_rows_bf16({embed}, "model.embed_tokens"));
@@ -76,7 +78,10 @@ Status load_embeddings_and_head(const WeightLoader& w, const ModelConfig& c, Dec
   // A tied checkpoint may still ship lm_head.weight; without one the embedding serves.
   if (!c.tie_word_embeddings || w.has("lm_head.weight")) {
     MX_ASSIGN_OR_RETURN(m->lm_head, w.linear({"lm_head"}, {c.vocab_size}, c.hidden_size, "lm_head",
-                                             /*keep_float=*/true));
+                                             /*keep_float=*/!head_scheme));
+  } else if (head_scheme && *head_scheme != Scheme::kBf16) {
+    MX_ASSIGN_OR_RETURN(MxWeights q, quantize_weight(m->embed, *head_scheme, rule, "lm_head"));
+    m->lm_head = make_mx_linear(std::move(q), rule);
   } else {
     MX_ASSIGN_OR_RETURN(m->lm_head, make_bf16_linear({m->embed}, "lm_head"));
   }

@@ -18,7 +18,9 @@ Status load_moe(const WeightLoader& w, const ModelConfig& c, const std::string& 
 // Norms, embedding, final norm and lm_head (tied or not).
 Status load_norms(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
                   DecoderLayer* out);
-Status load_embeddings_and_head(const WeightLoader& w, const ModelConfig& c, DecoderModel* m);
+// `head_scheme`: lm_head's online scheme (nullopt keeps it in floating point).
+Status load_embeddings_and_head(const WeightLoader& w, const ModelConfig& c,
+                                std::optional<Scheme> head_scheme, ScaleRule rule, DecoderModel* m);
 
 // Architecture builders (one file each) and the registry.
 using LayerBuilder = Status (*)(const WeightLoader& w, const ModelConfig& c, int64_t layer,

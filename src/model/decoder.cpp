@@ -284,7 +284,9 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   m->pool_ = std::make_unique<ThreadPool>(std::max(1, options.threads));
   const WeightLoader w(*ck, offline ? &*offline : nullptr,
                        offline ? std::nullopt : options.quantization, options.scale_rule);
-  MX_RETURN_IF_ERROR(load_embeddings_and_head(w, config, m.get()));
+  const std::optional<Scheme> head_scheme =
+      options.quantize_lm_head && !offline ? options.quantization : std::nullopt;
+  MX_RETURN_IF_ERROR(load_embeddings_and_head(w, config, head_scheme, options.scale_rule, m.get()));
   const LayerBuilder build = layer_builder_for(config.arch);
   m->layers.resize(static_cast<size_t>(config.num_layers));
   for (int64_t i = 0; i < config.num_layers; ++i) {

@@ -19,8 +19,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-bool always_float(const std::string& name, bool quantize_gate) {
-  return name.find("embed_tokens") != std::string::npos || name.rfind("lm_head", 0) == 0 ||
+bool always_float(const std::string& name, bool quantize_gate, bool quantize_head) {
+  return name.find("embed_tokens") != std::string::npos ||
+         (!quantize_head && name.rfind("lm_head", 0) == 0) ||
          name.find("norm") != std::string::npos ||
          (!quantize_gate && ends_with(name, ".mlp.gate.weight"));
 }
@@ -61,7 +62,7 @@ Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::
   for (const std::string& name : names) {
     MX_ASSIGN_OR_RETURN(Tensor t, ck.tensor(name));
     bool quantize = ends_with(name, ".weight") && t.rank() == 2 &&
-                    !always_float(name, opt.quantize_router_gate);
+                    !always_float(name, opt.quantize_router_gate, opt.quantize_lm_head);
     for (const std::string& p : opt.keep_float) {
       if (name.find(p) != std::string::npos) quantize = false;
     }

@@ -22,6 +22,8 @@ struct ExportOptions {
   std::vector<std::string> keep_float;
   // msmodelslim may quantize the MoE router gate too; loaders must then dequantize it.
   bool quantize_router_gate = false;
+  // lm_head in the same scheme as the other linear layers.
+  bool quantize_lm_head = false;
   uint64_t max_shard_bytes = 4ull << 30;
   std::function<void(int64_t done, int64_t total)> progress;
 };

@@ -95,6 +95,9 @@ struct LoadOptions {
   // norms and lm_head stay BF16); ignored for offline-quantized checkpoints.
   std::optional<Scheme> quantization;
   ScaleRule scale_rule = ScaleRule::kFloor;
+  // Online quantization covers lm_head too (a tied head is quantized from the embedding),
+  // as peers configure it when they compare quantized decode speed.
+  bool quantize_lm_head = false;
   // Called after each layer loads (done, total), e.g. to draw a progress bar.
   std::function<void(int64_t, int64_t)> progress;
 };
