@@ -47,6 +47,7 @@ void register_quantize(CLI::App& app, int& exit_code);
 void register_serve(CLI::App& app, int& exit_code);
 void register_bench_serving(CLI::App& app, int& exit_code);
 void register_synth(CLI::App& app, int& exit_code);
+void register_bench(CLI::App& app, int& exit_code);
 void register_eval_server(CLI::App& app, int& exit_code);
 
 }  // namespace mx::app

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   mx::app::register_serve(app, exit_code);
   mx::app::register_bench_serving(app, exit_code);
   mx::app::register_synth(app, exit_code);
+  mx::app::register_bench(app, exit_code);
   mx::app::register_eval_server(app, exit_code);
   mx::app::register_inspect(app, exit_code);
   mx::app::register_tokenize(app, exit_code);

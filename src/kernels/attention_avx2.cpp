@@ -2,6 +2,7 @@
 // weighted sum of values accumulated in registers 32 columns at a time.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/attention.h"
@@ -45,14 +46,18 @@ void head_paged_avx2(const float* q, const float* const* k_blocks, const float* 
                      int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
                      float* scores, float* out) {
   const int64_t d8 = head_dim & ~int64_t{7};
-  for (int64_t t = 0; t < len; ++t) {
-    const float* kt = k_blocks[t / block_size] + (t % block_size) * ld;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t d = 0; d < d8; d += 8)
-      acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kt + d), acc);
-    float s = hsum(acc);
-    for (int64_t d = d8; d < head_dim; ++d) s += q[d] * kt[d];
-    scores[t] = s * scale;
+  // Block by block: a position's block and slot come without a division.
+  for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
+    const int64_t count = std::min(block_size, len - t0);
+    for (int64_t j = 0; j < count; ++j) {
+      const float* kt = k_blocks[blk] + j * ld;
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t d = 0; d < d8; d += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kt + d), acc);
+      float s = hsum(acc);
+      for (int64_t d = d8; d < head_dim; ++d) s += q[d] * kt[d];
+      scores[t0 + j] = s * scale;
+    }
   }
   const int64_t l8 = len & ~int64_t{7};
   __m256 mv = _mm256_set1_ps(-INFINITY);
@@ -76,10 +81,15 @@ void head_paged_avx2(const float* q, const float* const* k_blocks, const float* 
     const int64_t w = d8 - d0 < 32 ? (d8 - d0) / 8 : 4;
     __m256 o[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                    _mm256_setzero_ps()};
-    for (int64_t t = 0; t < len; ++t) {
-      const __m256 p = _mm256_set1_ps(scores[t]);
-      const float* vt = v_blocks[t / block_size] + (t % block_size) * ld + d0;
-      for (int64_t j = 0; j < w; ++j) o[j] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * j), o[j]);
+    for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
+      const int64_t count = std::min(block_size, len - t0);
+      const float* vb = v_blocks[blk] + d0;
+      for (int64_t i = 0; i < count; ++i) {
+        const __m256 p = _mm256_set1_ps(scores[t0 + i]);
+        const float* vt = vb + i * ld;
+        for (int64_t j = 0; j < w; ++j)
+          o[j] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * j), o[j]);
+      }
     }
     const __m256 iv = _mm256_set1_ps(inv);
     for (int64_t j = 0; j < w; ++j) _mm256_storeu_ps(out + d0 + 8 * j, _mm256_mul_ps(o[j], iv));

@@ -39,6 +39,23 @@ void rope_neox(float* head, int64_t head_dim, int64_t pos, const float* inv_freq
   }
 }
 
+void rope_cos_sin(int64_t head_dim, int64_t pos, const float* inv_freq, float* cos, float* sin) {
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const float angle = static_cast<float>(pos) * inv_freq[i];
+    cos[i] = std::cos(angle);
+    sin[i] = std::sin(angle);
+  }
+}
+
+void rope_neox_cs(float* head, int64_t head_dim, const float* cos, const float* sin) {
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float a = head[i], b = head[i + half];
+    head[i] = a * cos[i] - b * sin[i];
+    head[i + half] = b * cos[i] + a * sin[i];
+  }
+}
+
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];

@@ -15,6 +15,10 @@ void rms_norm_bf16(const float* x, const uint16_t* w, int64_t n, double eps, flo
 // i + head_dim/2), in place, at position `pos`. inv_freq[head_dim/2] = theta^(-2i/d).
 void rope_neox(float* head, int64_t head_dim, int64_t pos, const float* inv_freq);
 void rope_inv_freq(int64_t head_dim, double theta, float* inv_freq);
+// The cosines and sines rope_neox uses at `pos` (head_dim/2 each), to apply to many heads.
+void rope_cos_sin(int64_t head_dim, int64_t pos, const float* inv_freq, float* cos, float* sin);
+// rope_neox with precomputed cosines and sines: the same result.
+void rope_neox_cs(float* head, int64_t head_dim, const float* cos, const float* sin);
 
 // In place: x = silu(gate) * up, with gate = x[0:n], up = x[n:2n] -> out[0:n].
 void swiglu(const float* gate, const float* up, int64_t n, float* out);

@@ -37,7 +37,10 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
   const int64_t n = static_cast<int64_t>(row_seq.size());
   const int64_t bs = kv.block_size(), ld = kv.row();
   std::vector<float> qkv(static_cast<size_t>(n * qkv_w));
+  PhaseTimer t_qkv(profile_, Phase::kQkv);
   layer.attn.qkv->forward(h, n, qkv.data(), pool_.get());
+  t_qkv.stop();
+  PhaseTimer t_attn(profile_, Phase::kAttention);
   const auto* qn = layer.attn.q_norm.data_as<uint16_t>();
   const auto* kn = layer.attn.k_norm.data_as<uint16_t>();
   std::vector<int64_t> row_pos(static_cast<size_t>(n));
@@ -46,13 +49,17 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
   }
   // q/k norms, RoPE, and the new keys and values into their blocks: all rows first, so that
   // rows of one prefill chunk see each other's keys.
+  // One angle table per row, shared by its heads (sin and cos cost more than the rotation).
+  const int64_t half = d / 2;
+  std::vector<float> cs(static_cast<size_t>(2 * half));
   for (int64_t t = 0; t < n; ++t) {
     float* row = qkv.data() + t * qkv_w;
     const int64_t pos = row_pos[t];
+    rope_cos_sin(d, pos, inv_freq_.data(), cs.data(), cs.data() + half);
     const SeqSlice& sq = seqs[static_cast<size_t>(row_seq[t])];
     for (int64_t hd = 0; hd < nq; ++hd) {
       rms_norm_bf16(row + hd * d, qn, d, c.rms_norm_eps, row + hd * d);
-      rope_neox(row + hd * d, d, pos, inv_freq_.data());
+      rope_neox_cs(row + hd * d, d, cs.data(), cs.data() + half);
     }
     const int32_t block = sq.blocks[pos / bs];
     float* k = kv.k(li, block) + (pos % bs) * ld;
@@ -60,7 +67,7 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
     for (int64_t hd = 0; hd < nkv; ++hd) {
       float* kh = row + (nq + hd) * d;
       rms_norm_bf16(kh, kn, d, c.rms_norm_eps, kh);
-      rope_neox(kh, d, pos, inv_freq_.data());
+      rope_neox_cs(kh, d, cs.data(), cs.data() + half);
       std::memcpy(k + hd * d, kh, static_cast<size_t>(d) * sizeof(float));
       std::memcpy(v + hd * d, row + (nq + nkv + hd) * d, static_cast<size_t>(d) * sizeof(float));
     }
@@ -92,12 +99,15 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
                            scale, scores.data(), out.data() + (t * nq + hd) * d);
     }
   });
+  t_attn.stop();
+  PhaseTimer t_o(profile_, Phase::kOProj);
   layer.attn.o->forward(out.data(), n, h, pool_.get());
 }
 
 void DecoderModel::moe(const MoeBlock& m, int64_t li, const float* h, int64_t n, float* x) {
   const int64_t ne = m.experts->num_experts(), hid = config_.hidden_size, k = m.top_k;
   std::vector<float> probs(static_cast<size_t>(n * ne));
+  PhaseTimer t_router(profile_, Phase::kRouter);
   m.router->forward(h, n, probs.data(), pool_.get());
   std::vector<int32_t> ids(static_cast<size_t>(n * k));
   std::vector<float> wts(static_cast<size_t>(n * k));
@@ -116,7 +126,9 @@ void DecoderModel::moe(const MoeBlock& m, int64_t li, const float* h, int64_t n,
       wts[t * k + j] = m.norm_topk_prob ? p[order[j]] / sum : p[order[j]];
     }
   }
+  t_router.stop();
   if (trace_router_) router_trace_.push_back({li, ids, wts});
+  PhaseTimer t_dispatch(profile_, Phase::kDispatch);
   // Dispatch: rows sorted by expert, written straight into the format the expert kernel
   // declares. Each token row is quantized once, into its first slot, and copied to the rest:
   // the quantization is part of the permutation, not a pass of its own.
@@ -141,7 +153,14 @@ void DecoderModel::moe(const MoeBlock& m, int64_t li, const float* h, int64_t n,
       act_rows_copy(rows, first, &rows, slot[static_cast<size_t>(t * k + j)]);
   }
   std::vector<float> outs(static_cast<size_t>(n * k * hid));
-  m.experts->run(rows, offsets.data(), outs.data(), pool_.get());
+  t_dispatch.stop();
+  ExpertTimes et;
+  m.experts->run(rows, offsets.data(), outs.data(), pool_.get(), profile_ ? &et : nullptr);
+  if (profile_) {
+    profile_->add(Phase::kGmm1, et.gmm1);
+    profile_->add(Phase::kGmm2, et.gmm2);
+  }
+  PhaseTimer t_combine(profile_, Phase::kCombine);
   // Combine: the weighted un-permute back to token order.
   for (int64_t t = 0; t < n; ++t) {
     float* dst = x + t * hid;
@@ -213,6 +232,8 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
     rope_inv_freq(c.head_dim, c.rope_theta, inv_freq_.data());
   }
   router_trace_.clear();
+  if (profile_) ++profile_->forwards;
+  PhaseTimer t_embed(profile_, Phase::kEmbed);
   std::vector<float> x(static_cast<size_t>(n * hid)), h(x.size());
   const auto* emb = embed.data_as<uint16_t>();
   for (int64_t r = 0, sidx = 0; sidx < static_cast<int64_t>(seqs.size()); ++sidx) {
@@ -223,22 +244,28 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
       }
     }
   }
+  t_embed.stop();
   std::vector<float> tmp;
   for (int64_t li = 0; li < c.num_layers; ++li) {
     DecoderLayer& layer = layers[static_cast<size_t>(li)];
+    PhaseTimer t_norm(profile_, Phase::kNorms);
     for (int64_t t = 0; t < n; ++t) {
       rms_norm_bf16(x.data() + t * hid, layer.input_norm.data_as<uint16_t>(), hid, c.rms_norm_eps,
                     h.data() + t * hid);
     }
+    t_norm.stop();
     attention(layer, li, h.data(), seqs, row_seq, kv);  // h <- attention output
+    PhaseTimer t_norm2(profile_, Phase::kNorms);
     for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
     for (int64_t t = 0; t < n; ++t) {
       rms_norm_bf16(x.data() + t * hid, layer.post_norm.data_as<uint16_t>(), hid, c.rms_norm_eps,
                     h.data() + t * hid);
     }
+    t_norm2.stop();
     if (layer.moe) {
       moe(*layer.moe, li, h.data(), n, x.data());
     } else {
+      PhaseTimer t_mlp(profile_, Phase::kDenseMlp);
       const int64_t width = layer.mlp->down->in_features();
       tmp.resize(static_cast<size_t>(n * 2 * width));
       layer.mlp->gate_up->forward(h.data(), n, tmp.data(), pool_.get());
@@ -255,6 +282,7 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
   }
   const int64_t rows = static_cast<int64_t>(logit_rows.size());
   if (rows == 0) return Status::ok();
+  PhaseTimer t_head(profile_, Phase::kLmHead);
   for (int64_t i = 0; i < rows; ++i) {
     rms_norm_bf16(x.data() + logit_rows[i] * hid, final_norm.data_as<uint16_t>(), hid,
                   c.rms_norm_eps, h.data() + i * hid);

@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "loader/model_config.h"
+#include "model/profile.h"
 #include "quant/linear.h"
 
 namespace mx {
@@ -131,6 +132,9 @@ class DecoderModel {
   bool offline_quantized = false;
   std::string scheme_summary() const;
 
+  // When set, every forward adds the time of each phase to `prof` (null: off).
+  void set_profile(ForwardProfile* prof) { profile_ = prof; }
+
   // When set, forward() records the router choices of each MoE layer.
   void set_trace_router(bool on) { trace_router_ = on; }
   const std::vector<RouterTrace>& router_trace() const { return router_trace_; }
@@ -148,6 +152,7 @@ class DecoderModel {
                  const std::vector<int64_t>& row_seq, PagedKv& kv);
   void moe(const MoeBlock& moe, int64_t li, const float* h, int64_t n, float* x);
   bool trace_router_ = false;
+  ForwardProfile* profile_ = nullptr;
   bool fused_dispatch_ = true;
   ScaleRule scale_rule_ = ScaleRule::kFloor;
   friend Result<std::unique_ptr<DecoderModel>> load_model(const std::string&, const LoadOptions&);

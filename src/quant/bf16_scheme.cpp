@@ -47,10 +47,11 @@ class Bf16ExpertBank final : public ExpertBank {
   std::string scheme_name() const override { return "bf16"; }
   uint64_t weight_bytes() const override { return w13_.nbytes() + w2_.nbytes(); }
   Scheme input_scheme(DispatchMode) const override { return Scheme::kBf16; }
-  void run(const ActRows& rows, const int64_t* offsets, float* out,
-           ThreadPool* pool) const override {
+  void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
+           ExpertTimes* times) const override {
     const int64_t h = hidden(), i = inter();
     std::vector<float> gu, act;
+    SplitClock clock(times);
     for (int64_t e = 0; e < num_experts(); ++e) {
       const int64_t n = offsets[e + 1] - offsets[e];
       if (n == 0) continue;
@@ -61,7 +62,9 @@ class Bf16ExpertBank final : public ExpertBank {
       for (int64_t r = 0; r < n; ++r) {
         swiglu(gu.data() + r * 2 * i, gu.data() + r * 2 * i + i, i, act.data() + r * i);
       }
+      clock.lap(times ? &times->gmm1 : nullptr);
       gemm(act.data(), n, i, w2_.data_as<uint16_t>() + e * h * i, h, out + offsets[e] * h, pool);
+      clock.lap(times ? &times->gmm2 : nullptr);
     }
   }
 

@@ -2,6 +2,7 @@
 // How W is stored and multiplied is the scheme's business; layers never branch on formats.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,6 +43,30 @@ Result<Tensor> stack_rows_bf16(const std::vector<Tensor>& parts, const std::stri
 // How routed rows reach the experts (ARCHITECTURE.md section 4).
 enum class DispatchMode { kLocal, kEpLowLatency, kEpNormal };
 
+// Seconds spent in each grouped GEMM of a run() call, for profiles.
+struct ExpertTimes {
+  double gmm1 = 0;  // gate/up with its SwiGLU + requantization epilogue
+  double gmm2 = 0;  // down
+};
+
+// Attributes the time since the previous lap to a counter; does nothing without times.
+class SplitClock {
+ public:
+  explicit SplitClock(const ExpertTimes* times) : on_(times != nullptr) {
+    if (on_) last_ = std::chrono::steady_clock::now();
+  }
+  void lap(double* into) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    *into += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  bool on_;
+  std::chrono::steady_clock::time_point last_;
+};
+
 // One expert bank of a MoE layer: per expert, gate/up [2I, H] and down [H, I].
 class ExpertBank {
  public:
@@ -57,8 +82,8 @@ class ExpertBank {
   // Rows grouped by expert: expert e owns rows [offsets[e], offsets[e+1]). Rows in the
   // declared format go straight to gmm1; FP32 rows are quantized by gmm1 itself (counted in
   // gmm1_quantize_passes). out: [rows, H] FP32, unweighted.
-  virtual void run(const ActRows& rows, const int64_t* offsets, float* out,
-                   ThreadPool* pool) const = 0;
+  virtual void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
+                   ExpertTimes* times = nullptr) const = 0;
   // Rows gmm1 had to quantize itself since construction: zero on the fused path.
   uint64_t gmm1_quantize_passes() const { return gmm1_quant_passes_; }
 

@@ -93,9 +93,10 @@ class MxExpertBank final : public ExpertBank {
     return w13_.scheme;
   }
 
-  void run(const ActRows& rows, const int64_t* offsets, float* out,
-           ThreadPool* pool) const override {
+  void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
+           ExpertTimes* times) const override {
     const int64_t h = hidden(), i = inter();
+    SplitClock clock(times);
     const int64_t total = offsets[num_experts()];
     // Rows not in gmm1's format (FP32, or another MX format off the wire) are quantized here.
     const ActRows* in = &rows;
@@ -130,7 +131,9 @@ class MxExpertBank final : public ExpertBank {
         swiglu(gu.data() + r * 2 * i, gu.data() + r * 2 * i + i, i, tmp.data());
         act_rows_quantize(tmp.data(), offsets[e] + r, rule_, &act);
       }
+      clock.lap(times ? &times->gmm1 : nullptr);
       gemm_rows(act, offsets[e], n, weight_view(w2_, e * h, h), out + offsets[e] * h, pool);
+      clock.lap(times ? &times->gmm2 : nullptr);
     }
   }
 

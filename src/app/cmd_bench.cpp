@@ -1,0 +1,55 @@
+#include <cstdio>
+
+#include "app/commands.h"
+#include "runtime/bench.h"
+
+namespace mx::app {
+namespace {
+
+struct BenchArgs {
+  ModelArgs m;
+  BenchOptions opt;
+  bool json = false;
+};
+
+int bench(const BenchArgs& a) {
+  auto model = load_model_or_report(a.m, "bench");
+  if (!model) return 1;
+  auto r = run_bench(*model, a.opt);
+  if (!r.is_ok()) {
+    std::fprintf(stderr, "mxserve bench: %s\n", r.status().to_string().c_str());
+    return 1;
+  }
+  if (a.json) {
+    auto j = r->to_json();
+    j["model"] = a.m.model;
+    j["schemes"] = model->scheme_summary();
+    j["lm_head"] = model->lm_head->scheme_name();
+    j["threads"] = a.m.threads;
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("model: %s (%s, lm_head %s), %d threads\n%s", a.m.model.c_str(),
+              model->scheme_summary().c_str(), model->lm_head->scheme_name().c_str(), a.m.threads,
+              r->report().c_str());
+  return 0;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, int& exit_code) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand(
+      "bench", "Prefill and decode speed against this machine's bandwidth and arithmetic peaks");
+  add_model_flags(cmd, &a->m);
+  cmd->add_option("-p,--prompt", a->opt.prompt, "Prompt tokens per sequence")
+      ->capture_default_str();
+  cmd->add_option("-n,--gen", a->opt.gen, "Decoded tokens per sequence")->capture_default_str();
+  cmd->add_option("--batch", a->opt.batch, "Sequences decoded together")->capture_default_str();
+  cmd->add_option("-r,--reps", a->opt.reps, "Repetitions")->capture_default_str();
+  cmd->add_flag("--profile", a->opt.profile, "Time every kernel of the forward pass");
+  cmd->add_flag("--json", a->json, "Print one JSON object");
+  cmd->callback([a, &exit_code] { exit_code = bench(*a); });
+}
+
+}  // namespace mx::app

@@ -1,0 +1,230 @@
+#include "runtime/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+namespace mx {
+namespace {
+
+double mean(const std::vector<double>& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+double stdev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = mean(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / static_cast<double>(v.size() - 1));
+}
+
+nlohmann::ordered_json profile_json(const ForwardProfile& p) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  const double total = p.total();
+  for (int i = 0; i < static_cast<int>(Phase::kCount); ++i) {
+    const double s = p.seconds[static_cast<size_t>(i)];
+    j[phase_name(static_cast<Phase>(i))] = {
+        {"layer_type", phase_layer_type(static_cast<Phase>(i))},
+        {"ms_per_forward", p.forwards ? 1e3 * s / static_cast<double>(p.forwards) : 0.0},
+        {"share", total > 0 ? s / total : 0.0}};
+  }
+  return j;
+}
+
+void profile_report(const char* title, const ForwardProfile& p, std::string* out) {
+  char line[160];
+  std::snprintf(line, sizeof line, "%s profile (%lld forwards):\n  %-16s %-6s %12s %7s\n", title,
+                static_cast<long long>(p.forwards), "kernel", "layers", "ms/forward", "share");
+  *out += line;
+  const double total = p.total();
+  double moe = 0, moe_overhead = 0;
+  for (int i = 0; i < static_cast<int>(Phase::kCount); ++i) {
+    const Phase ph = static_cast<Phase>(i);
+    const double s = p.seconds[static_cast<size_t>(i)];
+    if (std::string(phase_layer_type(ph)) == "moe") moe += s;
+    if (ph == Phase::kRouter || ph == Phase::kDispatch || ph == Phase::kCombine) moe_overhead += s;
+    std::snprintf(line, sizeof line, "  %-16s %-6s %12.4f %6.1f%%\n", phase_name(ph),
+                  phase_layer_type(ph),
+                  p.forwards ? 1e3 * s / static_cast<double>(p.forwards) : 0.0,
+                  total > 0 ? 100 * s / total : 0.0);
+    *out += line;
+  }
+  if (moe > 0) {
+    std::snprintf(line, sizeof line, "  router + dispatch + combine: %.1f%% of MoE time\n",
+                  100 * moe_overhead / moe);
+    *out += line;
+  }
+}
+
+}  // namespace
+
+ModelCost model_cost(const DecoderModel& m, int64_t batch, int64_t prompt, int64_t gen) {
+  const ModelConfig& c = m.config();
+  ModelCost cost;
+  double bytes = 0, macs = 0;
+  for (const DecoderLayer& l : m.layers) {
+    bytes += static_cast<double>(l.attn.qkv->weight_bytes() + l.attn.o->weight_bytes());
+    macs += static_cast<double>(c.hidden_size) *
+            static_cast<double>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim +
+                                c.num_heads * c.head_dim);
+    if (l.mlp) {
+      bytes += static_cast<double>(l.mlp->gate_up->weight_bytes() + l.mlp->down->weight_bytes());
+      macs += 3.0 * static_cast<double>(c.hidden_size) *
+              static_cast<double>(l.mlp->down->in_features());
+    }
+    if (l.moe) {
+      const double e = static_cast<double>(l.moe->experts->num_experts());
+      const double k = static_cast<double>(l.moe->top_k);
+      // Experts a batch touches on average under uniform routing.
+      const double touched = e * (1.0 - std::pow(1.0 - k / e, static_cast<double>(batch)));
+      bytes += static_cast<double>(l.moe->router->weight_bytes()) +
+               touched * static_cast<double>(l.moe->experts->weight_bytes()) / e;
+      macs += static_cast<double>(c.hidden_size) *
+              (e + k * 3.0 * static_cast<double>(l.moe->experts->inter()));
+    }
+  }
+  const double head_bytes = static_cast<double>(m.lm_head->weight_bytes());
+  const double head_macs = static_cast<double>(c.vocab_size * c.hidden_size);
+  // KV (FP32 keys and values) read at the mean decode context, per sequence.
+  const double ctx = static_cast<double>(prompt) + static_cast<double>(gen) / 2;
+  const double kv = 2.0 * static_cast<double>(c.num_layers * c.num_kv_heads * c.head_dim) * 4.0 *
+                    ctx * static_cast<double>(batch);
+  cost.decode_bytes_per_step = bytes + head_bytes + kv;
+  // Prefill: every linear per token, lm_head once per prompt, attention over the mean
+  // causal context (QK and PV).
+  const double attn_macs = 2.0 * static_cast<double>(c.num_layers * c.num_heads * c.head_dim) *
+                           (static_cast<double>(prompt) + 1) / 2;
+  cost.prefill_flops_per_token = 2.0 * (macs + attn_macs + head_macs / static_cast<double>(prompt));
+  return cost;
+}
+
+double BenchResult::decode_roofline_frac() const {
+  // Steps per second the bandwidth allows, times the tokens of a step.
+  const double bound =
+      peaks.bandwidth_gbs * 1e9 / cost.decode_bytes_per_step * static_cast<double>(options.batch);
+  return bound > 0 ? mean(decode_tok_s) / bound : 0;
+}
+
+double BenchResult::prefill_roofline_frac() const {
+  const double bound = peaks.bf16_gflops * 1e9 / cost.prefill_flops_per_token;
+  return bound > 0 ? mean(prefill_tok_s) / bound : 0;
+}
+
+Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
+  if (opt.prompt < 1 || opt.gen < 1 || opt.batch < 1 || opt.reps < 1) {
+    return invalid_argument("-p, -n, --batch and -r must be at least 1");
+  }
+  const ModelConfig& c = model.config();
+  if (opt.prompt + opt.gen > c.max_position_embeddings) {
+    return invalid_argument("-p + -n (" + std::to_string(opt.prompt + opt.gen) +
+                            ") exceeds the context length of " +
+                            std::to_string(c.max_position_embeddings));
+  }
+  BenchResult r;
+  r.options = opt;
+  r.peaks = measure_machine_peaks(model.pool());
+  r.cost = model_cost(model, opt.batch, opt.prompt, opt.gen);
+  const int32_t bs = 16;
+  const int64_t per_seq = (opt.prompt + opt.gen + bs - 1) / bs;
+  PagedKv kv(c, static_cast<int32_t>(opt.batch * per_seq), bs);
+  std::mt19937_64 rng(opt.seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(opt.batch));
+  std::vector<std::vector<int32_t>> tables(seqs.size());
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    seqs[b].resize(static_cast<size_t>(opt.prompt + opt.gen));
+    for (int64_t i = 0; i < opt.prompt; ++i) seqs[b][static_cast<size_t>(i)] = tok(rng);
+    tables[b].resize(static_cast<size_t>(per_seq));
+    std::iota(tables[b].begin(), tables[b].end(), static_cast<int32_t>(b * per_seq));
+  }
+  std::vector<float> logits(static_cast<size_t>(opt.batch * c.vocab_size));
+  using Clock = std::chrono::steady_clock;
+  for (int64_t rep = 0; rep < opt.reps; ++rep) {
+    std::vector<SeqSlice> prefill;
+    for (size_t b = 0; b < seqs.size(); ++b) {
+      prefill.push_back({seqs[b].data(), opt.prompt, 0, tables[b].data(), SeqSlice::Logits::kLast});
+    }
+    model.set_profile(opt.profile ? &r.prefill_profile : nullptr);
+    auto t0 = Clock::now();
+    MX_RETURN_IF_ERROR(model.forward_batch(prefill, kv, logits.data()));
+    const double tp = std::chrono::duration<double>(Clock::now() - t0).count();
+    r.prefill_tok_s.push_back(static_cast<double>(opt.batch * opt.prompt) / tp);
+    model.set_profile(opt.profile ? &r.decode_profile : nullptr);
+    t0 = Clock::now();
+    for (int64_t step = 0; step < opt.gen; ++step) {
+      std::vector<SeqSlice> slices;
+      for (size_t b = 0; b < seqs.size(); ++b) {
+        // Greedy: the next token is the argmax of the previous step's logits.
+        const float* row = logits.data() + b * static_cast<size_t>(c.vocab_size);
+        seqs[b][static_cast<size_t>(opt.prompt + step)] =
+            static_cast<int32_t>(std::max_element(row, row + c.vocab_size) - row);
+        slices.push_back({seqs[b].data() + opt.prompt + step, 1, opt.prompt + step,
+                          tables[b].data(), SeqSlice::Logits::kLast});
+      }
+      MX_RETURN_IF_ERROR(model.forward_batch(slices, kv, logits.data()));
+    }
+    const double td = std::chrono::duration<double>(Clock::now() - t0).count();
+    r.decode_tok_s.push_back(static_cast<double>(opt.batch * opt.gen) / td);
+  }
+  model.set_profile(nullptr);
+  return r;
+}
+
+nlohmann::ordered_json BenchResult::to_json() const {
+  nlohmann::ordered_json j = {{"prompt_tokens", options.prompt},
+                              {"gen_tokens", options.gen},
+                              {"batch", options.batch},
+                              {"reps", options.reps},
+                              {"prefill_tok_s", mean(prefill_tok_s)},
+                              {"prefill_tok_s_std", stdev(prefill_tok_s)},
+                              {"decode_tok_s", mean(decode_tok_s)},
+                              {"decode_tok_s_std", stdev(decode_tok_s)},
+                              {"bandwidth_gbs", peaks.bandwidth_gbs},
+                              {"peak_fp32_gflops", peaks.fp32_gflops},
+                              {"peak_bf16_gflops", peaks.bf16_gflops},
+                              {"peak_int8_gops", peaks.int8_gops},
+                              {"bf16_peak_how", peaks.bf16_how},
+                              {"int8_peak_how", peaks.int8_how},
+                              {"decode_bytes_per_step", cost.decode_bytes_per_step},
+                              {"prefill_flops_per_token", cost.prefill_flops_per_token},
+                              {"decode_roofline_frac", decode_roofline_frac()},
+                              {"prefill_roofline_frac", prefill_roofline_frac()}};
+  if (options.profile) {
+    j["profile"] = {{"prefill", profile_json(prefill_profile)},
+                    {"decode", profile_json(decode_profile)}};
+  }
+  return j;
+}
+
+std::string BenchResult::report() const {
+  std::string s;
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "machine: %.1f GB/s read, %.1f GFLOP/s fp32, %.1f GFLOP/s bf16, %.1f GOP/s int8\n",
+                peaks.bandwidth_gbs, peaks.fp32_gflops, peaks.bf16_gflops, peaks.int8_gops);
+  s += line;
+  std::snprintf(line, sizeof line,
+                "prefill: %lld x %lld tokens, %.1f tok/s (sd %.1f), %.1f%% of the bf16 peak "
+                "(%.3f GFLOP/token)\n",
+                static_cast<long long>(options.batch), static_cast<long long>(options.prompt),
+                mean(prefill_tok_s), stdev(prefill_tok_s), 100 * prefill_roofline_frac(),
+                cost.prefill_flops_per_token / 1e9);
+  s += line;
+  std::snprintf(line, sizeof line,
+                "decode:  %lld x %lld tokens, %.2f tok/s (sd %.2f), %.1f%% of the bandwidth "
+                "roofline (%.1f MB/step)\n",
+                static_cast<long long>(options.batch), static_cast<long long>(options.gen),
+                mean(decode_tok_s), stdev(decode_tok_s), 100 * decode_roofline_frac(),
+                cost.decode_bytes_per_step / 1e6);
+  s += line;
+  if (options.profile) {
+    profile_report("prefill", prefill_profile, &s);
+    profile_report("decode", decode_profile, &s);
+  }
+  return s;
+}
+
+}  // namespace mx

@@ -1,0 +1,49 @@
+// Offline speed of one model: prefill and decode tokens/s over repetitions, set against this
+// machine's roofline measured in the same run. Decode is bounded by memory bandwidth (the
+// weight and KV bytes one step must read), prefill by arithmetic (FLOPs per token against the
+// BF16 peak); each phase reports the fraction of its bound it reaches, and optionally the
+// time of every kernel of the forward pass.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "model/model.h"
+#include "runtime/machine_peaks.h"
+
+namespace mx {
+
+struct BenchOptions {
+  int64_t prompt = 512;  // tokens prefilled per sequence
+  int64_t gen = 128;     // tokens decoded per sequence
+  int64_t batch = 1;     // sequences decoded together
+  int64_t reps = 3;
+  bool profile = false;
+  uint64_t seed = 1;
+};
+
+// Bytes one decode step reads and FLOPs one prefill token costs, from the loaded weights.
+struct ModelCost {
+  double decode_bytes_per_step = 0;  // weights touched by `batch` tokens + their KV reads
+  double prefill_flops_per_token = 0;
+};
+ModelCost model_cost(const DecoderModel& m, int64_t batch, int64_t prompt, int64_t gen);
+
+struct BenchResult {
+  BenchOptions options;
+  std::vector<double> prefill_tok_s, decode_tok_s;  // one per repetition
+  MachinePeaks peaks;
+  ModelCost cost;
+  ForwardProfile prefill_profile, decode_profile;  // summed over repetitions
+  double decode_roofline_frac() const;
+  double prefill_roofline_frac() const;
+  nlohmann::ordered_json to_json() const;
+  std::string report() const;
+};
+
+Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt);
+
+}  // namespace mx

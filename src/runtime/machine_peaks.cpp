@@ -1,0 +1,88 @@
+#include "runtime/machine_peaks.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/cpu_features.h"
+
+namespace mx {
+namespace {
+
+// Best of `reps` timings of fn(thread) run on every thread at once; returns ops per second.
+template <typename Fn>
+double best_rate(ThreadPool& pool, int reps, Fn fn) {
+  const int threads = pool.num_threads();
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<double> ops(static_cast<size_t>(threads), 0.0);
+    const auto start = std::chrono::steady_clock::now();
+    pool.parallel_for(threads, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) ops[static_cast<size_t>(t)] = fn(t);
+    });
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double total = 0;
+    for (double o : ops) total += o;
+    best = std::max(best, total / s);
+  }
+  return best;
+}
+
+double read_sum_scalar(const float* p, int64_t n, float* sink) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += p[i];
+  *sink += s;
+  return static_cast<double>(n) * sizeof(float);
+}
+
+}  // namespace
+
+MachinePeaks measure_machine_peaks(ThreadPool& pool) {
+  MachinePeaks m;
+  const bool avx2 = isa_supported(IsaLevel::kAvx2);
+  const int threads = pool.num_threads();
+  // 512 MiB: far past any last-level cache, so every read comes from memory.
+  const int64_t n = (int64_t{512} << 20) / static_cast<int64_t>(sizeof(float));
+  float* buf = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * sizeof(float)));
+  pool.parallel_for(n, [&](int64_t b, int64_t e, int) {
+    std::memset(buf + b, 0, static_cast<size_t>(e - b) * sizeof(float));
+  });
+  std::vector<float> sinks(static_cast<size_t>(threads) * 16, 0.0f);
+  m.bandwidth_gbs = best_rate(pool, 3,
+                              [&](int64_t t) {
+                                const int64_t b = n * t / threads / 32 * 32;
+                                const int64_t e = n * (t + 1) / threads / 32 * 32;
+                                float* sink = &sinks[static_cast<size_t>(t) * 16];
+                                return avx2 ? peaks_detail::read_sum_avx2(buf + b, e - b, sink)
+                                            : read_sum_scalar(buf + b, e - b, sink);
+                              }) /
+                    1e9;
+  std::free(buf);
+  if (avx2) {
+    m.fp32_gflops = best_rate(pool, 3,
+                              [&](int64_t t) {
+                                return peaks_detail::fp32_fma_avx2(
+                                    20'000'000, &sinks[static_cast<size_t>(t) * 16]);
+                              }) /
+                    1e9;
+    std::vector<int> isinks(static_cast<size_t>(threads) * 16, 0);
+    m.int8_gops = best_rate(pool, 3,
+                            [&](int64_t t) {
+                              return peaks_detail::int8_dot_avx2(
+                                  20'000'000, &isinks[static_cast<size_t>(t) * 16]);
+                            }) /
+                  1e9;
+    // Without AVX512_BF16 a BF16 product is a widened FP32 FMA: the FP32 peak bounds it.
+    m.bf16_gflops = m.fp32_gflops;
+    m.bf16_how = "fp32 fma on widened bf16 (no AVX512_BF16)";
+    m.int8_how = "avx2 vpmaddubsw + vpmaddwd";
+  } else {
+    m.bf16_how = m.int8_how = "not measured without AVX2";
+  }
+  return m;
+}
+
+}  // namespace mx

@@ -1,0 +1,30 @@
+// What this machine can do at most, measured in the same run as the benchmark it scales:
+// memory read bandwidth (a buffer far larger than the caches, every thread reading its
+// slice) and peak arithmetic with the widest instructions the CPU has for FP32 FMA, BF16
+// products and int8 dot products, all threads busy.
+#pragma once
+
+#include <string>
+
+#include "core/thread_pool.h"
+
+namespace mx {
+
+struct MachinePeaks {
+  double bandwidth_gbs = 0;
+  double fp32_gflops = 0;
+  double bf16_gflops = 0;  // BF16 products accumulated in FP32
+  double int8_gops = 0;    // int8 multiply-adds, two ops each
+  std::string bf16_how, int8_how;
+};
+
+MachinePeaks measure_machine_peaks(ThreadPool& pool);
+
+namespace peaks_detail {
+// AVX2 loops (machine_peaks_avx2.cpp); each returns its operation count.
+double read_sum_avx2(const float* p, int64_t n, float* sink);
+double fp32_fma_avx2(int64_t iters, float* sink);
+double int8_dot_avx2(int64_t iters, int* sink);
+}  // namespace peaks_detail
+
+}  // namespace mx
