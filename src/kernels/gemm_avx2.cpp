@@ -1,6 +1,10 @@
 // AVX2 BF16-weight GEMM: weights are widened to FP32 in registers (a 16-bit shift) and never
-// in memory; up to four activation rows share each converted weight vector.
+// in memory; register tiles of up to six rows by six columns share every load.
 #include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
 
 #include "kernels/gemm.h"
 
@@ -22,60 +26,66 @@ inline float bf16_scalar(uint16_t h) {
   return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(h) << 16)));
 }
 
-// R activation rows against one weight row: each weight vector is widened once and used R
-// times, so the widening cost shrinks as the batch grows. Every row keeps two accumulators
-// whatever R is, so a row's sum is the same in any tile: a batch gives bit-identical results
-// to its sequences run alone. Six rows (12 accumulators) is what 16 registers hold.
-template <int R>
-inline void dot_rows(const float* const* x, const uint16_t* w, int64_t k, float* out) {
-  constexpr int A = 2;
-  __m256 acc[R][A];
+// An R x C tile of outputs: R activation rows against C weight rows, one 8-lane accumulator
+// per output. Each widened weight vector feeds R FMAs and each activation load C, and the
+// R * C independent chains hide the FMA latency even at one row (decode). Every output is
+// the same sequence of operations whatever the tile shape, so a row's result does not depend
+// on the batch it came in.
+template <int R, int C>
+void tile(const GemmBf16Args& a, int64_t row, int64_t col) {
+  const float* x[R];
+  const uint16_t* w[C];
+  for (int r = 0; r < R; ++r) x[r] = a.x + (row + r) * a.ldx;
+  for (int c = 0; c < C; ++c) w[c] = a.w + (col + c) * a.ldw;
+  __m256 acc[R][C];
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < A; ++j) acc[r][j] = _mm256_setzero_ps();
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 8 * A <= k; i += 8 * A) {
-    for (int j = 0; j < A; ++j) {
-      const __m256 wv = load_bf16x8(w + i + 8 * j);
-      for (int r = 0; r < R; ++r)
-        acc[r][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x[r] + i + 8 * j), wv, acc[r][j]);
+  for (; i + 8 <= a.k; i += 8) {
+    __m256 wv[C];
+    for (int c = 0; c < C; ++c) wv[c] = load_bf16x8(w[c] + i);
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x[r] + i);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
     }
   }
-  for (; i + 8 <= k; i += 8) {
-    const __m256 wv = load_bf16x8(w + i);
-    for (int r = 0; r < R; ++r)
-      acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x[r] + i), wv, acc[r][0]);
-  }
   for (int r = 0; r < R; ++r) {
-    __m256 t = acc[r][0];
-    if constexpr (A == 2) t = _mm256_add_ps(t, acc[r][1]);
-    float s = hsum(t);
-    for (int64_t j = i; j < k; ++j) s += x[r][j] * bf16_scalar(w[j]);
-    out[r] = s;
+    for (int c = 0; c < C; ++c) {
+      float s = hsum(acc[r][c]);
+      for (int64_t j = i; j < a.k; ++j) s += x[r][j] * bf16_scalar(w[c][j]);
+      a.y[(row + r) * a.ldy + col + c] = s;
+    }
   }
 }
 
-template <int R>
-void row_tile(const GemmBf16Args& a, int64_t row, int64_t n_begin, int64_t n_end) {
-  const float* x[R];
-  for (int r = 0; r < R; ++r) x[r] = a.x + (row + r) * a.ldx;
-  for (int64_t n = n_begin; n < n_end; ++n) {
-    float out[R];
-    dot_rows<R>(x, a.w + n * a.ldw, a.k, out);
-    for (int r = 0; r < R; ++r) a.y[(row + r) * a.ldy + n] = out[r];
-  }
+using TileFn = void (*)(const GemmBf16Args&, int64_t, int64_t);
+constexpr int kMaxRows = 6, kMaxCols = 6;
+// Columns per tile for each row count: what 16 vector registers hold (R * C accumulators,
+// C weight vectors and one activation vector).
+constexpr int kCols[kMaxRows + 1] = {0, 6, 4, 3, 3, 2, 2};
+
+template <int R, int... Cs>
+constexpr std::array<TileFn, kMaxCols + 1> row_of(std::integer_sequence<int, Cs...>) {
+  return {nullptr, &tile<R, Cs + 1>...};
 }
+template <int... Rs>
+constexpr std::array<std::array<TileFn, kMaxCols + 1>, kMaxRows + 1> table_of(
+    std::integer_sequence<int, Rs...>) {
+  return {std::array<TileFn, kMaxCols + 1>{},
+          row_of<Rs + 1>(std::make_integer_sequence<int, kMaxCols>())...};
+}
+constexpr auto kTiles = table_of(std::make_integer_sequence<int, kMaxRows>());
 
-using TileFn = void (*)(const GemmBf16Args&, int64_t, int64_t, int64_t);
-constexpr int kMaxTile = 6;
-constexpr TileFn kTiles[kMaxTile + 1] = {nullptr,     row_tile<1>, row_tile<2>, row_tile<3>,
-                                         row_tile<4>, row_tile<5>, row_tile<6>};
-
-// Rows in tiles of up to six, sized evenly (13 rows: 5 + 4 + 4, not 6 + 6 + 1).
+// Rows in tiles of up to six, sized evenly (13 rows: 5 + 4 + 4, not 6 + 6 + 1); columns in
+// tiles as wide as the row count allows, the last one narrower.
 void bf16_avx2(const GemmBf16Args& a, int64_t n_begin, int64_t n_end) {
-  const int64_t tiles = (a.m + kMaxTile - 1) / kMaxTile;
+  const int64_t tiles = (a.m + kMaxRows - 1) / kMaxRows;
   for (int64_t t = 0, row = 0; t < tiles; ++t) {
     const int64_t rows = (a.m - row) / (tiles - t) + ((a.m - row) % (tiles - t) != 0);
-    kTiles[rows](a, row, n_begin, n_end);
+    const int64_t cols = kCols[rows];
+    for (int64_t n = n_begin; n < n_end; n += cols) {
+      kTiles[static_cast<size_t>(rows)][static_cast<size_t>(std::min(cols, n_end - n))](a, row, n);
+    }
     row += rows;
   }
 }
