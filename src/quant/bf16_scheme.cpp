@@ -49,23 +49,41 @@ class Bf16ExpertBank final : public ExpertBank {
   Scheme input_scheme(DispatchMode) const override { return Scheme::kBf16; }
   void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
            ExpertTimes* times) const override {
-    const int64_t h = hidden(), i = inter();
-    std::vector<float> gu, act;
+    const int64_t h = hidden(), i = inter(), total = offsets[num_experts()];
     SplitClock clock(times);
+    std::vector<int64_t> active;
     for (int64_t e = 0; e < num_experts(); ++e) {
-      const int64_t n = offsets[e + 1] - offsets[e];
-      if (n == 0) continue;
-      gu.resize(static_cast<size_t>(n * 2 * i));
-      act.resize(static_cast<size_t>(n * i));
-      gemm(rows.f32.data() + offsets[e] * h, n, h, w13_.data_as<uint16_t>() + e * 2 * i * h, 2 * i,
-           gu.data(), pool);
-      for (int64_t r = 0; r < n; ++r) {
-        swiglu(gu.data() + r * 2 * i, gu.data() + r * 2 * i + i, i, act.data() + r * i);
-      }
-      clock.lap(times ? &times->gmm1 : nullptr);
-      gemm(act.data(), n, i, w2_.data_as<uint16_t>() + e * h * i, h, out + offsets[e] * h, pool);
-      clock.lap(times ? &times->gmm2 : nullptr);
+      if (offsets[e + 1] > offsets[e]) active.push_back(e);
     }
+    std::vector<float> gu(static_cast<size_t>(total * 2 * i)), act(static_cast<size_t>(total * i));
+    const auto& kern = gemm_kernels();
+    const uint16_t* w13 = w13_.data_as<uint16_t>();
+    const uint16_t* w2 = w2_.data_as<uint16_t>();
+    for_each_expert_block(active, 2 * i, pool, total * 2 * i * h,
+                          [&](int64_t e, int64_t c0, int64_t c1, int) {
+                            const int64_t r0 = offsets[e];
+                            const GemmBf16Args a{rows.f32.data() + r0 * h,
+                                                 w13 + e * 2 * i * h,
+                                                 gu.data() + r0 * 2 * i,
+                                                 offsets[e + 1] - r0,
+                                                 h,
+                                                 h,
+                                                 h,
+                                                 2 * i};
+                            kern.bf16(a, c0, c1);
+                          });
+    for (int64_t r = 0; r < total; ++r) {
+      swiglu(gu.data() + r * 2 * i, gu.data() + r * 2 * i + i, i, act.data() + r * i);
+    }
+    clock.lap(times ? &times->gmm1 : nullptr);
+    for_each_expert_block(
+        active, h, pool, total * h * i, [&](int64_t e, int64_t c0, int64_t c1, int) {
+          const int64_t r0 = offsets[e];
+          const GemmBf16Args a{
+              act.data() + r0 * i, w2 + e * h * i, out + r0 * h, offsets[e + 1] - r0, i, i, i, h};
+          kern.bf16(a, c0, c1);
+        });
+    clock.lap(times ? &times->gmm2 : nullptr);
   }
 
  private:

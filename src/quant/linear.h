@@ -2,6 +2,7 @@
 // How W is stored and multiplied is the scheme's business; layers never branch on formats.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -48,6 +49,30 @@ struct ExpertTimes {
   double gmm1 = 0;  // gate/up with its SwiGLU + requantization epilogue
   double gmm2 = 0;  // down
 };
+
+// One parallel loop over every (active expert, 16-column block) pair of a grouped GEMM with
+// `cols` output columns per expert, instead of one loop per expert: a decode step routes a
+// few rows to many experts, and a thread wake-up per expert costs more than its GEMM.
+// fn(expert, col_begin, col_end, thread) runs on the pool's threads.
+template <typename Fn>
+void for_each_expert_block(const std::vector<int64_t>& active, int64_t cols, ThreadPool* pool,
+                           int64_t work, Fn&& fn) {
+  const int64_t per = (cols + 15) / 16;
+  const int64_t total = static_cast<int64_t>(active.size()) * per;
+  auto body = [&](int64_t b, int64_t e, int thread) {
+    for (int64_t idx = b; idx < e;) {
+      const int64_t slot = idx / per, blk0 = idx % per;
+      const int64_t blk1 = std::min(per, blk0 + (e - idx));
+      fn(active[static_cast<size_t>(slot)], blk0 * 16, std::min(cols, blk1 * 16), thread);
+      idx += blk1 - blk0;
+    }
+  };
+  if (pool == nullptr || pool->num_threads() == 1 || work < (1 << 15)) {
+    body(0, total, 0);
+  } else {
+    pool->parallel_for(total, body);
+  }
+}
 
 // Attributes the time since the previous lap to a counter; does nothing without times.
 class SplitClock {

@@ -117,24 +117,50 @@ class MxExpertBank final : public ExpertBank {
       gmm1_quant_passes_ += static_cast<uint64_t>(total);
       in = &converted;
     }
-    ActRows act;  // SwiGLU output, requantized for gmm2
+    std::vector<int64_t> active;
+    int64_t max_rows = 0;
+    for (int64_t e = 0; e < num_experts(); ++e) {
+      if (offsets[e + 1] == offsets[e]) continue;
+      active.push_back(e);
+      max_rows = std::max(max_rows, offsets[e + 1] - offsets[e]);
+    }
+    if (active.empty()) return;
+    // Per-thread accumulators, 32-byte aligned, sized for the largest expert group.
+    const int threads = pool ? pool->num_threads() : 1;
+    const int64_t acc_stride = (kMxGemmAccPerRow * max_rows + 7) / 8 * 8;
+    std::vector<float> acc_store(static_cast<size_t>(threads * acc_stride + 8));
+    float* acc0 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(acc_store.data()) + 31) &
+                                           ~uintptr_t{31});
+    const auto& kern = mx_gemm_kernels();
+    // One grouped GEMM over every active expert: activations decoded once for all rows.
+    auto grouped = [&](const ActRows& a, const MxWeights& w, int64_t cols, float* y) {
+      const int64_t k = a.k, stride = mx_decoded_stride(k), nc = mx_num_chunks(k);
+      std::vector<float> af(static_cast<size_t>(total * stride));
+      const MxMatrixView view = act_view(a, 0, total);
+      mx_decode_activations(view, af.data());
+      for_each_expert_block(active, cols, pool, total * cols * k,
+                            [&](int64_t e, int64_t c0, int64_t c1, int thread) {
+                              const int64_t r0 = offsets[e];
+                              kern.gemm(af.data() + r0 * stride,
+                                        view.chunk_scales ? view.chunk_scales + r0 * nc : nullptr,
+                                        offsets[e + 1] - r0, weight_view(w, e * cols, cols),
+                                        y + r0 * cols, cols, c0, c1, acc0 + thread * acc_stride);
+                            });
+    };
+    std::vector<float> gu(static_cast<size_t>(total * 2 * i));
+    grouped(*in, w13_, 2 * i, gu.data());
+    // gmm1 epilogue: SwiGLU and requantization row by row while the row is in cache.
+    ActRows act;
     act_rows_init(w2_.scheme, i, rule_, &act);
     act.resize(total);
-    std::vector<float> gu, tmp(static_cast<size_t>(i));
-    for (int64_t e = 0; e < num_experts(); ++e) {
-      const int64_t n = offsets[e + 1] - offsets[e];
-      if (n == 0) continue;
-      gu.resize(static_cast<size_t>(n * 2 * i));
-      gemm_rows(*in, offsets[e], n, weight_view(w13_, e * 2 * i, 2 * i), gu.data(), pool);
-      // gmm1 epilogue: SwiGLU and requantization row by row while the row is in cache.
-      for (int64_t r = 0; r < n; ++r) {
-        swiglu(gu.data() + r * 2 * i, gu.data() + r * 2 * i + i, i, tmp.data());
-        act_rows_quantize(tmp.data(), offsets[e] + r, rule_, &act);
-      }
-      clock.lap(times ? &times->gmm1 : nullptr);
-      gemm_rows(act, offsets[e], n, weight_view(w2_, e * h, h), out + offsets[e] * h, pool);
-      clock.lap(times ? &times->gmm2 : nullptr);
+    std::vector<float> tmp(static_cast<size_t>(i));
+    for (int64_t r = 0; r < total; ++r) {
+      swiglu(gu.data() + r * 2 * i, gu.data() + r * 2 * i + i, i, tmp.data());
+      act_rows_quantize(tmp.data(), r, rule_, &act);
     }
+    clock.lap(times ? &times->gmm1 : nullptr);
+    grouped(act, w2_, h, out);
+    clock.lap(times ? &times->gmm2 : nullptr);
   }
 
  private:
