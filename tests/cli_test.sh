@@ -54,5 +54,28 @@ expect_fail "tokenize --decode: bad ids" "not a token id" "$bin" tokenize -m "$m
 printf 'Hello there\n/reset\nWhat is 2 plus 2?\n' | "$bin" chat -m "$model" --seed 3 -n 12 --no-think >"$tmp/chat" 2>&1
 [ $? -eq 0 ] && [ "$(grep -c . "$tmp/chat")" -ge 1 ]; check "chat: two turns from stdin" $?
 
+# bench: speeds, the roofline measured in the same run, and a profile whose kernels cover
+# the forward pass (shares sum to 1); the MoE path has no activation-quantization kernel of its
+# own (quantization is fused into dispatch).
+"$bin" bench -m "$model" --quantization mxfp8 --quantize-lm-head -p 32 -n 8 -r 2 --profile --json >"$tmp/bench.json" 2>"$tmp/err"
+python3 - "$tmp/bench.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in ["prefill_tok_s", "decode_tok_s", "bandwidth_gbs", "peak_bf16_gflops", "decode_roofline_frac", "prefill_roofline_frac"]:
+    assert d[k] > 0, (k, d[k])
+assert d["lm_head"] == "w8a8_mxfp8" and d["schemes"] == "w8a8_mxfp8", d
+for phase in ("prefill", "decode"):
+    p = d["profile"][phase]
+    assert abs(sum(v["share"] for v in p.values()) - 1) < 1e-6
+    assert p["gmm1"]["ms_per_forward"] > 0 and p["attention"]["ms_per_forward"] > 0
+    assert "dispatch+quant" in p and not any("quant" in k and k != "dispatch+quant" for k in p)
+PY
+check "bench --json --profile: speeds, roofline fractions, kernel shares" $?
+"$bin" bench -m "$model" -p 16 -n 4 -r 1 >"$tmp/out" 2>&1
+grep -qE '^decode: .* tok/s .*% of the bandwidth roofline' "$tmp/out" && grep -qE '^machine: [0-9.]+ GB/s read' "$tmp/out"
+check "bench: text report" $?
+expect_fail "bench: prompt past the context" "exceeds the context length of 1024" "$bin" bench -m "$model" -p 1000 -n 100
+expect_fail "synth: unknown model shape" "unknown model 'llama-7b' \\(known: qwen3-30b-a3b, qwen3-8b\\)" "$bin" synth --like llama-7b -o "$tmp/synth"
+
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]
