@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <regex>
+#include <string_view>
 
 #include "kernels/ops.h"
 #include "loader/json_util.h"
@@ -114,9 +114,15 @@ std::string task_prediction(const std::string& generated) {
   return strip(generated.substr(0, end));
 }
 
-bool is_number(const std::string& s) {
-  static const std::regex number(R"(-?[0-9]+(\.[0-9]+)?)");
-  return std::regex_match(s, number);
+bool is_number(const std::string& text) {
+  std::string_view s(text);
+  if (!s.empty() && s.front() == '-') s.remove_prefix(1);
+  const size_t dot = s.find('.');
+  auto digits = [](std::string_view v) {
+    return !v.empty() &&
+           std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return digits(s.substr(0, dot)) && (dot == std::string_view::npos || digits(s.substr(dot + 1)));
 }
 
 Result<std::vector<TaskItem>> load_task(const std::string& jsonl_path, int64_t shots,
