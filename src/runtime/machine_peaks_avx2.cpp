@@ -52,7 +52,7 @@ double int8_dot_avx2(int64_t iters, int* sink) {
   }
   __m256i s = acc[0];
   for (int j = 1; j < kChains; ++j) s = _mm256_add_epi32(s, acc[j]);
-  *sink += _mm256_extract_epi32(s, 0);
+  *sink ^= _mm256_extract_epi32(s, 0);  // keeps the result live; a sum could overflow
   return static_cast<double>(iters) * kChains * 32 * 2;
 }
 
