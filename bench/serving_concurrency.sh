@@ -7,17 +7,10 @@ set -eu
 bin=${1:-./build/mxserve}
 reps=${2:-3}
 model=${MODEL:-models/tiny-qwen3-moe}
-log=$(mktemp)
-"$bin" serve -m "$model" --port 0 --max-running-requests 16 >"$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
-port=""
-for _ in $(seq 1 300); do
-  port=$(grep -oE 'http://127\.0\.0\.1:[0-9]+' "$log" | head -1 | sed 's/.*://') || true
-  [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  sleep 0.1
-done
-url="http://127.0.0.1:$port"
+pids=() logs=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -f "${logs[@]}"' EXIT
+. "$(dirname "$0")/../tests/start_server.sh"
+start_server url --max-running-requests 16
 one=() eight=()
 for r in $(seq 1 "$reps"); do
   for c in 1 8; do

@@ -9,8 +9,9 @@ model=$src/models/tiny-qwen3-moe
 task=$model/eval/arith_heldout.jsonl
 fails=0 passes=0
 tmp=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+pids=() logs=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp" "${logs[@]}"' EXIT
+. "$(dirname "$0")/start_server.sh"
 
 check() {  # name, condition result
   if [ "$2" = 0 ]; then passes=$((passes + 1)); echo "ok   $1"; else fails=$((fails + 1)); echo "FAIL $1"; fi
@@ -18,20 +19,6 @@ check() {  # name, condition result
 field() {  # file, python expression over d
   python3 -c "import json,sys;d=json.load(open('$1'));print($2)"
 }
-start_server() {  # VAR ARGS...
-  local var=$1 log=$tmp/server$#.$RANDOM port=""
-  shift
-  "$bin" serve -m "$model" --port 0 "$@" >"$log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 1 300); do
-    port=$(grep -oE 'http://127\.0\.0\.1:[0-9]+' "$log" | head -1 | sed 's/.*://')
-    [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-    sleep 0.1
-  done
-  if [ -z "$port" ]; then echo "server did not start:"; cat "$log"; exit 1; fi
-  printf -v "$var" 'http://127.0.0.1:%s' "$port"
-}
-
 start_server url --api-key k
 "$bin" bench-serving --base-url "$url" --api-key k --num-prompts 6 --input-len 20 --output-len 8 \
   --max-concurrency 3 --json >"$tmp/b.json"
