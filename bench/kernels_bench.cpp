@@ -32,8 +32,10 @@ void BM_GemmBf16(benchmark::State& state, IsaLevel isa) {
   const auto wf = values(static_cast<size_t>(n * kd), 2);
   std::vector<uint16_t> w(wf.size());
   for (size_t i = 0; i < w.size(); ++i) w[i] = float_to_bf16(wf[i]);
+  std::vector<uint16_t> packed(static_cast<size_t>(bf16_panel_elems(n, kd)));
+  pack_bf16_panels(w.data(), n, kd, kd, packed.data());
   std::vector<float> y(static_cast<size_t>(m * n));
-  const GemmBf16Args a{x.data(), w.data(), y.data(), m, kd, kd, kd, n};
+  const GemmBf16Args a{x.data(), packed.data(), y.data(), m, kd, kd, n};
   for (auto _ : state) {
     k->bf16(a, 0, n);
     benchmark::DoNotOptimize(y.data());

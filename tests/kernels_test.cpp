@@ -26,30 +26,37 @@ TEST(Kernels, EveryBf16GemmVariant) {
     const GemmKernels* kern = gemm_kernels_for(isa);
     if (kern == nullptr) continue;
     ++variants;
-    // Every row-tile size (1..6) and uneven tilings (7, 8, 13, 17 rows).
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 13, 17}) {
+    // Every row-tile size (1..6), uneven tilings (7, 8, 13, 17 rows) and more rows than one
+    // L2 row block (53); a partial panel alone (13 columns) and after full ones (109).
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 13, 17, 53}) {
       for (int64_t k : {1, 17, 33, 97, 240, 688}) {
-        const int64_t n = 13;
-        const auto x =
-            test::activation_like(static_cast<size_t>(m * k), static_cast<uint32_t>(m + k));
-        const auto wf = test::activation_like(static_cast<size_t>(n * k), static_cast<uint32_t>(k));
-        std::vector<uint16_t> w(wf.size());
-        for (size_t i = 0; i < w.size(); ++i) w[i] = float_to_bf16(wf[i]);
-        std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
-        // Two column slices, as threads split them.
-        const GemmBf16Args a{x.data(), w.data(), y.data(), m, k, k, k, n};
-        kern->bf16(a, 0, 6);
-        kern->bf16(a, 6, n);
-        for (int64_t i = 0; i < m; ++i) {
-          for (int64_t j = 0; j < n; ++j) {
-            double s = 0, mag = 0;
-            for (int64_t q = 0; q < k; ++q) {
-              const double p = static_cast<double>(x[i * k + q]) * bf16_to_float(w[j * k + q]);
-              s += p;
-              mag += std::fabs(p);
+        for (int64_t n : {13, 109}) {
+          const auto x =
+              test::activation_like(static_cast<size_t>(m * k), static_cast<uint32_t>(m + k));
+          const auto wf =
+              test::activation_like(static_cast<size_t>(n * k), static_cast<uint32_t>(k + n));
+          std::vector<uint16_t> w(wf.size());
+          for (size_t i = 0; i < w.size(); ++i) w[i] = float_to_bf16(wf[i]);
+          std::vector<uint16_t> packed(static_cast<size_t>(bf16_panel_elems(n, k)));
+          pack_bf16_panels(w.data(), n, k, k, packed.data());
+          std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
+          // Two column slices split at a panel boundary, as threads split them.
+          const GemmBf16Args a{x.data(), packed.data(), y.data(), m, k, k, n};
+          const int64_t split = n > kBf16PanelCols ? kBf16PanelCols : 0;
+          if (split > 0) kern->bf16(a, 0, split);
+          kern->bf16(a, split, n);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double s = 0, mag = 0;
+              for (int64_t q = 0; q < k; ++q) {
+                const double p = static_cast<double>(x[i * k + q]) * bf16_to_float(w[j * k + q]);
+                s += p;
+                mag += std::fabs(p);
+              }
+              ASSERT_LE(std::fabs(y[i * n + j] - s), (k + 16) * 0x1p-23 * mag + 1e-30)
+                  << isa_name(isa) << " m=" << m << " k=" << k << " n=" << n << " (" << i << ", "
+                  << j << ")";
             }
-            ASSERT_LE(std::fabs(y[i * n + j] - s), (k + 16) * 0x1p-23 * mag + 1e-30)
-                << isa_name(isa) << " m=" << m << " k=" << k << " (" << i << ", " << j << ")";
           }
         }
       }

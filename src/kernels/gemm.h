@@ -2,6 +2,13 @@
 // accumulated in FP32. One table per ISA, chosen once; the table entry computes a slice of
 // output columns so callers can split N across threads.
 //
+// Weights are packed once at load into column panels of kBf16PanelCols outputs: panel p holds,
+// for k = 0 .. K-1 in order, the weights of columns 16p .. 16p+15 at that k. Within those 16,
+// column c sits at position 2c and column 8 + c at 2c + 1, so one 256-bit load widens to eight
+// columns with a 16-bit shift and to the other eight with a mask, and each output lane keeps
+// one FMA chain over k: no horizontal sums, and a row's result does not depend on how many
+// rows share the call. The last panel is zero-padded.
+//
 // Declarations only: ISA translation units include this header (see formats/act_quant.h).
 #pragma once
 
@@ -11,17 +18,32 @@
 
 namespace mx {
 
+constexpr int64_t kBf16PanelCols = 16;
+
+// Elements of the packed form of an [n, k] matrix.
+constexpr int64_t bf16_panel_elems(int64_t n, int64_t k) {
+  return (n + kBf16PanelCols - 1) / kBf16PanelCols * kBf16PanelCols * k;
+}
+// Index of w[col, kk] in the packed form of a matrix with k inputs.
+constexpr int64_t bf16_panel_index(int64_t col, int64_t kk, int64_t k) {
+  const int64_t c = col % kBf16PanelCols;
+  return (col / kBf16PanelCols) * kBf16PanelCols * k + kk * kBf16PanelCols +
+         (c < 8 ? 2 * c : 2 * (c - 8) + 1);
+}
+// Packs w ([n, k], row stride ldw) into out (bf16_panel_elems(n, k) elements).
+void pack_bf16_panels(const uint16_t* w, int64_t n, int64_t k, int64_t ldw, uint16_t* out);
+
 struct GemmBf16Args {
   const float* x;     // [m, k], row stride ldx
-  const uint16_t* w;  // [n, k] BF16, row stride ldw
+  const uint16_t* w;  // packed panels of an [n, k] matrix
   float* y;           // [m, n], row stride ldy
   int64_t m, k;
-  int64_t ldx, ldw, ldy;
+  int64_t ldx, ldy;
 };
 
 struct GemmKernels {
   IsaLevel isa;
-  // Columns [n_begin, n_end) of y.
+  // Columns [n_begin, n_end) of y; n_begin is a multiple of kBf16PanelCols.
   void (*bf16)(const GemmBf16Args& a, int64_t n_begin, int64_t n_end);
 };
 

@@ -1,5 +1,6 @@
-// AVX2 BF16-weight GEMM: weights are widened to FP32 in registers (a 16-bit shift) and never
-// in memory; register tiles of up to six rows by six columns share every load.
+// AVX2 BF16-weight GEMM over packed column panels (gemm.h): a 256-bit load of one panel row
+// widens to sixteen FP32 weights with a shift and a mask, and register tiles of R rows by C
+// panels share every load. Weights never exist as FP32 in memory.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -11,82 +12,125 @@
 namespace mx::gemm_detail {
 namespace {
 
-inline __m256 load_bf16x8(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+constexpr int64_t kP = kBf16PanelCols;
+
+// The first n (< 16) of the sixteen outputs lo, hi; out of line so the tile's accumulators
+// never have their address taken.
+__attribute__((noinline)) void store_partial(float* y, __m256 lo, __m256 hi, int64_t n) {
+  alignas(32) float tmp[kP];
+  _mm256_store_ps(tmp, lo);
+  _mm256_store_ps(tmp + 8, hi);
+  std::copy(tmp, tmp + n, y);
 }
 
-inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
-
-inline float bf16_scalar(uint16_t h) {
-  return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(h) << 16)));
-}
-
-// An R x C tile of outputs: R activation rows against C weight rows, one 8-lane accumulator
-// per output. Each widened weight vector feeds R FMAs and each activation load C, and the
-// R * C independent chains hide the FMA latency even at one row (decode). Every output is
-// the same sequence of operations whatever the tile shape, so a row's result does not depend
-// on the batch it came in.
+// R rows by C panels: 2 * R * C accumulators, each one FMA chain over k, so every output is
+// the same sequence of operations whatever the tile shape or the rows beside it. At one row
+// the C panels give the independent chains that hide FMA latency; at several rows each
+// widened weight vector feeds R FMAs.
 template <int R, int C>
-void tile(const GemmBf16Args& a, int64_t row, int64_t col) {
+void tile(const GemmBf16Args& a, int64_t row, int64_t panel, int64_t cols) {
+  const int64_t kn = a.k;
   const float* x[R];
   const uint16_t* w[C];
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) x[r] = a.x + (row + r) * a.ldx;
-  for (int c = 0; c < C; ++c) w[c] = a.w + (col + c) * a.ldw;
-  __m256 acc[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= a.k; i += 8) {
-    __m256 wv[C];
-    for (int c = 0; c < C; ++c) wv[c] = load_bf16x8(w[c] + i);
-    for (int r = 0; r < R; ++r) {
-      const __m256 xv = _mm256_loadu_ps(x[r] + i);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) w[c] = a.w + (panel + c) * kP * kn;
+  const __m256i hi_mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  __m256 acc[R][C][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+  }
+  for (int64_t k = 0; k < kn; ++k) {
+    if constexpr (C == 1) {
+      // One panel: widen it once and broadcast each row just before its two FMAs, so that
+      // six rows fit the registers (twelve accumulators, two weight halves, one broadcast).
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[0] + k * kP));
+      const __m256 lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+      const __m256 hi = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256 xb = _mm256_broadcast_ss(x[r] + k);
+        acc[r][0][0] = _mm256_fmadd_ps(xb, lo, acc[r][0][0]);
+        acc[r][0][1] = _mm256_fmadd_ps(xb, hi, acc[r][0][1]);
+      }
+    } else {
+      // Several panels: the row broadcasts stay while each panel is widened in turn.
+      __m256 xb[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) xb[r] = _mm256_broadcast_ss(x[r] + k);
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[c] + k * kP));
+        const __m256 lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+        const __m256 hi = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          acc[r][c][0] = _mm256_fmadd_ps(xb[r], lo, acc[r][c][0]);
+          acc[r][c][1] = _mm256_fmadd_ps(xb[r], hi, acc[r][c][1]);
+        }
+      }
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
+    float* y = a.y + (row + r) * a.ldy + panel * kP;
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      float s = hsum(acc[r][c]);
-      for (int64_t j = i; j < a.k; ++j) s += x[r][j] * bf16_scalar(w[c][j]);
-      a.y[(row + r) * a.ldy + col + c] = s;
+      const int64_t left = cols - c * kP;
+      if (left >= kP) {
+        _mm256_storeu_ps(y + c * kP, acc[r][c][0]);
+        _mm256_storeu_ps(y + c * kP + 8, acc[r][c][1]);
+      } else {
+        store_partial(y + c * kP, acc[r][c][0], acc[r][c][1], left);
+      }
     }
   }
 }
 
-using TileFn = void (*)(const GemmBf16Args&, int64_t, int64_t);
-constexpr int kMaxRows = 6, kMaxCols = 6;
-// Columns per tile for each row count: what 16 vector registers hold (R * C accumulators,
-// C weight vectors and one activation vector).
-constexpr int kCols[kMaxRows + 1] = {0, 6, 4, 3, 3, 2, 2};
+using TileFn = void (*)(const GemmBf16Args&, int64_t, int64_t, int64_t);
+constexpr int kMaxRows = 6, kMaxPanels = 6;
+// Panels per tile for each row count: what 16 vector registers hold (2 * R * C accumulators,
+// the two halves of one widened panel row and the row broadcasts).
+constexpr int kPanels[kMaxRows + 1] = {0, 6, 2, 1, 1, 1, 1};
 
 template <int R, int... Cs>
-constexpr std::array<TileFn, kMaxCols + 1> row_of(std::integer_sequence<int, Cs...>) {
+constexpr std::array<TileFn, kMaxPanels + 1> row_of(std::integer_sequence<int, Cs...>) {
   return {nullptr, &tile<R, Cs + 1>...};
 }
 template <int... Rs>
-constexpr std::array<std::array<TileFn, kMaxCols + 1>, kMaxRows + 1> table_of(
+constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> table_of(
     std::integer_sequence<int, Rs...>) {
-  return {std::array<TileFn, kMaxCols + 1>{},
-          row_of<Rs + 1>(std::make_integer_sequence<int, kMaxCols>())...};
+  return {std::array<TileFn, kMaxPanels + 1>{},
+          row_of<Rs + 1>(std::make_integer_sequence<int, kMaxPanels>())...};
 }
 constexpr auto kTiles = table_of(std::make_integer_sequence<int, kMaxRows>());
 
-// Rows in tiles of up to six, sized evenly (13 rows: 5 + 4 + 4, not 6 + 6 + 1); columns in
-// tiles as wide as the row count allows, the last one narrower.
+// Rows in blocks that stay in L2 while a group of panels (in L1) passes over every row tile of
+// the block; row tiles of up to six, sized evenly (13 rows: 5 + 4 + 4, not 6 + 6 + 1).
 void bf16_avx2(const GemmBf16Args& a, int64_t n_begin, int64_t n_end) {
-  const int64_t tiles = (a.m + kMaxRows - 1) / kMaxRows;
-  for (int64_t t = 0, row = 0; t < tiles; ++t) {
-    const int64_t rows = (a.m - row) / (tiles - t) + ((a.m - row) % (tiles - t) != 0);
-    const int64_t cols = kCols[rows];
-    for (int64_t n = n_begin; n < n_end; n += cols) {
-      kTiles[static_cast<size_t>(rows)][static_cast<size_t>(std::min(cols, n_end - n))](a, row, n);
+  constexpr int64_t kBlockRows = 48;
+  const int64_t p_begin = n_begin / kP, p_end = (n_end + kP - 1) / kP;
+  for (int64_t r0 = 0; r0 < a.m; r0 += kBlockRows) {
+    const int64_t m = std::min(kBlockRows, a.m - r0);
+    const int64_t tiles = (m + kMaxRows - 1) / kMaxRows;
+    const int64_t group = kPanels[(m + tiles - 1) / tiles];
+    for (int64_t p = p_begin; p < p_end; p += group) {
+      const int64_t panels = std::min(group, p_end - p);
+      const int64_t cols = std::min(n_end, (p + panels) * kP) - p * kP;
+      for (int64_t t = 0, row = r0; t < tiles; ++t) {
+        const int64_t left = r0 + m - row;
+        const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
+        const int64_t c = std::min<int64_t>(panels, kPanels[rows]);
+        for (int64_t q = 0; q < panels; q += c) {
+          const int64_t n = std::min(c, panels - q);
+          kTiles[static_cast<size_t>(rows)][static_cast<size_t>(n)](a, row, p + q, cols - q * kP);
+        }
+        row += rows;
+      }
     }
-    row += rows;
   }
 }
 

@@ -1,5 +1,5 @@
-// The BF16 scheme: weights stay BF16 (mapped when used as stored, else stacked once) and the
-// kernel widens them in registers.
+// The BF16 scheme: weights stay BF16, packed once at load into the GEMM's column panels, and
+// the kernel widens them in registers.
 #include <cstring>
 #include <vector>
 
@@ -13,7 +13,7 @@ namespace {
 
 void gemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
           ThreadPool* pool) {
-  const GemmBf16Args a{x, w, y, m, k, k, k, n};
+  const GemmBf16Args a{x, w, y, m, k, k, n};
   const auto& kern = gemm_kernels();
   if (pool == nullptr || pool->num_threads() == 1 || n * m * k < (1 << 16)) {
     kern.bf16(a, 0, n);
@@ -25,11 +25,21 @@ void gemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, fl
                      [&](int64_t b, int64_t e, int) { kern.bf16(a, b * 16, std::min(n, e * 16)); });
 }
 
+// w: [n, k] BF16, contiguous.
+Tensor pack(const Tensor& w) {
+  const int64_t n = w.dim(0), k = w.dim(1);
+  Tensor out = Tensor::empty(DType::kBF16, {bf16_panel_elems(n, k)});
+  pack_bf16_panels(w.data_as<uint16_t>(), n, k, k, out.mutable_data_as<uint16_t>());
+  return out;
+}
+
 class Bf16Linear final : public Linear {
  public:
-  explicit Bf16Linear(Tensor w) : Linear(w.dim(1), w.dim(0)), w_(std::move(w)) {}
+  explicit Bf16Linear(const Tensor& w) : Linear(w.dim(1), w.dim(0)), w_(pack(w)) {}
   std::string scheme_name() const override { return "bf16"; }
-  uint64_t weight_bytes() const override { return w_.nbytes(); }
+  uint64_t weight_bytes() const override {
+    return static_cast<uint64_t>(in_features() * out_features()) * 2;
+  }
   void forward(const float* x, int64_t m, float* y, ThreadPool* pool) const override {
     gemm(x, m, in_features(), w_.data_as<uint16_t>(), out_features(), y, pool);
   }
@@ -38,57 +48,94 @@ class Bf16Linear final : public Linear {
   Tensor w_;
 };
 
+// gate/up are packed as one matrix whose panels alternate: gate units 16j .. 16j+15, then up
+// units 16j .. 16j+15. A block of panel pairs gives whole SwiGLU outputs, so gmm1 applies the
+// activation while the block is in registers' reach, on the thread that computed it.
 class Bf16ExpertBank final : public ExpertBank {
  public:
-  Bf16ExpertBank(Tensor w13, Tensor w2)
+  // w13: [E, 2I, H], gate rows then up rows; w2: [E, H, I].
+  Bf16ExpertBank(const Tensor& w13, const Tensor& w2)
       : ExpertBank(w13.dim(0), w13.dim(2), w13.dim(1) / 2),
-        w13_(std::move(w13)),
-        w2_(std::move(w2)) {}
+        pairs_((inter() + kBf16PanelCols - 1) / kBf16PanelCols),
+        stride13_(bf16_panel_elems(2 * pairs_ * kBf16PanelCols, hidden())),
+        stride2_(bf16_panel_elems(hidden(), inter())),
+        w13_(Tensor::empty(DType::kBF16, {num_experts() * stride13_})),
+        w2_(Tensor::empty(DType::kBF16, {num_experts() * stride2_})) {
+    const int64_t h = hidden(), i = inter(), p = kBf16PanelCols;
+    std::vector<uint16_t> paired(static_cast<size_t>(2 * pairs_ * p * h));
+    for (int64_t e = 0; e < num_experts(); ++e) {
+      const uint16_t* src = w13.data_as<uint16_t>() + e * 2 * i * h;
+      std::fill(paired.begin(), paired.end(), uint16_t{0});
+      for (int64_t u = 0; u < i; ++u) {
+        const int64_t j = u / p, c = u % p;
+        std::copy(src + u * h, src + (u + 1) * h, paired.data() + ((2 * j) * p + c) * h);
+        std::copy(src + (i + u) * h, src + (i + u + 1) * h,
+                  paired.data() + ((2 * j + 1) * p + c) * h);
+      }
+      pack_bf16_panels(paired.data(), 2 * pairs_ * p, h, h,
+                       w13_.mutable_data_as<uint16_t>() + e * stride13_);
+      pack_bf16_panels(w2.data_as<uint16_t>() + e * h * i, h, i, i,
+                       w2_.mutable_data_as<uint16_t>() + e * stride2_);
+    }
+  }
   std::string scheme_name() const override { return "bf16"; }
-  uint64_t weight_bytes() const override { return w13_.nbytes() + w2_.nbytes(); }
+  uint64_t weight_bytes() const override {
+    return static_cast<uint64_t>(num_experts() * 3 * inter() * hidden()) * 2;
+  }
   Scheme input_scheme(DispatchMode) const override { return Scheme::kBf16; }
   void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
            ExpertTimes* times) const override {
     const int64_t h = hidden(), i = inter(), total = offsets[num_experts()];
+    constexpr int64_t kP = kBf16PanelCols, kSpan = 6 * kP;  // columns per GEMM call
     SplitClock clock(times);
     std::vector<int64_t> active;
+    int64_t max_rows = 0;
     for (int64_t e = 0; e < num_experts(); ++e) {
-      if (offsets[e + 1] > offsets[e]) active.push_back(e);
+      if (offsets[e + 1] == offsets[e]) continue;
+      active.push_back(e);
+      max_rows = std::max(max_rows, offsets[e + 1] - offsets[e]);
     }
-    std::vector<float> gu(static_cast<size_t>(total * 2 * i)), act(static_cast<size_t>(total * i));
+    const int threads = pool ? pool->num_threads() : 1;
+    std::vector<float> act(static_cast<size_t>(total * i));
+    std::vector<float> scratch(static_cast<size_t>(threads * max_rows * kSpan));
     const auto& kern = gemm_kernels();
     const uint16_t* w13 = w13_.data_as<uint16_t>();
     const uint16_t* w2 = w2_.data_as<uint16_t>();
-    for_each_expert_block(active, 2 * i, pool, total * 2 * i * h,
-                          [&](int64_t e, int64_t c0, int64_t c1, int) {
-                            const int64_t r0 = offsets[e];
-                            const GemmBf16Args a{rows.f32.data() + r0 * h,
-                                                 w13 + e * 2 * i * h,
-                                                 gu.data() + r0 * 2 * i,
-                                                 offsets[e + 1] - r0,
-                                                 h,
-                                                 h,
-                                                 h,
-                                                 2 * i};
-                            kern.bf16(a, c0, c1);
-                          });
-    for (int64_t r = 0; r < total; ++r) {
-      swiglu(gu.data() + r * 2 * i, gu.data() + r * 2 * i + i, i, act.data() + r * i);
-    }
+    for_each_expert_block(
+        active, 2 * pairs_ * kP, pool, total * 2 * i * h,
+        [&](int64_t e, int64_t c0, int64_t c1, int thread) {
+          const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
+          float* gu = scratch.data() + thread * max_rows * kSpan;
+          for (int64_t q = c0; q < c1; q += kSpan) {
+            const int64_t cols = std::min(kSpan, c1 - q);
+            const GemmBf16Args a{
+                rows.f32.data() + r0 * h, w13 + e * stride13_ + q * h, gu, m, h, h, kSpan};
+            kern.bf16(a, 0, cols);
+            for (int64_t pair = 0; 2 * kP * pair < cols; ++pair) {
+              const int64_t u0 = q / 2 + pair * kP, n = std::min(kP, i - u0);
+              for (int64_t r = 0; r < m; ++r) {
+                const float* g = gu + r * kSpan + 2 * kP * pair;
+                swiglu(g, g + kP, n, act.data() + (r0 + r) * i + u0);
+              }
+            }
+          }
+        },
+        2 * kP);
     clock.lap(times ? &times->gmm1 : nullptr);
     for_each_expert_block(
         active, h, pool, total * h * i, [&](int64_t e, int64_t c0, int64_t c1, int) {
           const int64_t r0 = offsets[e];
           const GemmBf16Args a{
-              act.data() + r0 * i, w2 + e * h * i, out + r0 * h, offsets[e + 1] - r0, i, i, i, h};
+              act.data() + r0 * i, w2 + e * stride2_, out + r0 * h, offsets[e + 1] - r0, i, i, h};
           kern.bf16(a, c0, c1);
         });
     clock.lap(times ? &times->gmm2 : nullptr);
   }
 
  private:
-  Tensor w13_;  // [E, 2I, H]: gate rows then up rows
-  Tensor w2_;   // [E, H, I]
+  int64_t pairs_;               // gate/up panel pairs per expert
+  int64_t stride13_, stride2_;  // packed elements per expert
+  Tensor w13_, w2_;
 };
 
 Status check_2d(const Tensor& t, const std::string& name) {
@@ -144,7 +191,7 @@ Result<Tensor> stack_rows_bf16(const std::vector<Tensor>& parts, const std::stri
 Result<std::unique_ptr<Linear>> make_bf16_linear(const std::vector<Tensor>& parts,
                                                  const std::string& name) {
   MX_ASSIGN_OR_RETURN(Tensor w, stack_rows_bf16(parts, name));
-  return std::unique_ptr<Linear>(new Bf16Linear(std::move(w)));
+  return std::unique_ptr<Linear>(new Bf16Linear(w));
 }
 
 Result<std::unique_ptr<ExpertBank>> make_bf16_expert_bank(const std::vector<Tensor>& gate,
@@ -175,7 +222,7 @@ Result<std::unique_ptr<ExpertBank>> make_bf16_expert_bank(const std::vector<Tens
     p13 += 2 * inter * hidden;
     p2 += hidden * inter;
   }
-  return std::unique_ptr<ExpertBank>(new Bf16ExpertBank(std::move(w13), std::move(w2)));
+  return std::unique_ptr<ExpertBank>(new Bf16ExpertBank(w13, w2));
 }
 
 }  // namespace mx

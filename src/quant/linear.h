@@ -50,20 +50,20 @@ struct ExpertTimes {
   double gmm2 = 0;  // down
 };
 
-// One parallel loop over every (active expert, 16-column block) pair of a grouped GEMM with
-// `cols` output columns per expert, instead of one loop per expert: a decode step routes a
-// few rows to many experts, and a thread wake-up per expert costs more than its GEMM.
+// One parallel loop over every (active expert, `unit`-column block) pair of a grouped GEMM
+// with `cols` output columns per expert, instead of one loop per expert: a decode step routes
+// a few rows to many experts, and a thread wake-up per expert costs more than its GEMM.
 // fn(expert, col_begin, col_end, thread) runs on the pool's threads.
 template <typename Fn>
 void for_each_expert_block(const std::vector<int64_t>& active, int64_t cols, ThreadPool* pool,
-                           int64_t work, Fn&& fn) {
-  const int64_t per = (cols + 15) / 16;
+                           int64_t work, Fn&& fn, int64_t unit = 16) {
+  const int64_t per = (cols + unit - 1) / unit;
   const int64_t total = static_cast<int64_t>(active.size()) * per;
   auto body = [&](int64_t b, int64_t e, int thread) {
     for (int64_t idx = b; idx < e;) {
       const int64_t slot = idx / per, blk0 = idx % per;
       const int64_t blk1 = std::min(per, blk0 + (e - idx));
-      fn(active[static_cast<size_t>(slot)], blk0 * 16, std::min(cols, blk1 * 16), thread);
+      fn(active[static_cast<size_t>(slot)], blk0 * unit, std::min(cols, blk1 * unit), thread);
       idx += blk1 - blk0;
     }
   };
