@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 apt_packages=(
   cmake ninja-build g++ make pkg-config python3 curl
-  libgtest-dev libbenchmark-dev
+  libgtest-dev libbenchmark-dev libdnnl-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev libcpp-httplib-dev
   nodejs npm
 )
