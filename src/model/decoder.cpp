@@ -30,6 +30,7 @@ uint64_t DecoderModel::weight_bytes() const {
 
 void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
                              const std::vector<SeqSlice>& seqs, const std::vector<int64_t>& row_seq,
+                             const std::vector<int64_t>& row_pos, const float* rope,
                              PagedKv& kv) {
   const ModelConfig& c = config_;
   const int64_t d = c.head_dim, nq = c.num_heads, nkv = c.num_kv_heads;
@@ -43,23 +44,18 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
   PhaseTimer t_attn(profile_, Phase::kAttention);
   const auto* qn = layer.attn.q_norm.data_as<uint16_t>();
   const auto* kn = layer.attn.k_norm.data_as<uint16_t>();
-  std::vector<int64_t> row_pos(static_cast<size_t>(n));
-  for (int64_t t = 0, r = 0; t < static_cast<int64_t>(seqs.size()); ++t) {
-    for (int64_t i = 0; i < seqs[t].count; ++i, ++r) row_pos[r] = seqs[t].start + i;
-  }
   // q/k norms, RoPE, and the new keys and values into their blocks: all rows first, so that
   // rows of one prefill chunk see each other's keys.
-  // One angle table per row, shared by its heads (sin and cos cost more than the rotation).
   const int64_t half = d / 2;
-  std::vector<float> cs(static_cast<size_t>(2 * half));
   for (int64_t t = 0; t < n; ++t) {
     float* row = qkv.data() + t * qkv_w;
     const int64_t pos = row_pos[t];
-    rope_cos_sin(d, pos, inv_freq_.data(), cs.data(), cs.data() + half);
+    const float* cos = rope + t * d;
+    const float* sin = cos + half;
     const SeqSlice& sq = seqs[static_cast<size_t>(row_seq[t])];
     for (int64_t hd = 0; hd < nq; ++hd) {
       rms_norm_bf16(row + hd * d, qn, d, c.rms_norm_eps, row + hd * d);
-      rope_neox_cs(row + hd * d, d, cs.data(), cs.data() + half);
+      rope_neox_cs(row + hd * d, d, cos, sin);
     }
     const int32_t block = sq.blocks[pos / bs];
     float* k = kv.k(li, block) + (pos % bs) * ld;
@@ -67,7 +63,7 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
     for (int64_t hd = 0; hd < nkv; ++hd) {
       float* kh = row + (nq + hd) * d;
       rms_norm_bf16(kh, kn, d, c.rms_norm_eps, kh);
-      rope_neox_cs(kh, d, cs.data(), cs.data() + half);
+      rope_neox_cs(kh, d, cos, sin);
       std::memcpy(k + hd * d, kh, static_cast<size_t>(d) * sizeof(float));
       std::memcpy(v + hd * d, row + (nq + nkv + hd) * d, static_cast<size_t>(d) * sizeof(float));
     }
@@ -244,6 +240,16 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
       }
     }
   }
+  // Rotary angles once per row for every layer: sin and cos cost more than the rotations.
+  std::vector<int64_t> row_pos(static_cast<size_t>(n));
+  std::vector<float> rope(static_cast<size_t>(n * c.head_dim));
+  for (int64_t t = 0, r = 0; t < static_cast<int64_t>(seqs.size()); ++t) {
+    for (int64_t i = 0; i < seqs[t].count; ++i, ++r) {
+      row_pos[r] = seqs[t].start + i;
+      float* cs = rope.data() + r * c.head_dim;
+      rope_cos_sin(c.head_dim, row_pos[r], inv_freq_.data(), cs, cs + c.head_dim / 2);
+    }
+  }
   t_embed.stop();
   std::vector<float> tmp;
   for (int64_t li = 0; li < c.num_layers; ++li) {
@@ -254,7 +260,7 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
                     h.data() + t * hid);
     }
     t_norm.stop();
-    attention(layer, li, h.data(), seqs, row_seq, kv);  // h <- attention output
+    attention(layer, li, h.data(), seqs, row_seq, row_pos, rope.data(), kv);  // h <- output
     PhaseTimer t_norm2(profile_, Phase::kNorms);
     for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
     for (int64_t t = 0; t < n; ++t) {

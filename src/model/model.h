@@ -148,8 +148,10 @@ class DecoderModel {
   std::unique_ptr<ThreadPool> pool_;
 
  private:
+  // row_pos: each row's position; rope: per row, head_dim / 2 cosines then as many sines.
   void attention(DecoderLayer& layer, int64_t li, float* h, const std::vector<SeqSlice>& seqs,
-                 const std::vector<int64_t>& row_seq, PagedKv& kv);
+                 const std::vector<int64_t>& row_seq, const std::vector<int64_t>& row_pos,
+                 const float* rope, PagedKv& kv);
   void moe(const MoeBlock& moe, int64_t li, const float* h, int64_t n, float* x);
   bool trace_router_ = false;
   ForwardProfile* profile_ = nullptr;
