@@ -1,5 +1,6 @@
 #include "core/thread_pool.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/check.h"
@@ -21,12 +22,6 @@ ThreadPool::~ThreadPool() {
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::range_of(int t, int64_t* b, int64_t* e) const {
-  const int64_t nt = num_threads();
-  *b = job_n_ * t / nt;
-  *e = job_n_ * (t + 1) / nt;
-}
-
 namespace {
 
 // Spins until done() or about 50 microseconds have passed; true when done() held.
@@ -44,6 +39,24 @@ bool spin_until(Done done) {
 
 }  // namespace
 
+void ThreadPool::work(uint64_t gen, int thread) {
+  for (;;) {
+    uint64_t cur = ticket_.load(std::memory_order_acquire);
+    do {
+      if ((cur >> 32) != (gen & 0xffffffffu) || (cur & 0xffffffffu) == 0) return;
+    } while (!ticket_.compare_exchange_weak(cur, cur - 1, std::memory_order_acq_rel,
+                                            std::memory_order_acquire));
+    // A claimed chunk keeps the job from completing, so its fields stay put until it is done.
+    const int64_t idx = static_cast<int64_t>(cur & 0xffffffffu) - 1;
+    const int64_t n = job_n_, chunks = job_chunks_;
+    job_fn_(job_ctx_, n * idx / chunks, n * (idx + 1) / chunks, thread);
+    if (done_chunks_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_.notify_one();
+    }
+  }
+}
+
 void ThreadPool::run(int64_t n, Trampoline fn, void* ctx) {
   if (n <= 0) return;
   if (workers_.empty() || n == 1) {
@@ -51,20 +64,25 @@ void ThreadPool::run(int64_t n, Trampoline fn, void* ctx) {
     return;
   }
   std::lock_guard<std::mutex> run_lock(run_mu_);
+  const int64_t chunks = std::min<int64_t>(n, 3 * num_threads());
   job_fn_ = fn;
   job_ctx_ = ctx;
   job_n_ = n;
-  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  job_chunks_ = chunks;
+  done_chunks_.store(0, std::memory_order_relaxed);
+  const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  ticket_.store(((gen & 0xffffffffu) << 32) | static_cast<uint64_t>(chunks),
+                std::memory_order_release);
   {
     // Under the lock, so that a worker about to sleep sees the new generation or the wake-up.
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+    generation_.store(gen, std::memory_order_release);
   }
   wake_.notify_all();
-  int64_t b, e;
-  range_of(0, &b, &e);
-  if (b < e) fn(ctx, b, e, 0);
-  auto all_done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
+  work(gen, 0);
+  auto all_done = [this, chunks] {
+    return done_chunks_.load(std::memory_order_acquire) == chunks;
+  };
   if (spin_until(all_done)) return;
   std::unique_lock<std::mutex> lock(mu_);
   done_.wait(lock, all_done);
@@ -83,13 +101,7 @@ void ThreadPool::worker_loop(int index) {
     }
     if (stop_.load(std::memory_order_acquire)) return;
     seen = generation_.load(std::memory_order_acquire);
-    int64_t b, e;
-    range_of(index, &b, &e);
-    if (b < e) job_fn_(job_ctx_, b, e, index);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_.notify_one();
-    }
+    work(seen, index);
   }
 }
 

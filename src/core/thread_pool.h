@@ -1,7 +1,10 @@
-// A fixed pool of worker threads for data-parallel loops. parallel_for splits [0, n) into one
-// contiguous range per thread and the calling thread takes the first; a call allocates nothing,
-// so it can sit inside a decode step. A decode step makes dozens of short calls, so waiting
-// threads spin briefly before sleeping: a futex wake-up costs as much as a small GEMM.
+// A fixed pool of worker threads for data-parallel loops. parallel_for splits [0, n) into a few
+// contiguous chunks per thread that the calling thread and the workers claim from one atomic
+// ticket: a worker the OS has not scheduled yet (the server's HTTP threads share the cores)
+// delays nothing, because the others take its chunks, and the caller waits only for chunks
+// already running. A call allocates nothing, so it can sit inside a decode step. A decode step
+// makes dozens of short calls, so waiting threads spin briefly before sleeping: a futex
+// wake-up costs as much as a small GEMM.
 #pragma once
 
 #include <atomic>
@@ -24,7 +27,8 @@ class ThreadPool {
 
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
-  // fn(begin, end, thread_index); ranges are disjoint and cover [0, n) exactly.
+  // fn(begin, end, thread_index), possibly several times per thread; ranges are disjoint and
+  // cover [0, n) exactly, and a thread runs one at a time.
   template <typename Fn>
   void parallel_for(int64_t n, Fn&& fn) {
     using F = std::remove_reference_t<Fn>;
@@ -37,18 +41,22 @@ class ThreadPool {
   using Trampoline = void (*)(void*, int64_t, int64_t, int);
   void run(int64_t n, Trampoline fn, void* ctx);
   void worker_loop(int index);
-  void range_of(int t, int64_t* b, int64_t* e) const;
+  // Claims and runs chunks of job `gen` until none is left.
+  void work(uint64_t gen, int thread);
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable done_;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  // The job's generation (high 32 bits) and its chunks not yet claimed (low 32): a claim
+  // can only succeed for the job it was read for.
+  std::atomic<uint64_t> ticket_{0};
+  std::atomic<int64_t> done_chunks_{0};
   std::atomic<bool> stop_{false};
   Trampoline job_fn_ = nullptr;
   void* job_ctx_ = nullptr;
-  int64_t job_n_ = 0;
+  int64_t job_n_ = 0, job_chunks_ = 0;
   std::mutex run_mu_;  // one parallel_for at a time
 };
 
