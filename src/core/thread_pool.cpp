@@ -80,9 +80,7 @@ void ThreadPool::run(int64_t n, Trampoline fn, void* ctx) {
   }
   wake_.notify_all();
   work(gen, 0);
-  auto all_done = [this, chunks] {
-    return done_chunks_.load(std::memory_order_acquire) == chunks;
-  };
+  auto all_done = [this, chunks] { return done_chunks_.load(std::memory_order_acquire) == chunks; };
   if (spin_until(all_done)) return;
   std::unique_lock<std::mutex> lock(mu_);
   done_.wait(lock, all_done);

@@ -30,8 +30,7 @@ uint64_t DecoderModel::weight_bytes() const {
 
 void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
                              const std::vector<SeqSlice>& seqs, const std::vector<int64_t>& row_seq,
-                             const std::vector<int64_t>& row_pos, const float* rope,
-                             PagedKv& kv) {
+                             const std::vector<int64_t>& row_pos, const float* rope, PagedKv& kv) {
   const ModelConfig& c = config_;
   const int64_t d = c.head_dim, nq = c.num_heads, nkv = c.num_kv_heads;
   const int64_t qkv_w = (nq + 2 * nkv) * d;
