@@ -88,13 +88,8 @@ class Bf16ExpertBank final : public ExpertBank {
     const int64_t h = hidden(), i = inter(), total = offsets[num_experts()];
     constexpr int64_t kP = kBf16PanelCols, kSpan = 6 * kP;  // columns per GEMM call
     SplitClock clock(times);
-    std::vector<int64_t> active;
     int64_t max_rows = 0;
-    for (int64_t e = 0; e < num_experts(); ++e) {
-      if (offsets[e + 1] == offsets[e]) continue;
-      active.push_back(e);
-      max_rows = std::max(max_rows, offsets[e + 1] - offsets[e]);
-    }
+    const std::vector<int64_t> active = active_experts(offsets, num_experts(), &max_rows);
     const int threads = pool ? pool->num_threads() : 1;
     std::vector<float> act(static_cast<size_t>(total * i));
     std::vector<float> scratch(static_cast<size_t>(threads * max_rows * kSpan));

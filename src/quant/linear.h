@@ -92,6 +92,20 @@ class SplitClock {
   std::chrono::steady_clock::time_point last_;
 };
 
+// The experts with rows under `offsets` (expert e has rows [offsets[e], offsets[e + 1])), in id
+// order; *max_rows gets the most rows any of them has.
+inline std::vector<int64_t> active_experts(const int64_t* offsets, int64_t num_experts,
+                                           int64_t* max_rows) {
+  std::vector<int64_t> active;
+  *max_rows = 0;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    if (offsets[e + 1] == offsets[e]) continue;
+    active.push_back(e);
+    *max_rows = std::max(*max_rows, offsets[e + 1] - offsets[e]);
+  }
+  return active;
+}
+
 // One expert bank of a MoE layer: per expert, gate/up [2I, H] and down [H, I].
 class ExpertBank {
  public:

@@ -117,13 +117,8 @@ class MxExpertBank final : public ExpertBank {
       gmm1_quant_passes_ += static_cast<uint64_t>(total);
       in = &converted;
     }
-    std::vector<int64_t> active;
     int64_t max_rows = 0;
-    for (int64_t e = 0; e < num_experts(); ++e) {
-      if (offsets[e + 1] == offsets[e]) continue;
-      active.push_back(e);
-      max_rows = std::max(max_rows, offsets[e + 1] - offsets[e]);
-    }
+    const std::vector<int64_t> active = active_experts(offsets, num_experts(), &max_rows);
     if (active.empty()) return;
     // Per-thread accumulators, 32-byte aligned, sized for the largest expert group.
     const int threads = pool ? pool->num_threads() : 1;
