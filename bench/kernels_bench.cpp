@@ -8,6 +8,8 @@
 #include "formats/half.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
+#include "kernels/mx_gemm.h"
+#include "quant/scheme.h"
 
 namespace mx {
 namespace {
@@ -47,6 +49,88 @@ void BM_GemmBf16(benchmark::State& state, IsaLevel isa) {
 }
 BENCHMARK_CAPTURE(BM_GemmBf16, scalar, IsaLevel::kScalar)->Arg(1)->Arg(8);
 BENCHMARK_CAPTURE(BM_GemmBf16, avx2, IsaLevel::kAvx2)->Arg(1)->Arg(4)->Arg(8)->Arg(64);
+
+// MX GEMM over packed weights, from decoded activations (W4A4: integer activations, the
+// int8 kernel); GB/s counts the weight bytes (codes and scales) a decode step streams.
+void BM_GemmMx(benchmark::State& state, IsaLevel isa, Scheme scheme) {
+  const MxGemmKernels* k = mx_gemm_kernels_for(isa);
+  if (k == nullptr) {
+    state.SkipWithError("ISA not available");
+    return;
+  }
+  const SchemeInfo& info = scheme_info(scheme);
+  const int64_t m = state.range(0), kd = 2048, n = 2048;
+  const auto wf = values(static_cast<size_t>(n * kd), 2);
+  Tensor wt = Tensor::empty(DType::kF32, {n, kd});
+  std::copy(wf.begin(), wf.end(), wt.mutable_data_as<float>());
+  auto q = quantize_weight(wt, scheme, ScaleRule::kFloor, "w");
+  if (!q.is_ok()) {
+    state.SkipWithError("quantization failed");
+    return;
+  }
+  const MxMatrixView wv{info.weight,
+                        q->codes.data_as<uint8_t>(),
+                        q->scales.data_as<uint8_t>(),
+                        info.dual ? q->chunk_scales.data_as<float>() : nullptr,
+                        n,
+                        kd,
+                        q->row_bytes()};
+  std::vector<uint8_t> codes(static_cast<size_t>(mx_panel_code_bytes(info.weight, n, kd)));
+  std::vector<uint8_t> scales(static_cast<size_t>(mx_panel_scale_bytes(n, kd)));
+  std::vector<float> chunks(static_cast<size_t>(mx_panel_chunk_floats(n, kd)));
+  float* pc = info.dual ? chunks.data() : nullptr;
+  MxPanelView pv{info.weight, codes.data(), scales.data(), pc, n, kd, 1.0f};
+  pv.post = pack_mx_panels(wv, codes.data(), scales.data(), pc);
+  const auto x = values(static_cast<size_t>(m * kd), 1);
+  std::vector<float> y(static_cast<size_t>(m * n));
+  MxGemmArgs a{x.data(), &pv, y.data(), m, kd, n};
+  // W4A4 runs its integer kernel on activations quantized to E2M1.
+  const bool w4a4 = info.activation == ElemFormat::kE2M1;
+  ActRows acts;
+  act_rows_init(scheme, kd, ScaleRule::kFloor, &acts);
+  acts.resize(m);
+  for (int64_t r = 0; r < m; ++r) act_rows_quantize(x.data() + r * kd, r, ScaleRule::kFloor, &acts);
+  std::vector<int8_t> xq(static_cast<size_t>(m * kd));
+  std::vector<int32_t> xsum(static_cast<size_t>(m * kd / 32));
+  std::vector<float> xscale(xsum.size());
+  if (w4a4) {
+    const MxMatrixView av{acts.format,
+                          acts.codes.data(),
+                          acts.scales.data(),
+                          acts.dual ? acts.chunk_scales.data() : nullptr,
+                          m,
+                          kd,
+                          acts.row_bytes};
+    mx_prepare_fp4_activations(av, xq.data(), xsum.data(), xscale.data());
+    a = {nullptr, &pv, y.data(), m, kd, n, xq.data(), xsum.data(), xscale.data()};
+  }
+  for (auto _ : state) {
+    (w4a4 ? k->gemm_w4a4 : k->gemm)(a, 0, n);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * n * kd),
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<int64_t>(codes.size() + scales.size() + chunks.size() * 4));
+}
+BENCHMARK_CAPTURE(BM_GemmMx, scalar_mxfp8, IsaLevel::kScalar, Scheme::kW8A8Mxfp8)->Arg(1);
+BENCHMARK_CAPTURE(BM_GemmMx, avx2_mxfp8, IsaLevel::kAvx2, Scheme::kW8A8Mxfp8)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(64);
+BENCHMARK_CAPTURE(BM_GemmMx, avx2_w4a8, IsaLevel::kAvx2, Scheme::kW4A8Mxfp4)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(64);
+BENCHMARK_CAPTURE(BM_GemmMx, avx2_w4a4, IsaLevel::kAvx2, Scheme::kW4A4Mxfp4)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(64);
+BENCHMARK_CAPTURE(BM_GemmMx, avx2_mxfp4_dual, IsaLevel::kAvx2, Scheme::kW4A4Mxfp4Dual)->Arg(1);
 
 void BM_AttentionHead(benchmark::State& state, IsaLevel isa) {
   const AttentionKernels* k = attention_kernels_for(isa);

@@ -74,60 +74,85 @@ TEST(Kernels, EveryMxGemmVariant) {
     for (Scheme s :
          {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4, Scheme::kW4A4Mxfp4Dual}) {
       const SchemeInfo& info = scheme_info(s);
-      for (int64_t m : {1, 3, 17}) {
-        for (int64_t k : {32, 47, 240, 688, 1100}) {
-          const int64_t n = 11;
-          const auto wf =
-              test::activation_like(static_cast<size_t>(n * k), static_cast<uint32_t>(k * 3));
-          Tensor wt = Tensor::empty(DType::kF32, {n, k});
-          std::copy(wf.begin(), wf.end(), wt.mutable_data_as<float>());
-          auto q = quantize_weight(wt, s, ScaleRule::kFloor, "w");
-          ASSERT_TRUE(q.is_ok());
-          const Tensor wd = dequantize_weight(*q);
-          const auto x =
-              test::activation_like(static_cast<size_t>(m * k), static_cast<uint32_t>(m * 7 + k));
-          ActRows a;
-          act_rows_init(s, k, ScaleRule::kFloor, &a);
-          a.resize(m);
-          for (int64_t r = 0; r < m; ++r)
-            act_rows_quantize(x.data() + r * k, r, ScaleRule::kFloor, &a);
-          const MxMatrixView av{a.format,
-                                a.codes.data(),
-                                a.scales.data(),
-                                a.dual ? a.chunk_scales.data() : nullptr,
-                                m,
-                                k,
-                                a.row_bytes};
-          std::vector<float> af(static_cast<size_t>(m * mx_decoded_stride(k)));
-          mx_decode_activations(av, af.data());
-          const MxMatrixView wv{info.weight,
-                                q->codes.data_as<uint8_t>(),
-                                q->scales.data_as<uint8_t>(),
-                                info.dual ? q->chunk_scales.data_as<float>() : nullptr,
-                                n,
-                                k,
-                                q->row_bytes()};
-          std::vector<float> acc_store(static_cast<size_t>(kMxGemmAccPerRow * m + 8));
-          auto* acc = reinterpret_cast<float*>(
-              (reinterpret_cast<uintptr_t>(acc_store.data()) + 31) & ~uintptr_t{31});
-          std::vector<float> y(static_cast<size_t>(m * n));
-          kern->gemm(af.data(), av.chunk_scales, m, wv, y.data(), n, 0, 4, acc);
-          kern->gemm(af.data(), av.chunk_scales, m, wv, y.data(), n, 4, n, acc);
-          // Reference: the activations as dequantized by the decoder (chunk scale applied) times
-          // the reference-dequantized weights.
-          const int64_t kp = mx_decoded_stride(k), chunks = (k + 511) / 512;
-          for (int64_t i = 0; i < m; ++i) {
-            for (int64_t j = 0; j < n; ++j) {
-              double sum = 0, mag = 0;
-              for (int64_t t = 0; t < k; ++t) {
-                double av_t = af[i * kp + t];
-                if (info.dual) av_t *= a.chunk_scales[i * chunks + t / 512];
-                const double p = av_t * wd.data_as<float>()[j * k + t];
-                sum += p;
-                mag += std::fabs(p);
+      // Every row tile (1..6) and uneven tilings; one partial panel (11 columns) and a partial
+      // panel after full ones (75); k with partial blocks and chunks.
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 13, 53}) {
+        for (int64_t k : {32, 47, 240, 1100}) {
+          for (int64_t n : {11, 75}) {
+            const auto wf =
+                test::activation_like(static_cast<size_t>(n * k), static_cast<uint32_t>(k * 3 + n));
+            Tensor wt = Tensor::empty(DType::kF32, {n, k});
+            std::copy(wf.begin(), wf.end(), wt.mutable_data_as<float>());
+            auto q = quantize_weight(wt, s, ScaleRule::kFloor, "w");
+            ASSERT_TRUE(q.is_ok());
+            const Tensor wd = dequantize_weight(*q);
+            const auto x =
+                test::activation_like(static_cast<size_t>(m * k), static_cast<uint32_t>(m * 7 + k));
+            ActRows a;
+            act_rows_init(s, k, ScaleRule::kFloor, &a);
+            a.resize(m);
+            for (int64_t r = 0; r < m; ++r)
+              act_rows_quantize(x.data() + r * k, r, ScaleRule::kFloor, &a);
+            const MxMatrixView av{a.format,
+                                  a.codes.data(),
+                                  a.scales.data(),
+                                  a.dual ? a.chunk_scales.data() : nullptr,
+                                  m,
+                                  k,
+                                  a.row_bytes};
+            const int64_t kp = mx_decoded_stride(k);
+            std::vector<float> af(static_cast<size_t>(m * kp));
+            mx_decode_activations(av, af.data());
+            const MxMatrixView wv{info.weight,
+                                  q->codes.data_as<uint8_t>(),
+                                  q->scales.data_as<uint8_t>(),
+                                  info.dual ? q->chunk_scales.data_as<float>() : nullptr,
+                                  n,
+                                  k,
+                                  q->row_bytes()};
+            std::vector<uint8_t> codes(static_cast<size_t>(mx_panel_code_bytes(info.weight, n, k)));
+            std::vector<uint8_t> scales(static_cast<size_t>(mx_panel_scale_bytes(n, k)));
+            std::vector<float> chunks(static_cast<size_t>(mx_panel_chunk_floats(n, k)));
+            MxPanelView pv{
+                info.weight, codes.data(), scales.data(), info.dual ? chunks.data() : nullptr, n,
+                k,           1.0f};
+            pv.post = pack_mx_panels(wv, codes.data(), scales.data(),
+                                     info.dual ? chunks.data() : nullptr);
+            // W4A4 also runs its integer kernel on the same activations.
+            const bool w4a4 = info.activation == ElemFormat::kE2M1;
+            const int64_t nb = (k + 31) / 32;
+            std::vector<int8_t> xq(static_cast<size_t>(m * kp));
+            std::vector<int32_t> xsum(static_cast<size_t>(m * nb));
+            std::vector<float> xscale(static_cast<size_t>(m * nb));
+            if (w4a4) mx_prepare_fp4_activations(av, xq.data(), xsum.data(), xscale.data());
+            for (int path = 0; path < (w4a4 ? 2 : 1); ++path) {
+              std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
+              MxGemmArgs args{af.data(), &pv, y.data(), m, kp, n};
+              auto* fn = kern->gemm;
+              if (path == 1) {
+                args = {nullptr, &pv, y.data(), m, kp, n, xq.data(), xsum.data(), xscale.data()};
+                fn = kern->gemm_w4a4;
               }
-              ASSERT_LE(std::fabs(y[i * n + j] - sum), (k + 16) * 0x1p-23 * mag + 1e-30)
-                  << isa_name(isa) << " " << info.name << " m=" << m << " k=" << k;
+              // Two column slices split at a panel boundary, as threads split them.
+              const int64_t split = n > kMxPanelCols ? kMxPanelCols : 0;
+              if (split > 0) fn(args, 0, split);
+              fn(args, split, n);
+              // Reference: the activations as decoded (block and chunk scales applied) times
+              // the reference-dequantized weights, in double.
+              for (int64_t i = 0; i < m; ++i) {
+                for (int64_t j = 0; j < n; ++j) {
+                  double sum = 0, mag = 0;
+                  for (int64_t t = 0; t < k; ++t) {
+                    const double p =
+                        static_cast<double>(af[i * kp + t]) * wd.data_as<float>()[j * k + t];
+                    sum += p;
+                    mag += std::fabs(p);
+                  }
+                  ASSERT_LE(std::fabs(y[i * n + j] - sum), (k + 16) * 0x1p-23 * mag + 1e-30)
+                      << isa_name(isa) << " " << info.name << (path ? " int8" : "") << " m=" << m
+                      << " k=" << k << " n=" << n << " (" << i << ", " << j << ")";
+                }
+              }
             }
           }
         }
@@ -135,6 +160,48 @@ TEST(Kernels, EveryMxGemmVariant) {
     }
   }
   EXPECT_GE(variants, 1);
+}
+
+// Scales too large for the folded exponent take the post factor: weights of 2^20 (E8M0
+// exponent 145 or more, or a dual-level chunk scale near 2^18) still multiply correctly.
+TEST(Kernels, MxGemmWithLargeWeightScales) {
+  for (IsaLevel isa : kLevels) {
+    const MxGemmKernels* kern = mx_gemm_kernels_for(isa);
+    if (kern == nullptr) continue;
+    for (Scheme s : {Scheme::kW8A8Mxfp8, Scheme::kW4A4Mxfp4, Scheme::kW4A4Mxfp4Dual}) {
+      const SchemeInfo& info = scheme_info(s);
+      const int64_t n = 3, k = 64;
+      Tensor wt = Tensor::empty(DType::kF32, {n, k});
+      float* wp = wt.mutable_data_as<float>();
+      for (int64_t i = 0; i < n * k; ++i)
+        wp[i] = (i % 5 == 0 ? 0x1p20f : 0x1p-3f) * (i % 2 ? -1 : 1);
+      auto q = quantize_weight(wt, s, ScaleRule::kFloor, "w");
+      ASSERT_TRUE(q.is_ok());
+      const Tensor wd = dequantize_weight(*q);
+      const float* cs = info.dual ? q->chunk_scales.data_as<float>() : nullptr;
+      const MxMatrixView wv{
+          info.weight,   q->codes.data_as<uint8_t>(), q->scales.data_as<uint8_t>(), cs, n, k,
+          q->row_bytes()};
+      std::vector<uint8_t> codes(static_cast<size_t>(mx_panel_code_bytes(info.weight, n, k)));
+      std::vector<uint8_t> scales(static_cast<size_t>(mx_panel_scale_bytes(n, k)));
+      std::vector<float> chunks(static_cast<size_t>(mx_panel_chunk_floats(n, k)));
+      float* pc = info.dual ? chunks.data() : nullptr;
+      MxPanelView pv{info.weight, codes.data(), scales.data(), pc, n, k, 1.0f};
+      pv.post = pack_mx_panels(wv, codes.data(), scales.data(), pc);
+      EXPECT_GT(pv.post, 1.0f);
+      std::vector<float> x(static_cast<size_t>(k));
+      for (int64_t t = 0; t < k; ++t) x[t] = static_cast<float>(t % 7) - 3.0f;
+      std::vector<float> y(static_cast<size_t>(n));
+      kern->gemm({x.data(), &pv, y.data(), 1, k, n}, 0, n);
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = 0;
+        for (int64_t t = 0; t < k; ++t)
+          ref += static_cast<double>(x[t]) * wd.data_as<float>()[j * k + t];
+        EXPECT_NEAR(y[j], ref, 1e-6 * std::fabs(ref))
+            << isa_name(isa) << " " << info.name << " " << j;
+      }
+    }
+  }
 }
 
 // Attention over a paged cache with shuffled blocks: scores, a softmax and the value sum in

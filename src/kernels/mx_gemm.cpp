@@ -1,6 +1,8 @@
 #include "kernels/mx_gemm.h"
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 namespace mx {
@@ -12,17 +14,8 @@ inline float pow2(int e) {
   return std::bit_cast<float>(1u << (e + 149));
 }
 
-// Codes of one block (n <= 32 elements starting at element `first`) to floats, unscaled.
-inline void decode_block(ElemFormat f, const uint8_t* row, int64_t first, int n, const float* lut,
-                         float* out) {
-  if (f == ElemFormat::kE2M1) {
-    for (int j = 0; j < n; ++j) {
-      const int64_t e = first + j;
-      out[j] = lut[(row[e >> 1] >> ((e & 1) * 4)) & 0xF];
-    }
-  } else {
-    for (int j = 0; j < n; ++j) out[j] = lut[row[first + j]];
-  }
+inline uint8_t code_at(ElemFormat f, const uint8_t* row, int64_t e) {
+  return f == ElemFormat::kE2M1 ? (row[e >> 1] >> ((e & 1) * 4)) & 0xF : row[e];
 }
 
 const float* lut_of(ElemFormat f) {
@@ -37,75 +30,193 @@ const float* lut_of(ElemFormat f) {
   return e4m3_table();
 }
 
+// f of mx_gemm.h: the FP32 exponent bias minus the format's.
+int code_shift(ElemFormat f) { return f == ElemFormat::kE2M1 ? 126 : 120; }
+
 }  // namespace
 
 int64_t mx_decoded_stride(int64_t k) { return (k + 31) / 32 * 32; }
 
 void mx_decode_activations(const MxMatrixView& a, float* af) {
-  const int64_t k = a.k, nb = (k + 31) / 32, kp = nb * 32;
+  const int64_t k = a.k, nb = (k + 31) / 32, kp = nb * 32, nc = (k + 511) / 512;
   const float* lut = lut_of(a.format);
   for (int64_t i = 0; i < a.rows; ++i) {
     const uint8_t* row = a.codes + i * a.row_bytes;
     float* dst = af + i * kp;
     for (int64_t b = 0; b < nb; ++b) {
-      const int n = static_cast<int>(k - b * 32 < 32 ? k - b * 32 : 32);
-      decode_block(a.format, row, b * 32, n, lut, dst + b * 32);
-      const float s = pow2(static_cast<int>(a.scales[i * nb + b]) - 127);
-      for (int j = 0; j < n; ++j) dst[b * 32 + j] *= s;
-      for (int j = n; j < 32; ++j) dst[b * 32 + j] = 0.0f;
+      const int64_t n = std::min<int64_t>(32, k - b * 32);
+      float s = pow2(static_cast<int>(a.scales[i * nb + b]) - 127);
+      if (a.chunk_scales != nullptr) s *= a.chunk_scales[i * nc + b / 16];
+      for (int64_t j = 0; j < n; ++j) dst[b * 32 + j] = lut[code_at(a.format, row, b * 32 + j)] * s;
+      for (int64_t j = n; j < 32; ++j) dst[b * 32 + j] = 0.0f;
     }
   }
+}
+
+void mx_prepare_fp4_activations(const MxMatrixView& a, int8_t* q, int32_t* sums, float* scales) {
+  const int64_t k = a.k, nb = (k + 31) / 32, kp = nb * 32, nc = (k + 511) / 512;
+  const float* lut = e2m1_table();
+  for (int64_t i = 0; i < a.rows; ++i) {
+    const uint8_t* row = a.codes + i * a.row_bytes;
+    int8_t* dst = q + i * kp;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t n = std::min<int64_t>(32, k - b * 32);
+      int32_t sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const auto v = static_cast<int8_t>(2.0f * lut[code_at(ElemFormat::kE2M1, row, b * 32 + j)]);
+        dst[b * 32 + j] = v;
+        sum += v;
+      }
+      for (int64_t j = n; j < 32; ++j) dst[b * 32 + j] = 0;
+      sums[i * nb + b] = sum;
+      float s = pow2(static_cast<int>(a.scales[i * nb + b]) - 129);
+      if (a.chunk_scales != nullptr) s *= a.chunk_scales[i * nc + b / 16];
+      scales[i * nb + b] = s;
+    }
+  }
+}
+
+uint8_t mx_fp4_weight_offset_code(uint8_t code) {
+  return static_cast<uint8_t>(static_cast<int>(2.0f * e2m1_table()[code & 0xF]) +
+                              kMxFp4WeightOffset);
+}
+
+float mx_panel_code_unit(ElemFormat f) { return pow2(-code_shift(f)); }
+
+float pack_mx_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float* chunk_scales) {
+  const bool fp4 = w.format == ElemFormat::kE2M1;
+  const int64_t n = w.rows, k = w.k, nb = (k + 31) / 32, nc = (k + 511) / 512;
+  const int64_t panels = mx_panels(n), bb = mx_panel_block_bytes(w.format);
+  const int f = code_shift(w.format);
+  int max_s = 0;
+  for (int64_t i = 0; i < n * nb; ++i) max_s = std::max<int>(max_s, w.scales[i]);
+  // Dual level: a block's scale vector is 2^(s - 127 + f - g) times its chunk scale, which
+  // must stay finite too.
+  int chunk_exp = 0;
+  if (w.chunk_scales != nullptr) {
+    float cmax = 0.0f;
+    for (int64_t i = 0; i < n * nc; ++i) cmax = std::max(cmax, std::fabs(w.chunk_scales[i]));
+    if (cmax > 0.0f) chunk_exp = std::max(0, std::ilogb(cmax) + 1);
+  }
+  const int g = std::max(0, max_s + f + chunk_exp - 254);
+  std::memset(codes, 0, static_cast<size_t>(panels * nb * bb));
+  for (int64_t p = 0; p < panels; ++p) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = codes + (p * nb + b) * bb;
+      uint8_t* sc = scales + (p * nb + b) * kMxPanelCols;
+      for (int64_t c = 0; c < kMxPanelCols; ++c) {
+        const int64_t col = p * kMxPanelCols + c;
+        if (col >= n) {
+          sc[c] = 127;
+          continue;
+        }
+        // Scales below what an FP32 exponent holds after the shift by g read as zero.
+        sc[c] = static_cast<uint8_t>(std::clamp(w.scales[col * nb + b] + f - g, 0, 254));
+        const uint8_t* row = w.codes + col * w.row_bytes;
+        const int64_t lane = c % 8, half = c / 8;
+        for (int64_t kk = 0; kk < 32 && b * 32 + kk < k; ++kk) {
+          const uint8_t code = code_at(w.format, row, b * 32 + kk);
+          if (fp4) {
+            const int64_t t = 2 * (kk % 4) + half;
+            blk[(kk / 4) * 32 + lane * 4 + t / 2] |= static_cast<uint8_t>(code << ((t & 1) * 4));
+          } else {
+            blk[(kk / 2) * 32 + lane * 4 + 2 * (kk % 2) + half] = code;
+          }
+        }
+      }
+    }
+    if (chunk_scales != nullptr && w.chunk_scales != nullptr) {
+      for (int64_t c = 0; c < nc; ++c) {
+        for (int64_t j = 0; j < kMxPanelCols; ++j) {
+          const int64_t col = p * kMxPanelCols + j;
+          chunk_scales[(p * nc + c) * kMxPanelCols + j] =
+              col < n ? w.chunk_scales[col * nc + c] : 0;
+        }
+      }
+    }
+  }
+  return pow2(g);
 }
 
 namespace mx_gemm_detail {
 namespace {
-void mx_gemm_scalar(const float* af, const float* a_chunk_scales, int64_t m, const MxMatrixView& w,
-                    float* y, int64_t ldy, int64_t n_begin, int64_t n_end, float* acc) {
-  const int64_t k = w.k, nb = (k + 31) / 32, kp = nb * 32;
-  const bool dual = w.chunk_scales != nullptr;
-  float* chunk_acc = acc + m;
-  const float* wlut = lut_of(w.format);
-  const int64_t chunks = (k + 511) / 512;
-  alignas(64) float wb[32];
-  for (int64_t n = n_begin; n < n_end; ++n) {
-    const uint8_t* wrow = w.codes + n * w.row_bytes;
-    const uint8_t* wsc = w.scales + n * nb;
-    for (int64_t i = 0; i < m; ++i) acc[i] = 0.0f;
-    for (int64_t c = 0; c < (dual ? chunks : 1); ++c) {
-      const int64_t b0 = dual ? c * 16 : 0;
-      const int64_t b1 = dual ? (b0 + 16 < nb ? b0 + 16 : nb) : nb;
-      for (int64_t i = 0; i < m; ++i) chunk_acc[i] = 0.0f;
-      for (int64_t b = b0; b < b1; ++b) {
-        const int cnt = static_cast<int>(k - b * 32 < 32 ? k - b * 32 : 32);
-        decode_block(w.format, wrow, b * 32, cnt, wlut, wb);
-        for (int j = cnt; j < 32; ++j) wb[j] = 0.0f;
-        const float ws = pow2(static_cast<int>(wsc[b]) - 127);
-        for (int64_t i = 0; i < m; ++i) {
-          const float* ar = af + i * kp + b * 32;
-          // Eight fixed lanes: a reduction order the compiler may vectorize.
-          float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          for (int j = 0; j < 32; j += 8) {
-            for (int l = 0; l < 8; ++l) lane[l] += ar[j + l] * wb[j + l];
-          }
-          const float s = ((lane[0] + lane[4]) + (lane[1] + lane[5])) +
-                          ((lane[2] + lane[6]) + (lane[3] + lane[7]));
-          chunk_acc[i] += s * ws;
+
+// The weight of panel column c at block-relative kk, unscaled (value times 2^-f).
+inline float raw_code(const MxPanelView& w, const uint8_t* blk, int64_t c, int64_t kk,
+                      const float* lut, float unit) {
+  const int64_t lane = c % 8, half = c / 8;
+  uint8_t code;
+  if (w.format == ElemFormat::kE2M1) {
+    const int64_t t = 2 * (kk % 4) + half;
+    code = (blk[(kk / 4) * 32 + lane * 4 + t / 2] >> ((t & 1) * 4)) & 0xF;
+  } else {
+    code = blk[(kk / 2) * 32 + lane * 4 + 2 * (kk % 2) + half];
+  }
+  return lut[code] * unit;
+}
+
+// The same operations as the vector kernels, one output at a time: each block's weights
+// scaled by their panel scale vector, then one FMA chain over k.
+void mx_gemm_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
+  const MxPanelView& w = *a.w;
+  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512, bb = mx_panel_block_bytes(w.format);
+  const float* lut = lut_of(w.format);
+  const float unit = mx_panel_code_unit(w.format);
+  for (int64_t col = n_begin; col < n_end; ++col) {
+    const int64_t p = col / kMxPanelCols, c = col % kMxPanelCols;
+    for (int64_t i = 0; i < a.m; ++i) {
+      const float* x = a.x + i * a.ldx;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = w.codes + (p * nb + b) * bb;
+        float sv = std::bit_cast<float>(
+            static_cast<uint32_t>(w.scales[(p * nb + b) * kMxPanelCols + c]) << 23);
+        if (w.chunk_scales != nullptr) sv *= w.chunk_scales[(p * nc + b / 16) * kMxPanelCols + c];
+        for (int64_t kk = 0; kk < 32; ++kk) {
+          const float wv = raw_code(w, blk, c, kk, lut, unit) * sv;
+          acc = __builtin_fmaf(x[b * 32 + kk], wv, acc);
         }
       }
-      if (dual) {
-        const float w0 = w.chunk_scales[n * chunks + c];
-        for (int64_t i = 0; i < m; ++i)
-          acc[i] += chunk_acc[i] * (a_chunk_scales[i * chunks + c] * w0);
-      } else {
-        for (int64_t i = 0; i < m; ++i) acc[i] = chunk_acc[i];
-      }
+      a.y[i * a.ldy + col] = acc * w.post;
     }
-    for (int64_t i = 0; i < m; ++i) y[i * ldy + n] = acc[i];
+  }
+}
+
+// W4A4 reference, the vector kernels' operations one output at a time: the integer dot of a
+// block, less the offset's share, scaled by (weight scale * 2^-126) * activation scale.
+void mx_gemm_w4a4_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
+  const MxPanelView& w = *a.w;
+  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512, bb = mx_panel_block_bytes(w.format);
+  const float unit = mx_panel_code_unit(w.format);
+  for (int64_t col = n_begin; col < n_end; ++col) {
+    const int64_t p = col / kMxPanelCols, c = col % kMxPanelCols;
+    const int64_t lane = c % 8, half = c / 8;
+    for (int64_t i = 0; i < a.m; ++i) {
+      const int8_t* x = a.xq + i * a.ldx;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = w.codes + (p * nb + b) * bb;
+        int32_t dot = 0;
+        for (int64_t kk = 0; kk < 32; ++kk) {
+          const int64_t t = 2 * (kk % 4) + half;
+          const auto code =
+              static_cast<uint8_t>((blk[(kk / 4) * 32 + lane * 4 + t / 2] >> ((t & 1) * 4)) & 0xF);
+          dot += mx_fp4_weight_offset_code(code) * x[b * 32 + kk];
+        }
+        dot -= kMxFp4WeightOffset * a.xsum[i * nb + b];
+        float sv = std::bit_cast<float>(
+            static_cast<uint32_t>(w.scales[(p * nb + b) * kMxPanelCols + c]) << 23);
+        if (w.chunk_scales != nullptr) sv *= w.chunk_scales[(p * nc + b / 16) * kMxPanelCols + c];
+        const float scale = (sv * unit) * a.xscale[i * nb + b];
+        acc = __builtin_fmaf(static_cast<float>(dot), scale, acc);
+      }
+      a.y[i * a.ldy + col] = acc * w.post;
+    }
   }
 }
 
 }  // namespace
-const MxGemmKernels kScalarMxGemm = {IsaLevel::kScalar, mx_gemm_scalar};
+const MxGemmKernels kScalarMxGemm = {IsaLevel::kScalar, mx_gemm_scalar, mx_gemm_w4a4_scalar};
 }  // namespace mx_gemm_detail
 
 const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level) {

@@ -1,8 +1,23 @@
 // Matmul of MX-quantized activations with MX-quantized weights:
 //   y[i, n] = sum over 32-blocks b of 2^(sa[i,b] + sw[n,b]) * dot32(a[i, b], w[n, b])
-// and for dual-level MXFP4 the block sums of each 512-chunk are multiplied by s0a * s0w.
-// Weights stay quantized in memory; each weight block is decoded once in registers and used
-// for every activation row.
+// and for dual-level MXFP4 each 512-chunk is also scaled by s0a * s0w.
+//
+// Activations are decoded to FP32 once per call (exact: a power of two times a short
+// mantissa). Weights stay quantized in memory, packed once at load into column panels of
+// kMxPanelCols outputs, block by block along k, so that one 256-bit load widens in registers
+// to FP32 weights of the panel's sixteen columns with shifts and masks only:
+//   - E4M3 (512 bytes per panel and block): 32-byte row j holds k = 2j and 2j + 1; byte t of
+//     dword lane l is column l + 8 * (t & 1) at k = 2j + t / 2.
+//   - E2M1 (256 bytes): 32-byte row j holds k = 4j .. 4j + 3; nibble t of dword lane l is
+//     column l + 8 * (t & 1) at k = 4j + t / 2.
+// A code's bits moved into an FP32 pattern read as its value times 2^-f (f = 120 for E4M3,
+// 126 for E2M1; subnormal codes become FP32 subnormals). Block scales are stored as the FP32
+// exponent byte of 2^(s - 127 + f - g), so the scale vector of a panel is a zero-extend and a
+// shift; g > 0 only when a scale would overflow, and the output is multiplied by 2^g.
+// Each output is one FMA chain over k in order, whatever the tile shape or the rows beside
+// it: results do not depend on the batch.
+//
+// Declarations only: ISA translation units include this header (see formats/act_quant.h).
 #pragma once
 
 #include <cstdint>
@@ -12,9 +27,9 @@
 
 namespace mx {
 
-// A quantized [rows, k] matrix: codes (FP8: k bytes per row; FP4: ceil(k/2), adjacent nibbles),
-// E8M0 scales [rows, ceil(k/32)], and for dual-level FP4 the FP32 chunk scales
-// [rows, ceil(k/512)].
+// A quantized [rows, k] matrix in row-major form: codes (FP8: k bytes per row; FP4:
+// ceil(k/2), adjacent nibbles), E8M0 scales [rows, ceil(k/32)], and for dual-level FP4 the
+// FP32 chunk scales [rows, ceil(k/512)].
 struct MxMatrixView {
   ElemFormat format;
   const uint8_t* codes;
@@ -24,22 +39,69 @@ struct MxMatrixView {
   int64_t row_bytes;  // stride of codes
 };
 
-// Activations decoded to FP32 once per call, block scales folded in (exact: a power of two
-// times a short mantissa), zero-padded to whole 32-blocks: af[a.rows, ceil(k/32) * 32].
+// Activations decoded to FP32, block scales (and dual-level chunk scales) folded in,
+// zero-padded to whole 32-blocks: af[a.rows, mx_decoded_stride(k)].
 int64_t mx_decoded_stride(int64_t k);
 void mx_decode_activations(const MxMatrixView& a, float* af);
 
-// Columns [n_begin, n_end) of y [m, ldy] from decoded activations `af` (with the activations'
-// chunk scales for dual-level FP4, else null) and quantized weights. acc: kMxGemmAccPerRow * m
-// floats, 32-byte aligned.
-constexpr int64_t kMxGemmAccPerRow = 16;
-using MxGemmFn = void (*)(const float* af, const float* a_chunk_scales, int64_t m,
-                          const MxMatrixView& w, float* y, int64_t ldy, int64_t n_begin,
-                          int64_t n_end, float* acc);
+constexpr int64_t kMxPanelCols = 16;
+
+// Packed weights of an [n, k] matrix (E4M3 or E2M1).
+struct MxPanelView {
+  ElemFormat format;
+  const uint8_t* codes;       // [panels][blocks][mx_panel_block_bytes]
+  const uint8_t* scales;      // [panels][blocks][16] FP32 exponent bytes
+  const float* chunk_scales;  // [panels][chunks][16], null unless dual-level
+  int64_t n, k;
+  float post;  // 2^g
+};
+
+constexpr int64_t mx_panels(int64_t n) { return (n + kMxPanelCols - 1) / kMxPanelCols; }
+constexpr int64_t mx_panel_block_bytes(ElemFormat f) { return f == ElemFormat::kE2M1 ? 256 : 512; }
+constexpr int64_t mx_panel_code_bytes(ElemFormat f, int64_t n, int64_t k) {
+  return mx_panels(n) * ((k + 31) / 32) * mx_panel_block_bytes(f);
+}
+constexpr int64_t mx_panel_scale_bytes(int64_t n, int64_t k) {
+  return mx_panels(n) * ((k + 31) / 32) * kMxPanelCols;
+}
+constexpr int64_t mx_panel_chunk_floats(int64_t n, int64_t k) {
+  return mx_panels(n) * ((k + 511) / 512) * kMxPanelCols;
+}
+// 2^-f: what a code moved into an FP32 pattern reads as, relative to its value.
+float mx_panel_code_unit(ElemFormat f);
+
+// Packs w (E4M3 or E2M1) into codes / scales / chunk_scales (sizes above; chunk_scales only
+// when w has them) and returns the post factor 2^g. Padding columns and k are zero.
+float pack_mx_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float* chunk_scales);
+
+// E2M1 activations for E2M1 weights (W4A4) as integers, for an exact int8 dot per block:
+// q = twice each value ([-12, 12]), per block the sum of q and the scale
+// 2^(s - 127) / 4 (times the chunk scale when dual-level). q: [rows, mx_decoded_stride(k)]
+// (zero-padded), sums and scales: [rows, ceil(k/32)].
+void mx_prepare_fp4_activations(const MxMatrixView& a, int8_t* q, int32_t* sums, float* scales);
+// What the W4A4 kernels hold per weight code: 2 * value + 12, in [0, 24] so that it can be the
+// unsigned operand of a byte multiply; the 12 * sum(q) this adds per block is taken off.
+uint8_t mx_fp4_weight_offset_code(uint8_t code);
+constexpr int32_t kMxFp4WeightOffset = 12;
+
+struct MxGemmArgs {
+  const float* x;  // [m, ldx] decoded activations (gemm)
+  const MxPanelView* w;
+  float* y;  // [m, ldy]
+  int64_t m, ldx, ldy;
+  // gemm_w4a4: integer activations [m, ldx] with their block sums and scales [m, ceil(k/32)].
+  const int8_t* xq = nullptr;
+  const int32_t* xsum = nullptr;
+  const float* xscale = nullptr;
+};
 
 struct MxGemmKernels {
   IsaLevel isa;
-  MxGemmFn gemm;
+  // Columns [n_begin, n_end) of y; n_begin is a multiple of kMxPanelCols.
+  void (*gemm)(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
+  // E2M1 weights times integer E2M1 activations: per block an exact integer dot, then scaled
+  // and accumulated in FP32.
+  void (*gemm_w4a4)(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
 };
 const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level);
 const MxGemmKernels& mx_gemm_kernels();

@@ -1,127 +1,316 @@
-// AVX2 MX GEMM: each weight block is decoded once in registers (E4M3 by moving its bits into
-// an FP32 pattern, E2M1 through an eight-entry permute; E5M2 by table), dotted with every
-// activation row, and its E8M0 scale applied to the block's sum (exact: a power of two); one
-// 8-lane accumulator per row and a horizontal sum per row and chunk close it.
+// AVX2 MX GEMM over packed column panels (mx_gemm.h): one 256-bit load of a panel row widens
+// to four (E4M3) or eight (E2M1) vectors of eight FP32 weights with shifts and a mask; each is
+// multiplied by its block's scale vector and feeds R rows of FMAs. Weights never exist as FP32
+// in memory.
 #include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
 
 #include "kernels/mx_gemm.h"
 
 namespace mx::mx_gemm_detail {
 namespace {
 
-inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+constexpr int64_t kP = kMxPanelCols;
+
+// Sub-vector t of a panel row: byte t (E4M3) or nibble t (E2M1) of every dword lane, moved
+// to the top by a left shift, then spread by an arithmetic right shift so the sign stays in
+// bit 31 and exponent and mantissa land at the FP32 exponent's low end.
+// t is a constant once the callers' loops are unrolled.
+template <bool kFp4>
+__attribute__((always_inline)) inline __m256 widen(__m256i v, int t) {
+  if constexpr (kFp4) {
+    const __m256i top = t == 7 ? v : _mm256_slli_epi32(v, 28 - 4 * t);
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(top, 6),
+                                                _mm256_set1_epi32(static_cast<int>(0x81C00000u))));
+  } else {
+    const __m256i top = t == 3 ? v : _mm256_slli_epi32(v, 24 - 8 * t);
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(top, 4),
+                                                _mm256_set1_epi32(static_cast<int>(0x87F00000u))));
+  }
 }
 
-inline float pow2(int e) {
-  union {
-    uint32_t u;
-    float f;
-  } v;
-  v.u = e >= -126 ? static_cast<uint32_t>(e + 127) << 23 : 1u << (e + 149);
-  return v.f;
+__attribute__((noinline)) void store_partial(float* y, __m256 lo, __m256 hi, int64_t n) {
+  alignas(32) float tmp[kP];
+  _mm256_store_ps(tmp, lo);
+  _mm256_store_ps(tmp + 8, hi);
+  std::copy(tmp, tmp + n, y);
 }
 
-// Eight E4M3 codes to FP32: sign to bit 31, exponent and mantissa to bits 20..26, which reads
-// as the value times 2^-120 (subnormals included, as FP32 subnormals); the multiply restores
-// it exactly. The NaN codes (S.1111.111, never produced by quantization) read as +-480.
-inline __m256 e4m3x8(const uint8_t* p) {
-  const __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  const __m256i bits =
-      _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x80)), 24),
-                      _mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7F)), 20));
-  return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0x1p120f));
-}
-
-// Eight E2M1 codes (four bytes, low nibble first) to FP32: magnitude by permute, sign by XOR.
-inline __m256 e2m1x8(const uint8_t* p) {
-  uint32_t word;
-  __builtin_memcpy(&word, p, 4);
-  const __m256i n =
-      _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)),
-                                         _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-                       _mm256_set1_epi32(0xF));
-  const __m256 mag =
-      _mm256_permutevar8x32_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), n);
-  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(n, _mm256_set1_epi32(8)), 28);
-  return _mm256_xor_ps(mag, _mm256_castsi256_ps(sign));
-}
-
-void mx_gemm_avx2(const float* af, const float* a_chunk_scales, int64_t m, const MxMatrixView& w,
-                  float* y, int64_t ldy, int64_t n_begin, int64_t n_end, float* acc) {
-  const int64_t k = w.k, nb = (k + 31) / 32, kp = nb * 32;
-  const bool dual = w.chunk_scales != nullptr;
-  const bool fp4 = w.format == ElemFormat::kE2M1;
-  const float* lut = w.format == ElemFormat::kE4M3   ? e4m3_table()
-                     : w.format == ElemFormat::kE5M2 ? e5m2_table()
-                                                     : e2m1_table();
-  const int64_t chunks = (k + 511) / 512;
-  auto* accv = reinterpret_cast<__m256*>(acc);  // m vectors
-  float* total = acc + 8 * m;                   // m floats
-  alignas(32) float wb[32];
-  for (int64_t n = n_begin; n < n_end; ++n) {
-    const uint8_t* wrow = w.codes + n * w.row_bytes;
-    const uint8_t* wsc = w.scales + n * nb;
-    for (int64_t i = 0; i < m; ++i) total[i] = 0.0f;
-    for (int64_t c = 0; c < (dual ? chunks : 1); ++c) {
-      const int64_t b0 = dual ? c * 16 : 0;
-      const int64_t b1 = dual ? (b0 + 16 < nb ? b0 + 16 : nb) : nb;
-      for (int64_t i = 0; i < m; ++i) accv[i] = _mm256_setzero_ps();
-      for (int64_t b = b0; b < b1; ++b) {
-        const int cnt = static_cast<int>(k - b * 32 < 32 ? k - b * 32 : 32);
-        const __m256 ws = _mm256_set1_ps(pow2(static_cast<int>(wsc[b]) - 127));
-        __m256 w0, w1, w2, w3;
-        if (cnt == 32 && w.format == ElemFormat::kE4M3) {
-          const uint8_t* p = wrow + b * 32;
-          w0 = e4m3x8(p);
-          w1 = e4m3x8(p + 8);
-          w2 = e4m3x8(p + 16);
-          w3 = e4m3x8(p + 24);
-        } else if (cnt == 32 && fp4) {
-          const uint8_t* p = wrow + b * 16;
-          w0 = e2m1x8(p);
-          w1 = e2m1x8(p + 4);
-          w2 = e2m1x8(p + 8);
-          w3 = e2m1x8(p + 12);
-        } else {
-          if (fp4) {
-            const uint8_t* p = wrow + b * 16;
-            for (int j = 0; j < cnt; ++j) wb[j] = lut[(p[j >> 1] >> ((j & 1) * 4)) & 0xF];
-          } else {
-            const uint8_t* p = wrow + b * 32;
-            for (int j = 0; j < cnt; ++j) wb[j] = lut[p[j]];
-          }
-          for (int j = cnt; j < 32; ++j) wb[j] = 0.0f;
-          w0 = _mm256_load_ps(wb);
-          w1 = _mm256_load_ps(wb + 8);
-          w2 = _mm256_load_ps(wb + 16);
-          w3 = _mm256_load_ps(wb + 24);
+// Scale vectors of C panels for blocks [b0, b1) (at most kGroupBlocks) into s, 2 * C vectors
+// per block: E8M0-derived exponent bytes shifted into place, times the chunk scale when
+// dual-level. Out of line and ahead of the blocks it serves, so the tile's accumulators stay
+// in registers across it only once per group.
+constexpr int64_t kGroupBlocks = 16;
+template <int C>
+__attribute__((noinline)) void block_scales(const MxPanelView& w, int64_t panel, int64_t b0,
+                                            int64_t b1, int64_t nb, int64_t nc, __m256* s) {
+  for (int64_t b = b0; b < b1; ++b, s += 2 * C) {
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* sc = w.scales + ((panel + c) * nb + b) * kP;
+      for (int h = 0; h < 2; ++h) {
+        const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8 * h));
+        __m256 v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(bytes), 23));
+        if (w.chunk_scales != nullptr) {
+          v = _mm256_mul_ps(
+              v, _mm256_loadu_ps(w.chunk_scales + ((panel + c) * nc + b / 16) * kP + 8 * h));
         }
-        const float* ar = af + b * 32;
-        for (int64_t i = 0; i < m; ++i, ar += kp) {
-          __m256 s = _mm256_mul_ps(_mm256_loadu_ps(ar), w0);
-          s = _mm256_fmadd_ps(_mm256_loadu_ps(ar + 8), w1, s);
-          s = _mm256_fmadd_ps(_mm256_loadu_ps(ar + 16), w2, s);
-          s = _mm256_fmadd_ps(_mm256_loadu_ps(ar + 24), w3, s);
-          accv[i] = _mm256_fmadd_ps(s, ws, accv[i]);
-        }
-      }
-      if (dual) {
-        const float w0s = w.chunk_scales[n * chunks + c];
-        for (int64_t i = 0; i < m; ++i)
-          total[i] += hsum(accv[i]) * (a_chunk_scales[i * chunks + c] * w0s);
-      } else {
-        for (int64_t i = 0; i < m; ++i) total[i] = hsum(accv[i]);
+        s[2 * c + h] = v;
       }
     }
-    for (int64_t i = 0; i < m; ++i) y[i * ldy + n] = total[i];
   }
+}
+
+// R rows by C panels: 2 * R * C accumulators, each one FMA chain over k.
+template <bool kFp4, int R, int C>
+void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
+  constexpr int Q = kFp4 ? 4 : 2;
+  constexpr int64_t kRowsPerBlock = 32 / Q, kBlockBytes = kFp4 ? 256 : 512;
+  const MxPanelView& w = *a.w;
+  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
+  __m256 acc[R][C][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+  }
+  alignas(32) __m256 scales[kGroupBlocks * 2 * C];
+  for (int64_t b = 0; b < nb; ++b) {
+    if (b % kGroupBlocks == 0) {
+      block_scales<C>(w, panel, b, std::min(nb, b + kGroupBlocks), nb, nc, scales);
+    }
+    const __m256* s = scales + (b % kGroupBlocks) * 2 * C;
+    const uint8_t* wrow[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) wrow[c] = w.codes + ((panel + c) * nb + b) * kBlockBytes;
+    const float* x[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) x[r] = a.x + (row + r) * a.ldx + b * 32;
+    for (int64_t j = 0; j < kRowsPerBlock; ++j) {
+      // The scale vectors are read from memory at each use (multiply operands) rather than
+      // held in registers, which the accumulators need.
+      asm volatile("" ::: "memory");
+#pragma GCC unroll 4
+      for (int q = 0; q < Q; ++q) {
+        if constexpr (C == 1) {
+          // One panel: each half widened once and each row broadcast just before its FMA,
+          // so that the rows of accumulators, the panel row and the mask fit the registers.
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[0]));
+          const __m256 lo = _mm256_mul_ps(widen<kFp4>(v, 2 * q), s[0]);
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r)
+            acc[r][0][0] = _mm256_fmadd_ps(_mm256_broadcast_ss(x[r] + q), lo, acc[r][0][0]);
+          const __m256 hi = _mm256_mul_ps(widen<kFp4>(v, 2 * q + 1), s[1]);
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r)
+            acc[r][0][1] = _mm256_fmadd_ps(_mm256_broadcast_ss(x[r] + q), hi, acc[r][0][1]);
+        } else {
+          __m256 xb[R];
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) xb[r] = _mm256_broadcast_ss(x[r] + q);
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[c]));
+            const __m256 lo = _mm256_mul_ps(widen<kFp4>(v, 2 * q), s[2 * c]);
+            const __m256 hi = _mm256_mul_ps(widen<kFp4>(v, 2 * q + 1), s[2 * c + 1]);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+              acc[r][c][0] = _mm256_fmadd_ps(xb[r], lo, acc[r][c][0]);
+              acc[r][c][1] = _mm256_fmadd_ps(xb[r], hi, acc[r][c][1]);
+            }
+          }
+        }
+      }
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) wrow[c] += 32;
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) x[r] += Q;
+    }
+  }
+  const __m256 post = _mm256_set1_ps(w.post);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* y = a.y + (row + r) * a.ldy + panel * kP;
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m256 lo = _mm256_mul_ps(acc[r][c][0], post);
+      const __m256 hi = _mm256_mul_ps(acc[r][c][1], post);
+      const int64_t left = cols - c * kP;
+      if (left >= kP) {
+        _mm256_storeu_ps(y + c * kP, lo);
+        _mm256_storeu_ps(y + c * kP + 8, hi);
+      } else {
+        store_partial(y + c * kP, lo, hi, left);
+      }
+    }
+  }
+}
+
+using TileFn = void (*)(const MxGemmArgs&, int64_t, int64_t, int64_t);
+constexpr int kMaxRows = 4, kMaxPanels = 4;
+// Panels per tile for each row count: 2 * R * C accumulators, a widened half, the row
+// broadcasts, the panel row and the mask within sixteen registers (five or six rows of one
+// panel would spill accumulators).
+constexpr int kPanels[kMaxRows + 1] = {0, 4, 2, 1, 1};
+
+template <bool kFp4, int R, int... Cs>
+constexpr std::array<TileFn, kMaxPanels + 1> row_of(std::integer_sequence<int, Cs...>) {
+  return {nullptr, &tile<kFp4, R, Cs + 1>...};
+}
+template <bool kFp4, int... Rs>
+constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> table_of(
+    std::integer_sequence<int, Rs...>) {
+  return {std::array<TileFn, kMaxPanels + 1>{},
+          row_of<kFp4, Rs + 1>(std::make_integer_sequence<int, kMaxPanels>())...};
+}
+constexpr auto kFp8Tiles = table_of<false>(std::make_integer_sequence<int, kMaxRows>());
+constexpr auto kFp4Tiles = table_of<true>(std::make_integer_sequence<int, kMaxRows>());
+
+void mx_gemm_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
+
+// W4A4: a panel row's nibbles index a 16-byte table of 2 * value + 12 (pshufb), and a
+// byte multiply-add against four activation bytes broadcast per dword lane sums four k per
+// column into 16-bit lanes, exactly (a block's |sum| stays below 2^13). Per block, the 16-bit
+// sums are widened, the offset's share taken off, and the exact integer scaled into the FP32
+// accumulator. R rows by C panels: 2 * R * C 16-bit accumulators in registers, the FP32 ones
+// in memory (touched once per block).
+template <int R, int C>
+void tile_w4a4(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
+  const MxPanelView& w = *a.w;
+  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
+  const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                       12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256 unit = _mm256_set1_ps(0x1p-126f);
+  alignas(32) float total[R][C][kP];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      _mm256_store_ps(total[r][c], _mm256_setzero_ps());
+      _mm256_store_ps(total[r][c] + 8, _mm256_setzero_ps());
+    }
+  }
+  alignas(32) __m256 scales[kGroupBlocks * 2 * C];
+  for (int64_t b = 0; b < nb; ++b) {
+    if (b % kGroupBlocks == 0) {
+      block_scales<C>(w, panel, b, std::min(nb, b + kGroupBlocks), nb, nc, scales);
+    }
+    const __m256* s = scales + (b % kGroupBlocks) * 2 * C;
+    const uint8_t* wrow[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) wrow[c] = w.codes + ((panel + c) * nb + b) * 256;
+    const int8_t* x[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) x[r] = a.xq + (row + r) * a.ldx + b * 32;
+    __m256i acc[R][C][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_si256();
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[c] + 32 * j));
+        const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nibble));
+        const __m256i hi =
+            _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          int32_t four;
+          __builtin_memcpy(&four, x[r] + 4 * j, 4);
+          const __m256i xb = _mm256_set1_epi32(four);
+          acc[r][c][0] = _mm256_add_epi16(acc[r][c][0], _mm256_maddubs_epi16(lo, xb));
+          acc[r][c][1] = _mm256_add_epi16(acc[r][c][1], _mm256_maddubs_epi16(hi, xb));
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const int64_t xi = (row + r) * nb + b;
+      const __m256i off = _mm256_set1_epi32(kMxFp4WeightOffset * a.xsum[xi]);
+      const __m256 xs = _mm256_set1_ps(a.xscale[xi]);
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(acc[r][c][h], ones), off);
+          const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(s[2 * c + h], unit), xs);
+          float* t = total[r][c] + 8 * h;
+          _mm256_store_ps(t, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, _mm256_load_ps(t)));
+        }
+      }
+    }
+  }
+  const __m256 post = _mm256_set1_ps(w.post);
+  for (int r = 0; r < R; ++r) {
+    float* y = a.y + (row + r) * a.ldy + panel * kP;
+    for (int c = 0; c < C; ++c) {
+      const __m256 lo = _mm256_mul_ps(_mm256_load_ps(total[r][c]), post);
+      const __m256 hi = _mm256_mul_ps(_mm256_load_ps(total[r][c] + 8), post);
+      const int64_t left = cols - c * kP;
+      if (left >= kP) {
+        _mm256_storeu_ps(y + c * kP, lo);
+        _mm256_storeu_ps(y + c * kP + 8, hi);
+      } else {
+        store_partial(y + c * kP, lo, hi, left);
+      }
+    }
+  }
+}
+
+// The same split into row blocks and tiles for both kernels.
+template <typename Table>
+void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table& tiles_of) {
+  constexpr int64_t kBlockRows = 48;
+  const int64_t p_begin = n_begin / kP, p_end = (n_end + kP - 1) / kP;
+  for (int64_t r0 = 0; r0 < a.m; r0 += kBlockRows) {
+    const int64_t m = std::min(kBlockRows, a.m - r0);
+    const int64_t tiles = (m + kMaxRows - 1) / kMaxRows;
+    const int64_t group = kPanels[(m + tiles - 1) / tiles];
+    for (int64_t p = p_begin; p < p_end; p += group) {
+      const int64_t panels = std::min(group, p_end - p);
+      const int64_t cols = std::min(n_end, (p + panels) * kP) - p * kP;
+      for (int64_t t = 0, row = r0; t < tiles; ++t) {
+        const int64_t left = r0 + m - row;
+        const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
+        const int64_t c = std::min<int64_t>(panels, kPanels[rows]);
+        for (int64_t q = 0; q < panels; q += c) {
+          const int64_t n = std::min(c, panels - q);
+          tiles_of[static_cast<size_t>(rows)][static_cast<size_t>(n)](a, row, p + q, cols - q * kP);
+        }
+        row += rows;
+      }
+    }
+  }
+}
+
+template <int R, int... Cs>
+constexpr std::array<TileFn, kMaxPanels + 1> w4a4_row_of(std::integer_sequence<int, Cs...>) {
+  return {nullptr, &tile_w4a4<R, Cs + 1>...};
+}
+template <int... Rs>
+constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> w4a4_table_of(
+    std::integer_sequence<int, Rs...>) {
+  return {std::array<TileFn, kMaxPanels + 1>{},
+          w4a4_row_of<Rs + 1>(std::make_integer_sequence<int, kMaxPanels>())...};
+}
+constexpr auto kW4a4Tiles = w4a4_table_of(std::make_integer_sequence<int, kMaxRows>());
+
+// Rows in L2-sized blocks; row tiles of up to four, sized evenly, as in the BF16 kernel.
+void mx_gemm_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
+  run_tiles(a, n_begin, n_end, a.w->format == ElemFormat::kE2M1 ? kFp4Tiles : kFp8Tiles);
+}
+
+void mx_gemm_w4a4_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
+  run_tiles(a, n_begin, n_end, kW4a4Tiles);
 }
 
 }  // namespace
 
-const MxGemmKernels kAvx2MxGemm = {IsaLevel::kAvx2, mx_gemm_avx2};
+const MxGemmKernels kAvx2MxGemm = {IsaLevel::kAvx2, mx_gemm_avx2, mx_gemm_w4a4_avx2};
 
 }  // namespace mx::mx_gemm_detail

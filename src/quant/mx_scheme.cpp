@@ -11,18 +11,6 @@
 namespace mx {
 namespace {
 
-MxMatrixView weight_view(const MxWeights& w, int64_t row0, int64_t rows) {
-  const SchemeInfo& info = scheme_info(w.scheme);
-  const int64_t nb = mx_num_blocks(w.k), nc = mx_num_chunks(w.k);
-  return {info.weight,
-          w.codes.data_as<uint8_t>() + row0 * w.row_bytes(),
-          w.scales.data_as<uint8_t>() + row0 * nb,
-          info.dual ? w.chunk_scales.data_as<float>() + row0 * nc : nullptr,
-          rows,
-          w.k,
-          w.row_bytes()};
-}
-
 MxMatrixView act_view(const ActRows& a, int64_t row0, int64_t rows) {
   return {a.format,
           a.codes.data() + row0 * a.row_bytes,
@@ -33,64 +21,151 @@ MxMatrixView act_view(const ActRows& a, int64_t row0, int64_t rows) {
           a.row_bytes};
 }
 
-// y[m, w.rows] from quantized activation rows [row0, row0 + m) of `a`.
-void gemm_rows(const ActRows& a, int64_t row0, int64_t m, const MxMatrixView& w, float* y,
+// `parts` stacked [n, k] matrices of one MX weight, each packed into the GEMM's panels.
+class PackedMx {
+ public:
+  PackedMx(const MxWeights& w, int64_t parts) : scheme_(w.scheme), n_(w.n / parts), k_(w.k) {
+    const SchemeInfo& info = scheme_info(w.scheme);
+    const int64_t nb = mx_num_blocks(k_), nc = mx_num_chunks(k_);
+    const int64_t cb = mx_panel_code_bytes(info.weight, n_, k_);
+    const int64_t sb = mx_panel_scale_bytes(n_, k_);
+    const int64_t cf = info.dual ? mx_panel_chunk_floats(n_, k_) : 0;
+    codes_.resize(static_cast<size_t>(parts * cb));
+    scales_.resize(static_cast<size_t>(parts * sb));
+    chunks_.resize(static_cast<size_t>(parts * cf));
+    for (int64_t p = 0; p < parts; ++p) {
+      const int64_t row0 = p * n_;
+      const MxMatrixView src{info.weight,
+                             w.codes.data_as<uint8_t>() + row0 * w.row_bytes(),
+                             w.scales.data_as<uint8_t>() + row0 * nb,
+                             info.dual ? w.chunk_scales.data_as<float>() + row0 * nc : nullptr,
+                             n_,
+                             k_,
+                             w.row_bytes()};
+      MxPanelView v{info.weight,
+                    codes_.data() + p * cb,
+                    scales_.data() + p * sb,
+                    info.dual ? chunks_.data() + p * cf : nullptr,
+                    n_,
+                    k_,
+                    1.0f};
+      v.post = pack_mx_panels(src, codes_.data() + p * cb, scales_.data() + p * sb,
+                              info.dual ? chunks_.data() + p * cf : nullptr);
+      views_.push_back(v);
+    }
+  }
+  Scheme scheme() const { return scheme_; }
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  const MxPanelView& view(int64_t part) const { return views_[static_cast<size_t>(part)]; }
+  uint64_t bytes() const { return codes_.size() + scales_.size() + chunks_.size() * sizeof(float); }
+
+ private:
+  Scheme scheme_;
+  int64_t n_, k_;
+  std::vector<uint8_t> codes_, scales_;
+  std::vector<float> chunks_;
+  std::vector<MxPanelView> views_;
+};
+
+// Quantized activation rows in the form the GEMM consumes: decoded to FP32, or for W4A4 as
+// integers with block sums and scales (the exact int8 kernel).
+class GemmActs {
+ public:
+  GemmActs(const ActRows& a, int64_t row0, int64_t m)
+      : w4a4_(a.format == ElemFormat::kE2M1),
+        stride_(mx_decoded_stride(a.k)),
+        nb_(mx_num_blocks(a.k)) {
+    const MxMatrixView v = act_view(a, row0, m);
+    if (w4a4_) {
+      q_.resize(static_cast<size_t>(m * stride_));
+      sums_.resize(static_cast<size_t>(m * nb_));
+      scales_.resize(static_cast<size_t>(m * nb_));
+      mx_prepare_fp4_activations(v, q_.data(), sums_.data(), scales_.data());
+    } else {
+      f_.resize(static_cast<size_t>(m * stride_));
+      mx_decode_activations(v, f_.data());
+    }
+  }
+  // Arguments for rows [r0, r0 + m) of these activations.
+  MxGemmArgs args(int64_t r0, int64_t m, const MxPanelView& w, float* y, int64_t ldy) const {
+    if (!w4a4_) return {f_.data() + r0 * stride_, &w, y, m, stride_, ldy};
+    return {nullptr,
+            &w,
+            y,
+            m,
+            stride_,
+            ldy,
+            q_.data() + r0 * stride_,
+            sums_.data() + r0 * nb_,
+            scales_.data() + r0 * nb_};
+  }
+  void run(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) const {
+    const auto& kern = mx_gemm_kernels();
+    (w4a4_ ? kern.gemm_w4a4 : kern.gemm)(a, n_begin, n_end);
+  }
+
+ private:
+  bool w4a4_;
+  int64_t stride_, nb_;
+  std::vector<float> f_;
+  std::vector<int8_t> q_;
+  std::vector<int32_t> sums_;
+  std::vector<float> scales_;
+};
+
+// y[m, w.n] from quantized activation rows [row0, row0 + m) of `a`.
+void gemm_rows(const ActRows& a, int64_t row0, int64_t m, const MxPanelView& w, float* y,
                ThreadPool* pool) {
   if (m == 0) return;
-  const MxMatrixView av = act_view(a, row0, m);
-  std::vector<float> af(static_cast<size_t>(m * mx_decoded_stride(a.k)));
-  mx_decode_activations(av, af.data());
-  const int64_t n = w.rows;
+  const GemmActs acts(a, row0, m);
+  const int64_t n = w.n;
+  const MxGemmArgs args = acts.args(0, m, w, y, n);
   auto body = [&](int64_t b, int64_t e, int) {
-    // 32-byte aligned accumulators for the vector kernels.
-    std::vector<float> acc_store(static_cast<size_t>(kMxGemmAccPerRow * m + 8));
-    auto* acc = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(acc_store.data()) + 31) &
-                                         ~uintptr_t{31});
-    mx_gemm_kernels().gemm(af.data(), av.chunk_scales, m, w, y, n, b * 16, std::min(n, e * 16),
-                           acc);
+    acts.run(args, b * kMxPanelCols, std::min(n, e * kMxPanelCols));
   };
-  const int64_t blocks = (n + 15) / 16;
+  const int64_t panels = mx_panels(n);
   if (pool == nullptr || m * n * a.k < (1 << 15)) {
-    body(0, blocks, 0);
+    body(0, panels, 0);
   } else {
-    pool->parallel_for(blocks, body);
+    pool->parallel_for(panels, body);
   }
 }
 
 class MxLinear final : public Linear {
  public:
-  MxLinear(MxWeights w, ScaleRule rule) : Linear(w.k, w.n), w_(std::move(w)), rule_(rule) {}
-  std::string scheme_name() const override { return std::string(scheme_info(w_.scheme).name); }
+  MxLinear(const MxWeights& w, ScaleRule rule) : Linear(w.k, w.n), w_(w, 1), rule_(rule) {}
+  std::string scheme_name() const override { return std::string(scheme_info(w_.scheme()).name); }
   uint64_t weight_bytes() const override { return w_.bytes(); }
   void forward(const float* x, int64_t m, float* y, ThreadPool* pool) const override {
     ActRows a;
-    act_rows_init(w_.scheme, w_.k, rule_, &a);
+    act_rows_init(w_.scheme(), w_.k(), rule_, &a);
     a.resize(m);
-    for (int64_t r = 0; r < m; ++r) act_rows_quantize(x + r * w_.k, r, rule_, &a);
-    gemm_rows(a, 0, m, weight_view(w_, 0, w_.n), y, pool);
+    for (int64_t r = 0; r < m; ++r) act_rows_quantize(x + r * w_.k(), r, rule_, &a);
+    gemm_rows(a, 0, m, w_.view(0), y, pool);
   }
 
  private:
-  MxWeights w_;
+  PackedMx w_;
   ScaleRule rule_;
 };
 
 class MxExpertBank final : public ExpertBank {
  public:
-  MxExpertBank(MxWeights w13, MxWeights w2, int64_t experts, ScaleRule rule)
-      : ExpertBank(experts, w13.k, w2.k), w13_(std::move(w13)), w2_(std::move(w2)), rule_(rule) {}
-  std::string scheme_name() const override { return std::string(scheme_info(w13_.scheme).name); }
+  MxExpertBank(const MxWeights& w13, const MxWeights& w2, int64_t experts, ScaleRule rule)
+      : ExpertBank(experts, w13.k, w2.k), w13_(w13, experts), w2_(w2, experts), rule_(rule) {}
+  std::string scheme_name() const override { return std::string(scheme_info(w13_.scheme()).name); }
   uint64_t weight_bytes() const override { return w13_.bytes() + w2_.bytes(); }
   Scheme input_scheme(DispatchMode mode) const override {
     switch (mode) {
       case DispatchMode::kLocal:
-        return w13_.scheme;
+        return w13_.scheme();
       case DispatchMode::kEpLowLatency:
         return Scheme::kW8A8Mxfp8;  // MXFP8 on the wire
       case DispatchMode::kEpNormal:
         return Scheme::kBf16;  // gmm1 quantizes on arrival
     }
-    return w13_.scheme;
+    return w13_.scheme();
   }
 
   void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
@@ -101,9 +176,9 @@ class MxExpertBank final : public ExpertBank {
     // Rows not in gmm1's format (FP32, or another MX format off the wire) are quantized here.
     const ActRows* in = &rows;
     ActRows converted;
-    const SchemeInfo& info = scheme_info(w13_.scheme);
+    const SchemeInfo& info = scheme_info(w13_.scheme());
     if (!rows.quantized || rows.format != info.activation || rows.dual != info.dual) {
-      act_rows_init(w13_.scheme, h, rule_, &converted);
+      act_rows_init(w13_.scheme(), h, rule_, &converted);
       converted.resize(total);
       std::vector<float> f(static_cast<size_t>(h));
       for (int64_t r = 0; r < total; ++r) {
@@ -120,54 +195,49 @@ class MxExpertBank final : public ExpertBank {
     int64_t max_rows = 0;
     const std::vector<int64_t> active = active_experts(offsets, num_experts(), &max_rows);
     if (active.empty()) return;
-    // Per-thread accumulators, 32-byte aligned, sized for the largest expert group.
-    const int threads = pool ? pool->num_threads() : 1;
-    const int64_t acc_stride = (kMxGemmAccPerRow * max_rows + 7) / 8 * 8;
-    std::vector<float> acc_store(static_cast<size_t>(threads * acc_stride + 8));
-    float* acc0 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(acc_store.data()) + 31) &
-                                           ~uintptr_t{31});
-    const auto& kern = mx_gemm_kernels();
-    // One grouped GEMM over every active expert: activations decoded once for all rows.
-    auto grouped = [&](const ActRows& a, const MxWeights& w, int64_t cols, float* y) {
-      const int64_t k = a.k, stride = mx_decoded_stride(k), nc = mx_num_chunks(k);
-      std::vector<float> af(static_cast<size_t>(total * stride));
-      const MxMatrixView view = act_view(a, 0, total);
-      mx_decode_activations(view, af.data());
-      for_each_expert_block(active, cols, pool, total * cols * k,
-                            [&](int64_t e, int64_t c0, int64_t c1, int thread) {
-                              const int64_t r0 = offsets[e];
-                              kern.gemm(af.data() + r0 * stride,
-                                        view.chunk_scales ? view.chunk_scales + r0 * nc : nullptr,
-                                        offsets[e + 1] - r0, weight_view(w, e * cols, cols),
-                                        y + r0 * cols, cols, c0, c1, acc0 + thread * acc_stride);
-                            });
+    // One grouped GEMM over every active expert: activations prepared once for all rows.
+    auto grouped = [&](const ActRows& a, const PackedMx& w, float* y) {
+      const int64_t cols = w.n();
+      const GemmActs acts(a, 0, total);
+      for_each_expert_block(
+          active, cols, pool, total * cols * a.k, [&](int64_t e, int64_t c0, int64_t c1, int) {
+            const int64_t r0 = offsets[e];
+            acts.run(acts.args(r0, offsets[e + 1] - r0, w.view(e), y + r0 * cols, cols), c0, c1);
+          });
     };
     std::vector<float> gu(static_cast<size_t>(total * 2 * i));
-    grouped(*in, w13_, 2 * i, gu.data());
-    // gmm1 epilogue: SwiGLU and requantization row by row while the row is in cache.
+    grouped(*in, w13_, gu.data());
+    // gmm1 epilogue: SwiGLU and requantization, rows split across threads.
     ActRows act;
-    act_rows_init(w2_.scheme, i, rule_, &act);
+    act_rows_init(w2_.scheme(), i, rule_, &act);
     act.resize(total);
-    std::vector<float> tmp(static_cast<size_t>(i));
-    for (int64_t r = 0; r < total; ++r) {
-      swiglu(gu.data() + r * 2 * i, gu.data() + r * 2 * i + i, i, tmp.data());
-      act_rows_quantize(tmp.data(), r, rule_, &act);
+    auto epilogue = [&](int64_t r0, int64_t r1, int) {
+      std::vector<float> tmp(static_cast<size_t>(i));
+      for (int64_t r = r0; r < r1; ++r) {
+        swiglu(gu.data() + r * 2 * i, gu.data() + r * 2 * i + i, i, tmp.data());
+        act_rows_quantize(tmp.data(), r, rule_, &act);
+      }
+    };
+    if (pool == nullptr || total * i < (1 << 14)) {
+      epilogue(0, total, 0);
+    } else {
+      pool->parallel_for(total, epilogue);
     }
     clock.lap(times ? &times->gmm1 : nullptr);
-    grouped(act, w2_, h, out);
+    grouped(act, w2_, out);
     clock.lap(times ? &times->gmm2 : nullptr);
   }
 
  private:
-  MxWeights w13_;  // [E * 2I, H]
-  MxWeights w2_;   // [E * H, I]
+  PackedMx w13_;  // E parts of [2I, H]
+  PackedMx w2_;   // E parts of [H, I]
   ScaleRule rule_;
 };
 
 }  // namespace
 
 std::unique_ptr<Linear> make_mx_linear(MxWeights w, ScaleRule rule) {
-  return std::unique_ptr<Linear>(new MxLinear(std::move(w), rule));
+  return std::unique_ptr<Linear>(new MxLinear(w, rule));
 }
 
 Result<std::unique_ptr<ExpertBank>> make_mx_expert_bank(std::vector<MxWeights> w13,
@@ -186,7 +256,7 @@ Result<std::unique_ptr<ExpertBank>> make_mx_expert_bank(std::vector<MxWeights> w
   }
   MX_ASSIGN_OR_RETURN(MxWeights s13, stack_mx_weights(w13, name + ".w13"));
   MX_ASSIGN_OR_RETURN(MxWeights s2, stack_mx_weights(w2, name + ".w2"));
-  return std::unique_ptr<ExpertBank>(new MxExpertBank(std::move(s13), std::move(s2), e, rule));
+  return std::unique_ptr<ExpertBank>(new MxExpertBank(s13, s2, e, rule));
 }
 
 }  // namespace mx
