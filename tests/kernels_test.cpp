@@ -102,7 +102,7 @@ TEST(Kernels, EveryMxGemmVariant) {
                                   a.row_bytes};
             const int64_t kp = mx_decoded_stride(k);
             std::vector<float> af(static_cast<size_t>(m * kp));
-            mx_decode_activations(av, af.data());
+            mx_decode_activations(av, af.data(), kMxGemmInputScale);
             const MxMatrixView wv{info.weight,
                                   q->codes.data_as<uint8_t>(),
                                   q->scales.data_as<uint8_t>(),
@@ -143,8 +143,8 @@ TEST(Kernels, EveryMxGemmVariant) {
                 for (int64_t j = 0; j < n; ++j) {
                   double sum = 0, mag = 0;
                   for (int64_t t = 0; t < k; ++t) {
-                    const double p =
-                        static_cast<double>(af[i * kp + t]) * wd.data_as<float>()[j * k + t];
+                    const double p = static_cast<double>(af[i * kp + t]) / kMxGemmInputScale *
+                                     wd.data_as<float>()[j * k + t];
                     sum += p;
                     mag += std::fabs(p);
                   }
@@ -162,8 +162,8 @@ TEST(Kernels, EveryMxGemmVariant) {
   EXPECT_GE(variants, 1);
 }
 
-// Scales too large for the folded exponent take the post factor: weights of 2^20 (E8M0
-// exponent 145 or more, or a dual-level chunk scale near 2^18) still multiply correctly.
+// Scales too large for the folded exponent take the post factor: weights of 2^100 (E8M0
+// exponent above 200, or a dual-level chunk scale near 2^97) still multiply correctly.
 TEST(Kernels, MxGemmWithLargeWeightScales) {
   for (IsaLevel isa : kLevels) {
     const MxGemmKernels* kern = mx_gemm_kernels_for(isa);
@@ -174,7 +174,7 @@ TEST(Kernels, MxGemmWithLargeWeightScales) {
       Tensor wt = Tensor::empty(DType::kF32, {n, k});
       float* wp = wt.mutable_data_as<float>();
       for (int64_t i = 0; i < n * k; ++i)
-        wp[i] = (i % 5 == 0 ? 0x1p20f : 0x1p-3f) * (i % 2 ? -1 : 1);
+        wp[i] = (i % 5 == 0 ? 0x1p100f : 0x1p-3f) * (i % 2 ? -1 : 1);
       auto q = quantize_weight(wt, s, ScaleRule::kFloor, "w");
       ASSERT_TRUE(q.is_ok());
       const Tensor wd = dequantize_weight(*q);
@@ -191,13 +191,19 @@ TEST(Kernels, MxGemmWithLargeWeightScales) {
       EXPECT_GT(pv.post, 1.0f);
       std::vector<float> x(static_cast<size_t>(k));
       for (int64_t t = 0; t < k; ++t) x[t] = static_cast<float>(t % 7) - 3.0f;
+      std::vector<float> xs(x);  // as the GEMM takes them
+      for (float& v : xs) v *= kMxGemmInputScale;
       std::vector<float> y(static_cast<size_t>(n));
-      kern->gemm({x.data(), &pv, y.data(), 1, k, n}, 0, n);
+      kern->gemm({xs.data(), &pv, y.data(), 1, k, n}, 0, n);
       for (int64_t j = 0; j < n; ++j) {
-        double ref = 0;
-        for (int64_t t = 0; t < k; ++t)
-          ref += static_cast<double>(x[t]) * wd.data_as<float>()[j * k + t];
-        EXPECT_NEAR(y[j], ref, 1e-6 * std::fabs(ref))
+        double ref = 0, mag = 0;
+        for (int64_t t = 0; t < k; ++t) {
+          const double p = static_cast<double>(x[t]) * wd.data_as<float>()[j * k + t];
+          ref += p;
+          mag += std::fabs(p);
+        }
+        EXPECT_GT(mag, 1e30);
+        EXPECT_NEAR(y[j], ref, (k + 16) * 0x1p-23 * mag)
             << isa_name(isa) << " " << info.name << " " << j;
       }
     }

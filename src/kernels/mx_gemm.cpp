@@ -37,7 +37,7 @@ int code_shift(ElemFormat f) { return f == ElemFormat::kE2M1 ? 126 : 120; }
 
 int64_t mx_decoded_stride(int64_t k) { return (k + 31) / 32 * 32; }
 
-void mx_decode_activations(const MxMatrixView& a, float* af) {
+void mx_decode_activations(const MxMatrixView& a, float* af, float factor) {
   const int64_t k = a.k, nb = (k + 31) / 32, kp = nb * 32, nc = (k + 511) / 512;
   const float* lut = lut_of(a.format);
   for (int64_t i = 0; i < a.rows; ++i) {
@@ -47,6 +47,7 @@ void mx_decode_activations(const MxMatrixView& a, float* af) {
       const int64_t n = std::min<int64_t>(32, k - b * 32);
       float s = pow2(static_cast<int>(a.scales[i * nb + b]) - 127);
       if (a.chunk_scales != nullptr) s *= a.chunk_scales[i * nc + b / 16];
+      s *= factor;
       for (int64_t j = 0; j < n; ++j) dst[b * 32 + j] = lut[code_at(a.format, row, b * 32 + j)] * s;
       for (int64_t j = n; j < 32; ++j) dst[b * 32 + j] = 0.0f;
     }
@@ -82,12 +83,13 @@ uint8_t mx_fp4_weight_offset_code(uint8_t code) {
 }
 
 float mx_panel_code_unit(ElemFormat f) { return pow2(-code_shift(f)); }
+float mx_panel_scale_unit(ElemFormat f) { return pow2(64 - code_shift(f)); }
 
 float pack_mx_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float* chunk_scales) {
   const bool fp4 = w.format == ElemFormat::kE2M1;
   const int64_t n = w.rows, k = w.k, nb = (k + 31) / 32, nc = (k + 511) / 512;
   const int64_t panels = mx_panels(n), bb = mx_panel_block_bytes(w.format);
-  const int f = code_shift(w.format);
+  const int f = code_shift(w.format) - 64;
   int max_s = 0;
   for (int64_t i = 0; i < n * nb; ++i) max_s = std::max<int>(max_s, w.scales[i]);
   // Dual level: a block's scale vector is 2^(s - 127 + f - g) times its chunk scale, which
@@ -155,8 +157,8 @@ inline float raw_code(const MxPanelView& w, const uint8_t* blk, int64_t c, int64
   return lut[code] * unit;
 }
 
-// The same operations as the vector kernels, one output at a time: each block's weights
-// scaled by their panel scale vector, then one FMA chain over k.
+// The same operations as the vector kernels, one output at a time: one FMA chain per block,
+// then the block's sum times its scale added to the total.
 void mx_gemm_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   const MxPanelView& w = *a.w;
   const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512, bb = mx_panel_block_bytes(w.format);
@@ -169,13 +171,13 @@ void mx_gemm_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = w.codes + (p * nb + b) * bb;
+        float sum = 0.0f;
+        for (int64_t kk = 0; kk < 32; ++kk)
+          sum = __builtin_fmaf(x[b * 32 + kk], raw_code(w, blk, c, kk, lut, unit), sum);
         float sv = std::bit_cast<float>(
             static_cast<uint32_t>(w.scales[(p * nb + b) * kMxPanelCols + c]) << 23);
         if (w.chunk_scales != nullptr) sv *= w.chunk_scales[(p * nc + b / 16) * kMxPanelCols + c];
-        for (int64_t kk = 0; kk < 32; ++kk) {
-          const float wv = raw_code(w, blk, c, kk, lut, unit) * sv;
-          acc = __builtin_fmaf(x[b * 32 + kk], wv, acc);
-        }
+        acc = __builtin_fmaf(sum, sv, acc);
       }
       a.y[i * a.ldy + col] = acc * w.post;
     }
@@ -183,11 +185,11 @@ void mx_gemm_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
 }
 
 // W4A4 reference, the vector kernels' operations one output at a time: the integer dot of a
-// block, less the offset's share, scaled by (weight scale * 2^-126) * activation scale.
+// block, less the offset's share, scaled by (stored scale * 2^(64 - f)) * activation scale.
 void mx_gemm_w4a4_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   const MxPanelView& w = *a.w;
   const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512, bb = mx_panel_block_bytes(w.format);
-  const float unit = mx_panel_code_unit(w.format);
+  const float unit = mx_panel_scale_unit(w.format);
   for (int64_t col = n_begin; col < n_end; ++col) {
     const int64_t p = col / kMxPanelCols, c = col % kMxPanelCols;
     const int64_t lane = c % 8, half = c / 8;

@@ -11,11 +11,13 @@
 //   - E2M1 (256 bytes): 32-byte row j holds k = 4j .. 4j + 3; nibble t of dword lane l is
 //     column l + 8 * (t & 1) at k = 4j + t / 2.
 // A code's bits moved into an FP32 pattern read as its value times 2^-f (f = 120 for E4M3,
-// 126 for E2M1; subnormal codes become FP32 subnormals). Block scales are stored as the FP32
-// exponent byte of 2^(s - 127 + f - g), so the scale vector of a panel is a zero-extend and a
-// shift; g > 0 only when a scale would overflow, and the output is multiplied by 2^g.
-// Each output is one FMA chain over k in order, whatever the tile shape or the rows beside
-// it: results do not depend on the batch.
+// 126 for E2M1; subnormal codes become FP32 subnormals). Activations come pre-multiplied by
+// kMxGemmInputScale = 2^64 so that these products stay normal, and block scales are stored as
+// the FP32 exponent byte of 2^(s - 127 + f - 64 - g): each output sums a block's products in
+// one FMA chain, then adds that sum times the block's scale vector (a zero-extend and a shift
+// of the stored bytes) to its total. g > 0 only when a scale would overflow; the output is
+// multiplied by 2^g. Every output sees the same operations whatever the tile shape or the
+// rows beside it: results do not depend on the batch.
 //
 // Declarations only: ISA translation units include this header (see formats/act_quant.h).
 #pragma once
@@ -39,10 +41,12 @@ struct MxMatrixView {
   int64_t row_bytes;  // stride of codes
 };
 
-// Activations decoded to FP32, block scales (and dual-level chunk scales) folded in,
-// zero-padded to whole 32-blocks: af[a.rows, mx_decoded_stride(k)].
+// Activations decoded to FP32 times `factor`, block scales (and dual-level chunk scales)
+// folded in, zero-padded to whole 32-blocks: af[a.rows, mx_decoded_stride(k)]. The GEMM takes
+// them with factor kMxGemmInputScale.
+constexpr float kMxGemmInputScale = 0x1p64f;
 int64_t mx_decoded_stride(int64_t k);
-void mx_decode_activations(const MxMatrixView& a, float* af);
+void mx_decode_activations(const MxMatrixView& a, float* af, float factor = 1.0f);
 
 constexpr int64_t kMxPanelCols = 16;
 
@@ -69,6 +73,8 @@ constexpr int64_t mx_panel_chunk_floats(int64_t n, int64_t k) {
 }
 // 2^-f: what a code moved into an FP32 pattern reads as, relative to its value.
 float mx_panel_code_unit(ElemFormat f);
+// 2^(64 - f): turns a stored block scale into the weight's own 2^(s - 127 - g).
+float mx_panel_scale_unit(ElemFormat f);
 
 // Packs w (E4M3 or E2M1) into codes / scales / chunk_scales (sizes above; chunk_scales only
 // when w has them) and returns the post factor 2^g. Padding columns and k are zero.
@@ -85,7 +91,7 @@ uint8_t mx_fp4_weight_offset_code(uint8_t code);
 constexpr int32_t kMxFp4WeightOffset = 12;
 
 struct MxGemmArgs {
-  const float* x;  // [m, ldx] decoded activations (gemm)
+  const float* x;  // [m, ldx] activations decoded with kMxGemmInputScale (gemm)
   const MxPanelView* w;
   float* y;  // [m, ldy]
   int64_t m, ldx, ldy;

@@ -1,7 +1,7 @@
 // AVX2 MX GEMM over packed column panels (mx_gemm.h): one 256-bit load of a panel row widens
-// to four (E4M3) or eight (E2M1) vectors of eight FP32 weights with shifts and a mask; each is
-// multiplied by its block's scale vector and feeds R rows of FMAs. Weights never exist as FP32
-// in memory.
+// to four (E4M3) or eight (E2M1) vectors of eight FP32 weights with shifts and a mask, each
+// feeding R rows of FMAs; block scales apply once per block. Weights never exist as FP32 in
+// memory.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -63,18 +63,21 @@ __attribute__((noinline)) void block_scales(const MxPanelView& w, int64_t panel,
   }
 }
 
-// R rows by C panels: 2 * R * C accumulators, each one FMA chain over k.
+// R rows by C panels: per block, 2 * R * C accumulators in registers, each one FMA chain over
+// the block's k; then each is multiplied by its scale vector into a total kept in memory
+// (touched once per block, so the registers stay with the chains).
 template <bool kFp4, int R, int C>
 void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   constexpr int Q = kFp4 ? 4 : 2;
   constexpr int64_t kRowsPerBlock = 32 / Q, kBlockBytes = kFp4 ? 256 : 512;
   const MxPanelView& w = *a.w;
   const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
-  __m256 acc[R][C][2];
-#pragma GCC unroll 8
+  alignas(32) float total[R][C][kP];
   for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+    for (int c = 0; c < C; ++c) {
+      _mm256_store_ps(total[r][c], _mm256_setzero_ps());
+      _mm256_store_ps(total[r][c] + 8, _mm256_setzero_ps());
+    }
   }
   alignas(32) __m256 scales[kGroupBlocks * 2 * C];
   for (int64_t b = 0; b < nb; ++b) {
@@ -88,21 +91,24 @@ void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
     const float* x[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) x[r] = a.x + (row + r) * a.ldx + b * 32;
+    __m256 acc[R][C][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+    }
     for (int64_t j = 0; j < kRowsPerBlock; ++j) {
-      // The scale vectors are read from memory at each use (multiply operands) rather than
-      // held in registers, which the accumulators need.
-      asm volatile("" ::: "memory");
 #pragma GCC unroll 4
       for (int q = 0; q < Q; ++q) {
         if constexpr (C == 1) {
           // One panel: each half widened once and each row broadcast just before its FMA,
           // so that the rows of accumulators, the panel row and the mask fit the registers.
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[0]));
-          const __m256 lo = _mm256_mul_ps(widen<kFp4>(v, 2 * q), s[0]);
+          const __m256 lo = widen<kFp4>(v, 2 * q);
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r)
             acc[r][0][0] = _mm256_fmadd_ps(_mm256_broadcast_ss(x[r] + q), lo, acc[r][0][0]);
-          const __m256 hi = _mm256_mul_ps(widen<kFp4>(v, 2 * q + 1), s[1]);
+          const __m256 hi = widen<kFp4>(v, 2 * q + 1);
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r)
             acc[r][0][1] = _mm256_fmadd_ps(_mm256_broadcast_ss(x[r] + q), hi, acc[r][0][1]);
@@ -113,8 +119,8 @@ void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
 #pragma GCC unroll 8
           for (int c = 0; c < C; ++c) {
             const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[c]));
-            const __m256 lo = _mm256_mul_ps(widen<kFp4>(v, 2 * q), s[2 * c]);
-            const __m256 hi = _mm256_mul_ps(widen<kFp4>(v, 2 * q + 1), s[2 * c + 1]);
+            const __m256 lo = widen<kFp4>(v, 2 * q);
+            const __m256 hi = widen<kFp4>(v, 2 * q + 1);
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
               acc[r][c][0] = _mm256_fmadd_ps(xb[r], lo, acc[r][c][0]);
@@ -128,15 +134,26 @@ void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) x[r] += Q;
     }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          float* t = total[r][c] + 8 * h;
+          _mm256_store_ps(t, _mm256_fmadd_ps(acc[r][c][h], s[2 * c + h], _mm256_load_ps(t)));
+        }
+      }
+    }
+    // The totals and scale vectors stay in memory rather than in registers the chains need.
+    asm volatile("" : : "r"(&total[0][0][0]) : "memory");
   }
   const __m256 post = _mm256_set1_ps(w.post);
-#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     float* y = a.y + (row + r) * a.ldy + panel * kP;
-#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
-      const __m256 lo = _mm256_mul_ps(acc[r][c][0], post);
-      const __m256 hi = _mm256_mul_ps(acc[r][c][1], post);
+      const __m256 lo = _mm256_mul_ps(_mm256_load_ps(total[r][c]), post);
+      const __m256 hi = _mm256_mul_ps(_mm256_load_ps(total[r][c] + 8), post);
       const int64_t left = cols - c * kP;
       if (left >= kP) {
         _mm256_storeu_ps(y + c * kP, lo);
@@ -184,7 +201,7 @@ void tile_w4a4(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
                                        12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256 unit = _mm256_set1_ps(0x1p-126f);
+  const __m256 unit = _mm256_set1_ps(0x1p-62f);  // mx_panel_scale_unit(kE2M1)
   alignas(32) float total[R][C][kP];
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) {

@@ -84,7 +84,7 @@ class GemmActs {
       mx_prepare_fp4_activations(v, q_.data(), sums_.data(), scales_.data());
     } else {
       f_.resize(static_cast<size_t>(m * stride_));
-      mx_decode_activations(v, f_.data());
+      mx_decode_activations(v, f_.data(), kMxGemmInputScale);
     }
   }
   // Arguments for rows [r0, r0 + m) of these activations.
