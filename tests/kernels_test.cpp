@@ -137,6 +137,24 @@ TEST(Kernels, EveryMxGemmVariant) {
               const int64_t split = n > kMxPanelCols ? kMxPanelCols : 0;
               if (split > 0) fn(args, 0, split);
               fn(args, split, n);
+              // A row alone gives the same bits as in the batch (the vector kernels run
+              // other tile shapes, and prefill paths, for one row than for many).
+              for (int64_t i : {int64_t{0}, m - 1}) {
+                std::vector<float> y1(static_cast<size_t>(n));
+                MxGemmArgs one = args;
+                one.m = 1;
+                one.y = y1.data();
+                one.x = path == 0 ? af.data() + i * kp : nullptr;
+                if (path == 1) {
+                  one.xq = xq.data() + i * kp;
+                  one.xsum = xsum.data() + i * nb;
+                  one.xscale = xscale.data() + i * nb;
+                }
+                fn(one, 0, n);
+                for (int64_t j = 0; j < n; ++j)
+                  ASSERT_EQ(y1[j], y[i * n + j]) << isa_name(isa) << " " << info.name << " m=" << m
+                                                 << " k=" << k << " row " << i << " col " << j;
+              }
               // Reference: the activations as decoded (block and chunk scales applied) times
               // the reference-dequantized weights, in double.
               for (int64_t i = 0; i < m; ++i) {

@@ -280,6 +280,7 @@ void tile_w4a4(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
 }
 
 // The same split into row blocks and tiles for both kernels.
+// Rows in L2-sized blocks; row tiles of up to four, sized evenly, as in the BF16 kernel.
 template <typename Table>
 void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table& tiles_of) {
   constexpr int64_t kBlockRows = 48;
@@ -317,9 +318,119 @@ constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> w4a4_tabl
 }
 constexpr auto kW4a4Tiles = w4a4_table_of(std::make_integer_sequence<int, kMaxRows>());
 
-// Rows in L2-sized blocks; row tiles of up to four, sized evenly, as in the BF16 kernel.
+// Many rows (prefill): each block of a panel is widened once into an L1 buffer of FP32 raw
+// codes, and row tiles of up to six rows run their block chains from it, as the BF16 kernel
+// does from its panels. Every output sees exactly the operations of the direct tiles above
+// (one FMA chain per block from zero, then the scale into the total), so results match them
+// bit for bit.
+constexpr int64_t kWideMinRows = 6, kWideRows = 6, kWideBlockRows = 48;
+
+// Blocks [0, nblk) of a widened group for R rows: per block, one chain per output from zero
+// and its sum times the block's scale into the total.
+template <int R>
+void wide_rows(const float* wbuf, int64_t nblk, const float* x, int64_t ldx, const __m256* s,
+               float* total) {
+  for (int64_t b = 0; b < nblk; ++b, wbuf += 32 * kP, x += 32, s += 2) {
+    __m256 acc[R][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int k = 0; k < 32; ++k) {
+      // Twelve accumulators, the two weight halves and one broadcast at a time.
+      const __m256 lo = _mm256_load_ps(wbuf + k * kP);
+      const __m256 hi = _mm256_load_ps(wbuf + k * kP + 8);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256 xb = _mm256_broadcast_ss(x + r * ldx + k);
+        acc[r][0] = _mm256_fmadd_ps(xb, lo, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(xb, hi, acc[r][1]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        float* t = total + r * kP + 8 * h;
+        _mm256_store_ps(t, _mm256_fmadd_ps(acc[r][h], s[h], _mm256_load_ps(t)));
+      }
+    }
+  }
+}
+
+using WideRowsFn = void (*)(const float*, int64_t, const float*, int64_t, const __m256*, float*);
+constexpr WideRowsFn kWideRowsFns[kWideRows + 1] = {
+    nullptr, wide_rows<1>, wide_rows<2>, wide_rows<3>, wide_rows<4>, wide_rows<5>, wide_rows<6>};
+
+// Blocks widened at a time: 8 KB of FP32 codes, which stay in L1 while every row tile of the
+// row block passes over them.
+constexpr int64_t kWideGroupBlocks = 4;
+
+// Rows [row0, row0 + m) (m <= kWideBlockRows) of one panel.
+template <bool kFp4>
+void wide_panel(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t panel, int64_t cols) {
+  constexpr int Q = kFp4 ? 4 : 2;
+  constexpr int64_t kBlockBytes = kFp4 ? 256 : 512;
+  const MxPanelView& w = *a.w;
+  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
+  alignas(32) float total[kWideBlockRows * kP];
+  std::fill(total, total + m * kP, 0.0f);
+  alignas(32) float wbuf[kWideGroupBlocks * 32 * kP];
+  alignas(32) __m256 scales[kGroupBlocks * 2];
+  const int64_t tiles = (m + kWideRows - 1) / kWideRows;
+  for (int64_t b0 = 0; b0 < nb; b0 += kWideGroupBlocks) {
+    const int64_t nblk = std::min(kWideGroupBlocks, nb - b0);
+    if (b0 % kGroupBlocks == 0) {
+      block_scales<1>(w, panel, b0, std::min(nb, b0 + kGroupBlocks), nb, nc, scales);
+    }
+    for (int64_t g = 0; g < nblk; ++g) {
+      const uint8_t* codes = w.codes + (panel * nb + b0 + g) * kBlockBytes;
+      float* dst = wbuf + g * 32 * kP;
+#pragma GCC unroll 4
+      for (int j = 0; j < 32 / Q; ++j) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * j));
+#pragma GCC unroll 4
+        for (int q = 0; q < Q; ++q) {
+          _mm256_store_ps(dst + (Q * j + q) * kP, widen<kFp4>(v, 2 * q));
+          _mm256_store_ps(dst + (Q * j + q) * kP + 8, widen<kFp4>(v, 2 * q + 1));
+        }
+      }
+    }
+    const __m256* s = scales + (b0 % kGroupBlocks) * 2;
+    for (int64_t t = 0, r = 0; t < tiles; ++t) {
+      const int64_t left = m - r;
+      const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
+      kWideRowsFns[rows](wbuf, nblk, a.x + (row0 + r) * a.ldx + b0 * 32, a.ldx, s, total + r * kP);
+      r += rows;
+    }
+  }
+  const __m256 post = _mm256_set1_ps(w.post);
+  for (int64_t r = 0; r < m; ++r) {
+    float* y = a.y + (row0 + r) * a.ldy + panel * kP;
+    const __m256 lo = _mm256_mul_ps(_mm256_load_ps(total + r * kP), post);
+    const __m256 hi = _mm256_mul_ps(_mm256_load_ps(total + r * kP + 8), post);
+    if (cols >= kP) {
+      _mm256_storeu_ps(y, lo);
+      _mm256_storeu_ps(y + 8, hi);
+    } else {
+      store_partial(y, lo, hi, cols);
+    }
+  }
+}
+
 void mx_gemm_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
-  run_tiles(a, n_begin, n_end, a.w->format == ElemFormat::kE2M1 ? kFp4Tiles : kFp8Tiles);
+  const bool fp4 = a.w->format == ElemFormat::kE2M1;
+  if (a.m < kWideMinRows) {
+    run_tiles(a, n_begin, n_end, fp4 ? kFp4Tiles : kFp8Tiles);
+    return;
+  }
+  const int64_t p_begin = n_begin / kP, p_end = (n_end + kP - 1) / kP;
+  for (int64_t r0 = 0; r0 < a.m; r0 += kWideBlockRows) {
+    const int64_t m = std::min(kWideBlockRows, a.m - r0);
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t cols = std::min(n_end - p * kP, kP);
+      (fp4 ? wide_panel<true> : wide_panel<false>)(a, r0, m, p, cols);
+    }
+  }
 }
 
 void mx_gemm_w4a4_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
