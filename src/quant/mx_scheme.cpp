@@ -68,24 +68,41 @@ class PackedMx {
   std::vector<MxPanelView> views_;
 };
 
+// fn(r0, r1, thread) over rows [0, m) of width k: on the pool when there is enough work.
+template <typename Fn>
+void for_rows(int64_t m, int64_t k, ThreadPool* pool, Fn&& fn) {
+  if (pool == nullptr || m < 2 || m * k < (1 << 16)) {
+    fn(0, m, 0);
+  } else {
+    pool->parallel_for(m, fn);
+  }
+}
+
 // Quantized activation rows in the form the GEMM consumes: decoded to FP32, or for W4A4 as
 // integers with block sums and scales (the exact int8 kernel).
 class GemmActs {
  public:
-  GemmActs(const ActRows& a, int64_t row0, int64_t m)
+  GemmActs(const ActRows& a, int64_t row0, int64_t m, ThreadPool* pool)
       : w4a4_(a.format == ElemFormat::kE2M1),
         stride_(mx_decoded_stride(a.k)),
         nb_(mx_num_blocks(a.k)) {
-    const MxMatrixView v = act_view(a, row0, m);
     if (w4a4_) {
       q_.resize(static_cast<size_t>(m * stride_));
       sums_.resize(static_cast<size_t>(m * nb_));
       scales_.resize(static_cast<size_t>(m * nb_));
-      mx_prepare_fp4_activations(v, q_.data(), sums_.data(), scales_.data());
     } else {
       f_.resize(static_cast<size_t>(m * stride_));
-      mx_decode_activations(v, f_.data(), kMxGemmInputScale);
     }
+    auto body = [&](int64_t r0, int64_t r1, int) {
+      const MxMatrixView v = act_view(a, row0 + r0, r1 - r0);
+      if (w4a4_) {
+        mx_prepare_fp4_activations(v, q_.data() + r0 * stride_, sums_.data() + r0 * nb_,
+                                   scales_.data() + r0 * nb_);
+      } else {
+        mx_decode_activations(v, f_.data() + r0 * stride_, kMxGemmInputScale);
+      }
+    };
+    for_rows(m, a.k, pool, body);
   }
   // Arguments for rows [r0, r0 + m) of these activations.
   MxGemmArgs args(int64_t r0, int64_t m, const MxPanelView& w, float* y, int64_t ldy) const {
@@ -118,7 +135,7 @@ class GemmActs {
 void gemm_rows(const ActRows& a, int64_t row0, int64_t m, const MxPanelView& w, float* y,
                ThreadPool* pool) {
   if (m == 0) return;
-  const GemmActs acts(a, row0, m);
+  const GemmActs acts(a, row0, m, pool);
   const int64_t n = w.n;
   const MxGemmArgs args = acts.args(0, m, w, y, n);
   auto body = [&](int64_t b, int64_t e, int) {
@@ -141,7 +158,9 @@ class MxLinear final : public Linear {
     ActRows a;
     act_rows_init(w_.scheme(), w_.k(), rule_, &a);
     a.resize(m);
-    for (int64_t r = 0; r < m; ++r) act_rows_quantize(x + r * w_.k(), r, rule_, &a);
+    for_rows(m, w_.k(), pool, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) act_rows_quantize(x + r * w_.k(), r, rule_, &a);
+    });
     gemm_rows(a, 0, m, w_.view(0), y, pool);
   }
 
@@ -198,7 +217,7 @@ class MxExpertBank final : public ExpertBank {
     // One grouped GEMM over every active expert: activations prepared once for all rows.
     auto grouped = [&](const ActRows& a, const PackedMx& w, float* y) {
       const int64_t cols = w.n();
-      const GemmActs acts(a, 0, total);
+      const GemmActs acts(a, 0, total, pool);
       for_each_expert_block(
           active, cols, pool, total * cols * a.k, [&](int64_t e, int64_t c0, int64_t c1, int) {
             const int64_t r0 = offsets[e];
