@@ -75,12 +75,8 @@ void BM_GemmMx(benchmark::State& state, IsaLevel isa, Scheme scheme) {
                         n,
                         kd,
                         q->row_bytes()};
-  std::vector<uint8_t> codes(static_cast<size_t>(mx_panel_code_bytes(info.weight, n, kd)));
-  std::vector<uint8_t> scales(static_cast<size_t>(mx_panel_scale_bytes(n, kd)));
-  std::vector<float> chunks(static_cast<size_t>(mx_panel_chunk_floats(n, kd)));
-  float* pc = info.dual ? chunks.data() : nullptr;
-  MxPanelView pv{info.weight, codes.data(), scales.data(), pc, n, kd, 1.0f};
-  pv.post = pack_mx_panels(wv, codes.data(), scales.data(), pc);
+  const MxPanelWeights packed = pack_mx_weights(wv);
+  const MxPanelView& pv = packed.view;
   const auto x = values(static_cast<size_t>(m * kd), 1);
   std::vector<float> y(static_cast<size_t>(m * n));
   MxGemmArgs a{x.data(), &pv, y.data(), m, kd, n};
@@ -111,8 +107,7 @@ void BM_GemmMx(benchmark::State& state, IsaLevel isa, Scheme scheme) {
   state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * n * kd),
                                                  benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
-  state.SetBytesProcessed(state.iterations() *
-                          static_cast<int64_t>(codes.size() + scales.size() + chunks.size() * 4));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(packed.bytes()));
 }
 BENCHMARK_CAPTURE(BM_GemmMx, scalar_mxfp8, IsaLevel::kScalar, Scheme::kW8A8Mxfp8)->Arg(1);
 BENCHMARK_CAPTURE(BM_GemmMx, avx2_mxfp8, IsaLevel::kAvx2, Scheme::kW8A8Mxfp8)

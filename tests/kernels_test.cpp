@@ -110,14 +110,8 @@ TEST(Kernels, EveryMxGemmVariant) {
                                   n,
                                   k,
                                   q->row_bytes()};
-            std::vector<uint8_t> codes(static_cast<size_t>(mx_panel_code_bytes(info.weight, n, k)));
-            std::vector<uint8_t> scales(static_cast<size_t>(mx_panel_scale_bytes(n, k)));
-            std::vector<float> chunks(static_cast<size_t>(mx_panel_chunk_floats(n, k)));
-            MxPanelView pv{
-                info.weight, codes.data(), scales.data(), info.dual ? chunks.data() : nullptr, n,
-                k,           1.0f};
-            pv.post = pack_mx_panels(wv, codes.data(), scales.data(),
-                                     info.dual ? chunks.data() : nullptr);
+            const MxPanelWeights packed = pack_mx_weights(wv);
+            const MxPanelView& pv = packed.view;
             // W4A4 also runs its integer kernel on the same activations.
             const bool w4a4 = info.activation == ElemFormat::kE2M1;
             const int64_t nb = (k + 31) / 32;
@@ -200,12 +194,8 @@ TEST(Kernels, MxGemmWithLargeWeightScales) {
       const MxMatrixView wv{
           info.weight,   q->codes.data_as<uint8_t>(), q->scales.data_as<uint8_t>(), cs, n, k,
           q->row_bytes()};
-      std::vector<uint8_t> codes(static_cast<size_t>(mx_panel_code_bytes(info.weight, n, k)));
-      std::vector<uint8_t> scales(static_cast<size_t>(mx_panel_scale_bytes(n, k)));
-      std::vector<float> chunks(static_cast<size_t>(mx_panel_chunk_floats(n, k)));
-      float* pc = info.dual ? chunks.data() : nullptr;
-      MxPanelView pv{info.weight, codes.data(), scales.data(), pc, n, k, 1.0f};
-      pv.post = pack_mx_panels(wv, codes.data(), scales.data(), pc);
+      const MxPanelWeights packed = pack_mx_weights(wv);
+      const MxPanelView& pv = packed.view;
       EXPECT_GT(pv.post, 1.0f);
       std::vector<float> x(static_cast<size_t>(k));
       for (int64_t t = 0; t < k; ++t) x[t] = static_cast<float>(t % 7) - 3.0f;

@@ -7,21 +7,16 @@
 #include <array>
 #include <utility>
 
+#include "kernels/avx2_util.h"
 #include "kernels/gemm.h"
+#include "kernels/tile_plan.h"
 
 namespace mx::gemm_detail {
 namespace {
 
 constexpr int64_t kP = kBf16PanelCols;
 
-// The first n (< 16) of the sixteen outputs lo, hi; out of line so the tile's accumulators
-// never have their address taken.
-__attribute__((noinline)) void store_partial(float* y, __m256 lo, __m256 hi, int64_t n) {
-  alignas(32) float tmp[kP];
-  _mm256_store_ps(tmp, lo);
-  _mm256_store_ps(tmp + 8, hi);
-  std::copy(tmp, tmp + n, y);
-}
+using avx2::store_partial;
 
 // R rows by C panels: 2 * R * C accumulators, each one FMA chain over k, so every output is
 // the same sequence of operations whatever the tile shape or the rows beside it. At one row
@@ -109,29 +104,13 @@ constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> table_of(
 constexpr auto kTiles = table_of(std::make_integer_sequence<int, kMaxRows>());
 
 // Rows in blocks that stay in L2 while a group of panels (in L1) passes over every row tile of
-// the block; row tiles of up to six, sized evenly (13 rows: 5 + 4 + 4, not 6 + 6 + 1).
+// the block; row tiles of up to six.
 void bf16_avx2(const GemmBf16Args& a, int64_t n_begin, int64_t n_end) {
-  constexpr int64_t kBlockRows = 48;
-  const int64_t p_begin = n_begin / kP, p_end = (n_end + kP - 1) / kP;
-  for (int64_t r0 = 0; r0 < a.m; r0 += kBlockRows) {
-    const int64_t m = std::min(kBlockRows, a.m - r0);
-    const int64_t tiles = (m + kMaxRows - 1) / kMaxRows;
-    const int64_t group = kPanels[(m + tiles - 1) / tiles];
-    for (int64_t p = p_begin; p < p_end; p += group) {
-      const int64_t panels = std::min(group, p_end - p);
-      const int64_t cols = std::min(n_end, (p + panels) * kP) - p * kP;
-      for (int64_t t = 0, row = r0; t < tiles; ++t) {
-        const int64_t left = r0 + m - row;
-        const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
-        const int64_t c = std::min<int64_t>(panels, kPanels[rows]);
-        for (int64_t q = 0; q < panels; q += c) {
-          const int64_t n = std::min(c, panels - q);
-          kTiles[static_cast<size_t>(rows)][static_cast<size_t>(n)](a, row, p + q, cols - q * kP);
-        }
-        row += rows;
-      }
-    }
-  }
+  for_each_tile(a.m, n_begin / kP, (n_end + kP - 1) / kP, n_end, kP, 48, kMaxRows, kPanels,
+                [&](int64_t row, int64_t rows, int64_t panel, int64_t panels, int64_t cols) {
+                  kTiles[static_cast<size_t>(rows)][static_cast<size_t>(panels)](a, row, panel,
+                                                                                 cols);
+                });
 }
 
 }  // namespace

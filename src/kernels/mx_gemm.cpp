@@ -140,6 +140,18 @@ float pack_mx_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, flo
   return pow2(g);
 }
 
+MxPanelWeights pack_mx_weights(const MxMatrixView& w) {
+  MxPanelWeights p;
+  const bool dual = w.chunk_scales != nullptr;
+  p.codes.resize(static_cast<size_t>(mx_panel_code_bytes(w.format, w.rows, w.k)));
+  p.scales.resize(static_cast<size_t>(mx_panel_scale_bytes(w.rows, w.k)));
+  if (dual) p.chunk_scales.resize(static_cast<size_t>(mx_panel_chunk_floats(w.rows, w.k)));
+  float* chunks = dual ? p.chunk_scales.data() : nullptr;
+  const float post = pack_mx_panels(w, p.codes.data(), p.scales.data(), chunks);
+  p.view = {w.format, p.codes.data(), p.scales.data(), chunks, w.rows, w.k, post};
+  return p;
+}
+
 namespace mx_gemm_detail {
 namespace {
 

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/cpu_features.h"
 #include "formats/minifloat.h"
@@ -79,6 +80,20 @@ float mx_panel_scale_unit(ElemFormat f);
 // Packs w (E4M3 or E2M1) into codes / scales / chunk_scales (sizes above; chunk_scales only
 // when w has them) and returns the post factor 2^g. Padding columns and k are zero.
 float pack_mx_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float* chunk_scales);
+
+// Packed weights with their storage; `view` points into it (moves keep it valid).
+struct MxPanelWeights {
+  std::vector<uint8_t> codes, scales;
+  std::vector<float> chunk_scales;
+  MxPanelView view{};
+  MxPanelWeights() = default;
+  MxPanelWeights(MxPanelWeights&&) = default;
+  MxPanelWeights& operator=(MxPanelWeights&&) = default;
+  MxPanelWeights(const MxPanelWeights&) = delete;
+  MxPanelWeights& operator=(const MxPanelWeights&) = delete;
+  uint64_t bytes() const { return codes.size() + scales.size() + chunk_scales.size() * 4; }
+};
+MxPanelWeights pack_mx_weights(const MxMatrixView& w);
 
 // E2M1 activations for E2M1 weights (W4A4) as integers, for an exact int8 dot per block:
 // q = twice each value ([-12, 12]), per block the sum of q and the scale

@@ -8,7 +8,9 @@
 #include <array>
 #include <utility>
 
+#include "kernels/avx2_util.h"
 #include "kernels/mx_gemm.h"
+#include "kernels/tile_plan.h"
 
 namespace mx::mx_gemm_detail {
 namespace {
@@ -32,11 +34,37 @@ __attribute__((always_inline)) inline __m256 widen(__m256i v, int t) {
   }
 }
 
-__attribute__((noinline)) void store_partial(float* y, __m256 lo, __m256 hi, int64_t n) {
-  alignas(32) float tmp[kP];
-  _mm256_store_ps(tmp, lo);
-  _mm256_store_ps(tmp + 8, hi);
-  std::copy(tmp, tmp + n, y);
+using avx2::store_partial;
+
+// The FP32 totals of an R x C tile: zeroed at its start, and at its end times 2^g into y.
+template <int R, int C>
+void zero_totals(float (&total)[R][C][kP]) {
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      _mm256_store_ps(total[r][c], _mm256_setzero_ps());
+      _mm256_store_ps(total[r][c] + 8, _mm256_setzero_ps());
+    }
+  }
+}
+
+template <int R, int C>
+void store_totals(const float (&total)[R][C][kP], const MxGemmArgs& a, int64_t row, int64_t panel,
+                  int64_t cols) {
+  const __m256 post = _mm256_set1_ps(a.w->post);
+  for (int r = 0; r < R; ++r) {
+    float* y = a.y + (row + r) * a.ldy + panel * kP;
+    for (int c = 0; c < C; ++c) {
+      const __m256 lo = _mm256_mul_ps(_mm256_load_ps(total[r][c]), post);
+      const __m256 hi = _mm256_mul_ps(_mm256_load_ps(total[r][c] + 8), post);
+      const int64_t left = cols - c * kP;
+      if (left >= kP) {
+        _mm256_storeu_ps(y + c * kP, lo);
+        _mm256_storeu_ps(y + c * kP + 8, hi);
+      } else {
+        store_partial(y + c * kP, lo, hi, left);
+      }
+    }
+  }
 }
 
 // Scale vectors of C panels for blocks [b0, b1) (at most kGroupBlocks) into s, 2 * C vectors
@@ -63,6 +91,19 @@ __attribute__((noinline)) void block_scales(const MxPanelView& w, int64_t panel,
   }
 }
 
+// At block b of C panels: the block's scale vectors (the group's computed every kGroupBlocks
+// blocks into `scales`) and the panels' code rows.
+template <int C>
+inline const __m256* begin_block(const MxPanelView& w, int64_t panel, int64_t b,
+                                 int64_t block_bytes, __m256* scales, const uint8_t** wrow) {
+  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
+  if (b % kGroupBlocks == 0) {
+    block_scales<C>(w, panel, b, std::min(nb, b + kGroupBlocks), nb, nc, scales);
+  }
+  for (int c = 0; c < C; ++c) wrow[c] = w.codes + ((panel + c) * nb + b) * block_bytes;
+  return scales + (b % kGroupBlocks) * 2 * C;
+}
+
 // R rows by C panels: per block, 2 * R * C accumulators in registers, each one FMA chain over
 // the block's k; then each is multiplied by its scale vector into a total kept in memory
 // (touched once per block, so the registers stay with the chains).
@@ -71,23 +112,13 @@ void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   constexpr int Q = kFp4 ? 4 : 2;
   constexpr int64_t kRowsPerBlock = 32 / Q, kBlockBytes = kFp4 ? 256 : 512;
   const MxPanelView& w = *a.w;
-  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
+  const int64_t nb = (w.k + 31) / 32;
   alignas(32) float total[R][C][kP];
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
-      _mm256_store_ps(total[r][c], _mm256_setzero_ps());
-      _mm256_store_ps(total[r][c] + 8, _mm256_setzero_ps());
-    }
-  }
+  zero_totals(total);
   alignas(32) __m256 scales[kGroupBlocks * 2 * C];
   for (int64_t b = 0; b < nb; ++b) {
-    if (b % kGroupBlocks == 0) {
-      block_scales<C>(w, panel, b, std::min(nb, b + kGroupBlocks), nb, nc, scales);
-    }
-    const __m256* s = scales + (b % kGroupBlocks) * 2 * C;
     const uint8_t* wrow[C];
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) wrow[c] = w.codes + ((panel + c) * nb + b) * kBlockBytes;
+    const __m256* s = begin_block<C>(w, panel, b, kBlockBytes, scales, wrow);
     const float* x[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) x[r] = a.x + (row + r) * a.ldx + b * 32;
@@ -148,21 +179,7 @@ void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
     // The totals and scale vectors stay in memory rather than in registers the chains need.
     asm volatile("" : : "r"(&total[0][0][0]) : "memory");
   }
-  const __m256 post = _mm256_set1_ps(w.post);
-  for (int r = 0; r < R; ++r) {
-    float* y = a.y + (row + r) * a.ldy + panel * kP;
-    for (int c = 0; c < C; ++c) {
-      const __m256 lo = _mm256_mul_ps(_mm256_load_ps(total[r][c]), post);
-      const __m256 hi = _mm256_mul_ps(_mm256_load_ps(total[r][c] + 8), post);
-      const int64_t left = cols - c * kP;
-      if (left >= kP) {
-        _mm256_storeu_ps(y + c * kP, lo);
-        _mm256_storeu_ps(y + c * kP + 8, hi);
-      } else {
-        store_partial(y + c * kP, lo, hi, left);
-      }
-    }
-  }
+  store_totals(total, a, row, panel, cols);
 }
 
 using TileFn = void (*)(const MxGemmArgs&, int64_t, int64_t, int64_t);
@@ -171,21 +188,6 @@ constexpr int kMaxRows = 4, kMaxPanels = 4;
 // broadcasts, the panel row and the mask within sixteen registers (five or six rows of one
 // panel would spill accumulators).
 constexpr int kPanels[kMaxRows + 1] = {0, 4, 2, 1, 1};
-
-template <bool kFp4, int R, int... Cs>
-constexpr std::array<TileFn, kMaxPanels + 1> row_of(std::integer_sequence<int, Cs...>) {
-  return {nullptr, &tile<kFp4, R, Cs + 1>...};
-}
-template <bool kFp4, int... Rs>
-constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> table_of(
-    std::integer_sequence<int, Rs...>) {
-  return {std::array<TileFn, kMaxPanels + 1>{},
-          row_of<kFp4, Rs + 1>(std::make_integer_sequence<int, kMaxPanels>())...};
-}
-constexpr auto kFp8Tiles = table_of<false>(std::make_integer_sequence<int, kMaxRows>());
-constexpr auto kFp4Tiles = table_of<true>(std::make_integer_sequence<int, kMaxRows>());
-
-void mx_gemm_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
 
 // W4A4: a panel row's nibbles index a 16-byte table of 2 * value + 12 (pshufb), and a
 // byte multiply-add against four activation bytes broadcast per dword lane sums four k per
@@ -196,28 +198,18 @@ void mx_gemm_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
 template <int R, int C>
 void tile_w4a4(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   const MxPanelView& w = *a.w;
-  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
+  const int64_t nb = (w.k + 31) / 32;
   const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
                                        12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256 unit = _mm256_set1_ps(0x1p-62f);  // mx_panel_scale_unit(kE2M1)
   alignas(32) float total[R][C][kP];
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
-      _mm256_store_ps(total[r][c], _mm256_setzero_ps());
-      _mm256_store_ps(total[r][c] + 8, _mm256_setzero_ps());
-    }
-  }
+  zero_totals(total);
   alignas(32) __m256 scales[kGroupBlocks * 2 * C];
   for (int64_t b = 0; b < nb; ++b) {
-    if (b % kGroupBlocks == 0) {
-      block_scales<C>(w, panel, b, std::min(nb, b + kGroupBlocks), nb, nc, scales);
-    }
-    const __m256* s = scales + (b % kGroupBlocks) * 2 * C;
     const uint8_t* wrow[C];
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) wrow[c] = w.codes + ((panel + c) * nb + b) * 256;
+    const __m256* s = begin_block<C>(w, panel, b, 256, scales, wrow);
     const int8_t* x[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) x[r] = a.xq + (row + r) * a.ldx + b * 32;
@@ -262,61 +254,41 @@ void tile_w4a4(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
       }
     }
   }
-  const __m256 post = _mm256_set1_ps(w.post);
-  for (int r = 0; r < R; ++r) {
-    float* y = a.y + (row + r) * a.ldy + panel * kP;
-    for (int c = 0; c < C; ++c) {
-      const __m256 lo = _mm256_mul_ps(_mm256_load_ps(total[r][c]), post);
-      const __m256 hi = _mm256_mul_ps(_mm256_load_ps(total[r][c] + 8), post);
-      const int64_t left = cols - c * kP;
-      if (left >= kP) {
-        _mm256_storeu_ps(y + c * kP, lo);
-        _mm256_storeu_ps(y + c * kP + 8, hi);
-      } else {
-        store_partial(y + c * kP, lo, hi, left);
-      }
-    }
-  }
+  store_totals(total, a, row, panel, cols);
 }
 
-// The same split into row blocks and tiles for both kernels.
-// Rows in L2-sized blocks; row tiles of up to four, sized evenly, as in the BF16 kernel.
-template <typename Table>
-void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table& tiles_of) {
-  constexpr int64_t kBlockRows = 48;
-  const int64_t p_begin = n_begin / kP, p_end = (n_end + kP - 1) / kP;
-  for (int64_t r0 = 0; r0 < a.m; r0 += kBlockRows) {
-    const int64_t m = std::min(kBlockRows, a.m - r0);
-    const int64_t tiles = (m + kMaxRows - 1) / kMaxRows;
-    const int64_t group = kPanels[(m + tiles - 1) / tiles];
-    for (int64_t p = p_begin; p < p_end; p += group) {
-      const int64_t panels = std::min(group, p_end - p);
-      const int64_t cols = std::min(n_end, (p + panels) * kP) - p * kP;
-      for (int64_t t = 0, row = r0; t < tiles; ++t) {
-        const int64_t left = r0 + m - row;
-        const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
-        const int64_t c = std::min<int64_t>(panels, kPanels[rows]);
-        for (int64_t q = 0; q < panels; q += c) {
-          const int64_t n = std::min(c, panels - q);
-          tiles_of[static_cast<size_t>(rows)][static_cast<size_t>(n)](a, row, p + q, cols - q * kP);
-        }
-        row += rows;
-      }
-    }
+// One table of tile functions per kernel: kind 0 E4M3, 1 E2M1 (FP32 path), 2 W4A4 (integers).
+template <int Kind, int R, int C>
+void tile_of(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
+  if constexpr (Kind == 2) {
+    tile_w4a4<R, C>(a, row, panel, cols);
+  } else {
+    tile<Kind == 1, R, C>(a, row, panel, cols);
   }
 }
-
-template <int R, int... Cs>
-constexpr std::array<TileFn, kMaxPanels + 1> w4a4_row_of(std::integer_sequence<int, Cs...>) {
-  return {nullptr, &tile_w4a4<R, Cs + 1>...};
+template <int Kind, int R, int... Cs>
+constexpr std::array<TileFn, kMaxPanels + 1> row_of(std::integer_sequence<int, Cs...>) {
+  return {nullptr, &tile_of<Kind, R, Cs + 1>...};
 }
-template <int... Rs>
-constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> w4a4_table_of(
+template <int Kind, int... Rs>
+constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> table_of(
     std::integer_sequence<int, Rs...>) {
   return {std::array<TileFn, kMaxPanels + 1>{},
-          w4a4_row_of<Rs + 1>(std::make_integer_sequence<int, kMaxPanels>())...};
+          row_of<Kind, Rs + 1>(std::make_integer_sequence<int, kMaxPanels>())...};
 }
-constexpr auto kW4a4Tiles = w4a4_table_of(std::make_integer_sequence<int, kMaxRows>());
+constexpr auto kFp8Tiles = table_of<0>(std::make_integer_sequence<int, kMaxRows>());
+constexpr auto kFp4Tiles = table_of<1>(std::make_integer_sequence<int, kMaxRows>());
+constexpr auto kW4a4Tiles = table_of<2>(std::make_integer_sequence<int, kMaxRows>());
+
+// Rows in L2-sized blocks; row tiles of up to four, sized evenly, as in the BF16 kernel.
+template <typename Table>
+void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table& tiles) {
+  for_each_tile(a.m, n_begin / kP, (n_end + kP - 1) / kP, n_end, kP, 48, kMaxRows, kPanels,
+                [&](int64_t row, int64_t rows, int64_t panel, int64_t panels, int64_t cols) {
+                  tiles[static_cast<size_t>(rows)][static_cast<size_t>(panels)](a, row, panel,
+                                                                                cols);
+                });
+}
 
 // Many rows (prefill): each block of a panel is widened once into an L1 buffer of FP32 raw
 // codes, and row tiles of up to six rows run their block chains from it, as the BF16 kernel

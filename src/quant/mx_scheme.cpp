@@ -27,45 +27,29 @@ class PackedMx {
   PackedMx(const MxWeights& w, int64_t parts) : scheme_(w.scheme), n_(w.n / parts), k_(w.k) {
     const SchemeInfo& info = scheme_info(w.scheme);
     const int64_t nb = mx_num_blocks(k_), nc = mx_num_chunks(k_);
-    const int64_t cb = mx_panel_code_bytes(info.weight, n_, k_);
-    const int64_t sb = mx_panel_scale_bytes(n_, k_);
-    const int64_t cf = info.dual ? mx_panel_chunk_floats(n_, k_) : 0;
-    codes_.resize(static_cast<size_t>(parts * cb));
-    scales_.resize(static_cast<size_t>(parts * sb));
-    chunks_.resize(static_cast<size_t>(parts * cf));
     for (int64_t p = 0; p < parts; ++p) {
       const int64_t row0 = p * n_;
-      const MxMatrixView src{info.weight,
-                             w.codes.data_as<uint8_t>() + row0 * w.row_bytes(),
-                             w.scales.data_as<uint8_t>() + row0 * nb,
-                             info.dual ? w.chunk_scales.data_as<float>() + row0 * nc : nullptr,
-                             n_,
-                             k_,
-                             w.row_bytes()};
-      MxPanelView v{info.weight,
-                    codes_.data() + p * cb,
-                    scales_.data() + p * sb,
-                    info.dual ? chunks_.data() + p * cf : nullptr,
-                    n_,
-                    k_,
-                    1.0f};
-      v.post = pack_mx_panels(src, codes_.data() + p * cb, scales_.data() + p * sb,
-                              info.dual ? chunks_.data() + p * cf : nullptr);
-      views_.push_back(v);
+      parts_.push_back(
+          pack_mx_weights({info.weight, w.codes.data_as<uint8_t>() + row0 * w.row_bytes(),
+                           w.scales.data_as<uint8_t>() + row0 * nb,
+                           info.dual ? w.chunk_scales.data_as<float>() + row0 * nc : nullptr, n_,
+                           k_, w.row_bytes()}));
     }
   }
   Scheme scheme() const { return scheme_; }
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
-  const MxPanelView& view(int64_t part) const { return views_[static_cast<size_t>(part)]; }
-  uint64_t bytes() const { return codes_.size() + scales_.size() + chunks_.size() * sizeof(float); }
+  const MxPanelView& view(int64_t part) const { return parts_[static_cast<size_t>(part)].view; }
+  uint64_t bytes() const {
+    uint64_t b = 0;
+    for (const MxPanelWeights& p : parts_) b += p.bytes();
+    return b;
+  }
 
  private:
   Scheme scheme_;
   int64_t n_, k_;
-  std::vector<uint8_t> codes_, scales_;
-  std::vector<float> chunks_;
-  std::vector<MxPanelView> views_;
+  std::vector<MxPanelWeights> parts_;
 };
 
 // fn(r0, r1, thread) over rows [0, m) of width k: on the pool when there is enough work.

@@ -1,0 +1,37 @@
+// How the register-tiled GEMMs walk their output: rows in blocks that stay in L2, column
+// panels in groups, and row tiles of at most max_rows sized evenly (13 rows: 5 + 4 + 4, not
+// 6 + 6 + 1), each tile as many panels wide as panels_for_rows allows for its rows.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace mx {
+
+// fn(row, rows, panel, panels, cols) for every tile of rows [0, m) and panels
+// [p_begin, p_end); cols counts the valid columns from the tile's first panel (output columns
+// end at n_end).
+template <typename Fn>
+void for_each_tile(int64_t m, int64_t p_begin, int64_t p_end, int64_t n_end, int64_t panel_cols,
+                   int64_t block_rows, int64_t max_rows, const int* panels_for_rows, Fn&& fn) {
+  for (int64_t r0 = 0; r0 < m; r0 += block_rows) {
+    const int64_t mb = std::min(block_rows, m - r0);
+    const int64_t tiles = (mb + max_rows - 1) / max_rows;
+    const int64_t group = panels_for_rows[(mb + tiles - 1) / tiles];
+    for (int64_t p = p_begin; p < p_end; p += group) {
+      const int64_t panels = std::min(group, p_end - p);
+      const int64_t cols = std::min(n_end, (p + panels) * panel_cols) - p * panel_cols;
+      for (int64_t t = 0, row = r0; t < tiles; ++t) {
+        const int64_t left = r0 + mb - row;
+        const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
+        const int64_t c = std::min<int64_t>(panels, panels_for_rows[rows]);
+        for (int64_t q = 0; q < panels; q += c) {
+          fn(row, rows, p + q, std::min(c, panels - q), cols - q * panel_cols);
+        }
+        row += rows;
+      }
+    }
+  }
+}
+
+}  // namespace mx
