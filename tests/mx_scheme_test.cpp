@@ -215,6 +215,41 @@ TEST(Bf16Scheme, GroupedMatmulMatchesTheReference) {
   }
 }
 
+// Activation rows quantize exactly as the formats reference does (codes, block scales and
+// dual-level chunk scales), on a width with a partial chunk and a partial block.
+TEST(MxScheme, ActivationRowsMatchTheReferenceCodecs) {
+  const int64_t k = 1100;
+  for (Scheme s : kMxSchemes) {
+    const SchemeInfo& info = scheme_info(s);
+    const auto x = test::activation_like(static_cast<size_t>(k), 17);
+    ActRows a;
+    act_rows_init(s, k, ScaleRule::kFloor, &a);
+    a.resize(2);
+    act_rows_quantize(x.data(), 1, ScaleRule::kFloor, &a);
+    std::vector<uint8_t> codes(static_cast<size_t>(k)),
+        scales(static_cast<size_t>(mx_num_blocks(k)));
+    std::vector<float> s0(static_cast<size_t>(mx_num_chunks(k)));
+    if (info.dual) {
+      mxfp4_dual_quantize_row(x.data(), k, codes.data(), scales.data(), s0.data());
+    } else {
+      mx_quantize_row(x.data(), k, info.activation, ScaleRule::kFloor, codes.data(), scales.data());
+    }
+    std::vector<uint8_t> packed(static_cast<size_t>(a.row_bytes));
+    if (info.activation == ElemFormat::kE2M1) {
+      fp4_pack(codes.data(), k, Fp4Order::kAdjacent, packed.data());
+    } else {
+      packed = codes;
+    }
+    const int64_t nb = mx_num_blocks(k), nc = mx_num_chunks(k);
+    EXPECT_EQ(std::vector<uint8_t>(a.codes.begin() + a.row_bytes, a.codes.end()), packed)
+        << info.name;
+    EXPECT_EQ(std::vector<uint8_t>(a.scales.begin() + nb, a.scales.end()), scales) << info.name;
+    if (info.dual) {
+      EXPECT_EQ(std::vector<float>(a.chunk_scales.begin() + nc, a.chunk_scales.end()), s0);
+    }
+  }
+}
+
 TEST(MxScheme, SchemeTableAndFlags) {
   EXPECT_EQ(scheme_from_quantization_flag("mxfp8"), Scheme::kW8A8Mxfp8);
   EXPECT_EQ(scheme_from_quantization_flag("mxfp_w4a8"), Scheme::kW4A8Mxfp4);

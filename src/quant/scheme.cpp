@@ -1,6 +1,8 @@
 #include "quant/scheme.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 
 #include "formats/act_quant.h"
@@ -193,18 +195,23 @@ void act_rows_quantize(const float* x, int64_t r, ScaleRule rule, ActRows* out) 
   }
   uint8_t* codes = out->codes.data() + r * out->row_bytes;
   uint8_t* scales = out->scales.data() + r * nb;
+  const ActQuantKernels& kern = act_quant_kernels();
   if (out->dual) {
-    uint8_t unpacked[kMxDualChunk];
+    // mxfp4_dual_quantize_row's arithmetic, with the per-32 step on the active kernel (which
+    // matches mx_quantize_row bit for bit).
+    float t[kMxDualChunk];
     for (int64_t c = 0; c * kMxDualChunk < k; ++c) {
       const int64_t base = c * kMxDualChunk;
       const int64_t n = std::min<int64_t>(kMxDualChunk, k - base);
-      mxfp4_dual_quantize_row(x + base, n, unpacked, scales + base / kMxBlock,
-                              out->chunk_scales.data() + r * mx_num_chunks(k) + c);
-      fp4_pack(unpacked, n, Fp4Order::kAdjacent, codes + base / 2);
+      float amax = 0.0f;
+      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[base + i]));
+      const float s0 = amax / 6.0f;
+      out->chunk_scales[static_cast<size_t>(r * mx_num_chunks(k) + c)] = s0;
+      for (int64_t i = 0; i < n; ++i) t[i] = s0 == 0.0f ? 0.0f : round_to_bf16(x[base + i] / s0);
+      kern.f32_to_mxfp4(t, n, ScaleRule::kFloor, codes + base / 2, scales + base / kMxBlock);
     }
     return;
   }
-  const ActQuantKernels& kern = act_quant_kernels();
   if (out->format == ElemFormat::kE2M1) {
     kern.f32_to_mxfp4(x, k, rule, codes, scales);
   } else {
