@@ -219,8 +219,8 @@ TEST(Kernels, MxGemmWithLargeWeightScales) {
 }
 
 // Attention over a paged cache with shuffled blocks: scores, a softmax and the value sum in
-// double. Tolerance: relative 1e-5 of the largest |value| (FP32 sums of a few hundred terms
-// and the vectorized exp).
+// double; grouped heads against single heads. Tolerance: relative 1e-5 of the largest |value| (FP32
+// sums of a few hundred terms and the vectorized exp).
 TEST(Kernels, EveryAttentionVariant) {
   int variants = 0;
   for (IsaLevel isa : kLevels) {
@@ -262,6 +262,22 @@ TEST(Kernels, EveryAttentionVariant) {
             }
             ASSERT_NEAR(out[j], o, 1e-5 * vmax)
                 << isa_name(isa) << " d=" << d << " len=" << len << " bs=" << bs << " col " << j;
+          }
+          // A group of query heads over the same keys and values: each head bit for bit as
+          // head_paged gives it (groups past four heads run in parts).
+          for (int64_t g : {1, 2, 3, 5, 8}) {
+            const auto qg = test::activation_like(static_cast<size_t>(g * d),
+                                                  static_cast<uint32_t>(len * 3 + g));
+            std::vector<float> gs(static_cast<size_t>(g * len)), go(static_cast<size_t>(g * d));
+            kern->group_paged(qg.data(), g, kb.data(), vb.data(), bs, len, ld, d, scale, gs.data(),
+                              go.data());
+            for (int64_t h = 0; h < g; ++h) {
+              kern->head_paged(qg.data() + h * d, kb.data(), vb.data(), bs, len, ld, d, scale,
+                               scores.data(), out.data());
+              for (int64_t j = 0; j < d; ++j)
+                ASSERT_EQ(go[h * d + j], out[j]) << isa_name(isa) << " group " << g << " head " << h
+                                                 << " d=" << d << " len=" << len;
+            }
           }
         }
       }

@@ -24,9 +24,19 @@ void head_paged_reference(const float* q, const float* const* k_blocks,
   }
 }
 
+void group_paged_reference(const float* q, int64_t group, const float* const* k_blocks,
+                           const float* const* v_blocks, int64_t block_size, int64_t len,
+                           int64_t ld, int64_t head_dim, float scale, float* scores, float* out) {
+  for (int64_t h = 0; h < group; ++h) {
+    head_paged_reference(q + h * head_dim, k_blocks, v_blocks, block_size, len, ld, head_dim, scale,
+                         scores + h * len, out + h * head_dim);
+  }
+}
+
 }  // namespace
 
-const AttentionKernels kScalarAttention = {IsaLevel::kScalar, head_paged_reference};
+const AttentionKernels kScalarAttention = {IsaLevel::kScalar, head_paged_reference,
+                                           group_paged_reference};
 
 }  // namespace attention_detail
 
@@ -58,6 +68,13 @@ void attention_head_paged(const float* q, const float* const* k_blocks,
                           int64_t head_dim, float scale, float* scores, float* out) {
   attention_kernels().head_paged(q, k_blocks, v_blocks, block_size, len, ld, head_dim, scale,
                                  scores, out);
+}
+
+void attention_group_paged(const float* q, int64_t group, const float* const* k_blocks,
+                           const float* const* v_blocks, int64_t block_size, int64_t len,
+                           int64_t ld, int64_t head_dim, float scale, float* scores, float* out) {
+  attention_kernels().group_paged(q, group, k_blocks, v_blocks, block_size, len, ld, head_dim,
+                                  scale, scores, out);
 }
 
 }  // namespace mx

@@ -17,6 +17,13 @@ struct AttentionKernels {
   void (*head_paged)(const float* q, const float* const* k_blocks, const float* const* v_blocks,
                      int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
                      float* scores, float* out);
+  // `group` query heads sharing one KV head (grouped-query attention), head h at
+  // q + h * head_dim, its output at out + h * head_dim; scores: group * len floats. Each key
+  // and value row is read once for the whole group, and each head's output is bit for bit
+  // what head_paged gives it.
+  void (*group_paged)(const float* q, int64_t group, const float* const* k_blocks,
+                      const float* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
+                      int64_t head_dim, float scale, float* scores, float* out);
 };
 
 const AttentionKernels* attention_kernels_for(IsaLevel level);

@@ -42,6 +42,28 @@ inline __m256 exp_nonpositive(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+// scores <- exp(scores - max), returning 1 / their sum (the softmax's normalizer).
+float exp_scores(float* scores, int64_t len) {
+  const int64_t l8 = len & ~int64_t{7};
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  for (int64_t t = 0; t < l8; t += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(scores + t));
+  float mx = hmax(mv);
+  for (int64_t t = l8; t < len; ++t) mx = std::fmax(mx, scores[t]);
+  const __m256 mxv = _mm256_set1_ps(mx);
+  __m256 sv = _mm256_setzero_ps();
+  for (int64_t t = 0; t < l8; t += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scores + t), mxv));
+    _mm256_storeu_ps(scores + t, e);
+    sv = _mm256_add_ps(sv, e);
+  }
+  double sum = hsum(sv);
+  for (int64_t t = l8; t < len; ++t) {
+    scores[t] = std::exp(scores[t] - mx);
+    sum += scores[t];
+  }
+  return static_cast<float>(1.0 / sum);
+}
+
 void head_paged_avx2(const float* q, const float* const* k_blocks, const float* const* v_blocks,
                      int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
                      float* scores, float* out) {
@@ -81,24 +103,7 @@ void head_paged_avx2(const float* q, const float* const* k_blocks, const float* 
       scores[t0 + j] = finish(acc, kt);
     }
   }
-  const int64_t l8 = len & ~int64_t{7};
-  __m256 mv = _mm256_set1_ps(-INFINITY);
-  for (int64_t t = 0; t < l8; t += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(scores + t));
-  float mx = hmax(mv);
-  for (int64_t t = l8; t < len; ++t) mx = std::fmax(mx, scores[t]);
-  const __m256 mxv = _mm256_set1_ps(mx);
-  __m256 sv = _mm256_setzero_ps();
-  for (int64_t t = 0; t < l8; t += 8) {
-    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(scores + t), mxv));
-    _mm256_storeu_ps(scores + t, e);
-    sv = _mm256_add_ps(sv, e);
-  }
-  double sum = hsum(sv);
-  for (int64_t t = l8; t < len; ++t) {
-    scores[t] = std::exp(scores[t] - mx);
-    sum += scores[t];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
+  const float inv = exp_scores(scores, len);
   // Up to 64 columns per pass: eight accumulator chains.
   for (int64_t d0 = 0; d0 < d8; d0 += 64) {
     const int64_t w = d8 - d0 < 64 ? (d8 - d0) / 8 : 8;
@@ -125,8 +130,86 @@ void head_paged_avx2(const float* q, const float* const* k_blocks, const float* 
   }
 }
 
+// G (<= 4) heads of a group: each key row is loaded once for the G dot products and each value
+// row once for the G weighted sums, with the operations of head_paged_avx2 per head (the same
+// FMA chain over d for a score, the same chain over t for an output column).
+template <int G>
+void heads_paged(const float* q, const float* const* k_blocks, const float* const* v_blocks,
+                 int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
+                 float* scores, float* out) {
+  const int64_t d8 = head_dim & ~int64_t{7};
+  for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
+    const int64_t count = std::min(block_size, len - t0);
+    for (int64_t j = 0; j < count; ++j) {
+      const float* kt = k_blocks[blk] + j * ld;
+      __m256 acc[G];
+      for (int h = 0; h < G; ++h) acc[h] = _mm256_setzero_ps();
+      for (int64_t d = 0; d < d8; d += 8) {
+        const __m256 kv = _mm256_loadu_ps(kt + d);
+        for (int h = 0; h < G; ++h)
+          acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * head_dim + d), kv, acc[h]);
+      }
+      for (int h = 0; h < G; ++h) {
+        const float* qh = q + h * head_dim;
+        float sc = hsum(acc[h]);
+        for (int64_t d = d8; d < head_dim; ++d) sc += qh[d] * kt[d];
+        scores[h * len + t0 + j] = sc * scale;
+      }
+    }
+  }
+  float inv[G];
+  for (int h = 0; h < G; ++h) inv[h] = exp_scores(scores + h * len, len);
+  // Sixteen columns per pass for G heads: 2 * G accumulator chains.
+  for (int64_t d0 = 0; d0 < d8; d0 += 16) {
+    const int w = d8 - d0 >= 16 ? 2 : 1;
+    __m256 o[G][2];
+    for (int h = 0; h < G; ++h) o[h][0] = o[h][1] = _mm256_setzero_ps();
+    for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
+      const int64_t count = std::min(block_size, len - t0);
+      const float* vb = v_blocks[blk] + d0;
+      for (int64_t i = 0; i < count; ++i) {
+        const float* vt = vb + i * ld;
+        const __m256 v0 = _mm256_loadu_ps(vt);
+        const __m256 v1 = w == 2 ? _mm256_loadu_ps(vt + 8) : v0;
+        for (int h = 0; h < G; ++h) {
+          const __m256 p = _mm256_set1_ps(scores[h * len + t0 + i]);
+          o[h][0] = _mm256_fmadd_ps(p, v0, o[h][0]);
+          o[h][1] = _mm256_fmadd_ps(p, v1, o[h][1]);
+        }
+      }
+    }
+    for (int h = 0; h < G; ++h) {
+      const __m256 iv = _mm256_set1_ps(inv[h]);
+      for (int c = 0; c < w; ++c)
+        _mm256_storeu_ps(out + h * head_dim + d0 + 8 * c, _mm256_mul_ps(o[h][c], iv));
+    }
+  }
+  for (int h = 0; h < G; ++h) {
+    for (int64_t d = d8; d < head_dim; ++d) {
+      float acc = 0.0f;
+      for (int64_t t = 0; t < len; ++t)
+        acc += scores[h * len + t] * v_blocks[t / block_size][(t % block_size) * ld + d];
+      out[h * head_dim + d] = acc * inv[h];
+    }
+  }
+}
+
+void group_paged_avx2(const float* q, int64_t group, const float* const* k_blocks,
+                      const float* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
+                      int64_t head_dim, float scale, float* scores, float* out) {
+  using Fn = void (*)(const float*, const float* const*, const float* const*, int64_t, int64_t,
+                      int64_t, int64_t, float, float*, float*);
+  constexpr Fn kHeads[5] = {nullptr, heads_paged<1>, heads_paged<2>, heads_paged<3>,
+                            heads_paged<4>};
+  for (int64_t h = 0; h < group; h += 4) {
+    const int64_t g = std::min<int64_t>(4, group - h);
+    kHeads[g](q + h * head_dim, k_blocks, v_blocks, block_size, len, ld, head_dim, scale,
+              scores + h * len, out + h * head_dim);
+  }
+}
+
 }  // namespace
 
-const AttentionKernels kAvx2Attention = {IsaLevel::kAvx2, head_paged_avx2};
+const AttentionKernels kAvx2Attention = {IsaLevel::kAvx2, head_paged_avx2, group_paged_avx2};
 
 }  // namespace mx::attention_detail

@@ -34,5 +34,9 @@ void log_softmax(const float* logits, int64_t n, float* out);
 void attention_head_paged(const float* q, const float* const* k_blocks,
                           const float* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
                           int64_t head_dim, float scale, float* scores, float* out);
+// `group` query heads sharing one KV head, each as attention_head_paged gives it.
+void attention_group_paged(const float* q, int64_t group, const float* const* k_blocks,
+                           const float* const* v_blocks, int64_t block_size, int64_t len,
+                           int64_t ld, int64_t head_dim, float scale, float* scores, float* out);
 
 }  // namespace mx

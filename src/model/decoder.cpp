@@ -71,27 +71,25 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
   std::vector<float> out(static_cast<size_t>(n * nq * d));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int64_t group = nq / nkv;
-  pool_->parallel_for(n * nq, [&](int64_t b, int64_t e, int) {
+  // One item per (row, KV head): the group's query heads read each key and value row once.
+  pool_->parallel_for(n * nkv, [&](int64_t b, int64_t e, int) {
     std::vector<float> scores;
     std::vector<const float*> kb, vb;
-    int64_t prepared = -1;  // (row * nkv + kv head) the block pointers are for
     for (int64_t idx = b; idx < e; ++idx) {
-      const int64_t t = idx / nq, hd = idx % nq, kvh = hd / group;
+      const int64_t t = idx / nkv, kvh = idx % nkv;
       const int64_t len = row_pos[t] + 1;
-      if (prepared != t * nkv + kvh) {
-        const SeqSlice& sq = seqs[static_cast<size_t>(row_seq[t])];
-        const int64_t nblk = (len + bs - 1) / bs;
-        kb.resize(static_cast<size_t>(nblk));
-        vb.resize(static_cast<size_t>(nblk));
-        for (int64_t j = 0; j < nblk; ++j) {
-          kb[j] = kv.k(li, sq.blocks[j]) + kvh * d;
-          vb[j] = kv.v(li, sq.blocks[j]) + kvh * d;
-        }
-        prepared = t * nkv + kvh;
+      const SeqSlice& sq = seqs[static_cast<size_t>(row_seq[t])];
+      const int64_t nblk = (len + bs - 1) / bs;
+      kb.resize(static_cast<size_t>(nblk));
+      vb.resize(static_cast<size_t>(nblk));
+      for (int64_t j = 0; j < nblk; ++j) {
+        kb[j] = kv.k(li, sq.blocks[j]) + kvh * d;
+        vb[j] = kv.v(li, sq.blocks[j]) + kvh * d;
       }
-      scores.resize(static_cast<size_t>(len));
-      attention_head_paged(qkv.data() + t * qkv_w + hd * d, kb.data(), vb.data(), bs, len, ld, d,
-                           scale, scores.data(), out.data() + (t * nq + hd) * d);
+      scores.resize(static_cast<size_t>(group * len));
+      const int64_t h0 = kvh * group;
+      attention_group_paged(qkv.data() + t * qkv_w + h0 * d, group, kb.data(), vb.data(), bs, len,
+                            ld, d, scale, scores.data(), out.data() + (t * nq + h0) * d);
     }
   });
   t_attn.stop();
