@@ -33,6 +33,25 @@ const float* lut_of(ElemFormat f) {
 // f of mx_gemm.h: the FP32 exponent bias minus the format's.
 int code_shift(ElemFormat f) { return f == ElemFormat::kE2M1 ? 126 : 120; }
 
+// Where a panel block keeps column c's code at block-relative kk (mx_gemm.h): its byte, and
+// for E2M1 the nibble's bit shift in it.
+struct PanelSlot {
+  int64_t byte;
+  int shift;
+};
+inline PanelSlot panel_slot(bool fp4, int64_t c, int64_t kk) {
+  const int64_t lane = c % 8, half = c / 8;
+  if (fp4) {
+    const int64_t t = 2 * (kk % 4) + half;
+    return {(kk / 4) * 32 + lane * 4 + t / 2, static_cast<int>((t & 1) * 4)};
+  }
+  return {(kk / 2) * 32 + lane * 4 + 2 * (kk % 2) + half, 0};
+}
+inline uint8_t panel_code(bool fp4, const uint8_t* blk, int64_t c, int64_t kk) {
+  const PanelSlot s = panel_slot(fp4, c, kk);
+  return fp4 ? (blk[s.byte] >> s.shift) & 0xF : blk[s.byte];
+}
+
 }  // namespace
 
 int64_t mx_decoded_stride(int64_t k) { return (k + 31) / 32 * 32; }
@@ -115,15 +134,9 @@ float pack_mx_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, flo
         // Scales below what an FP32 exponent holds after the shift by g read as zero.
         sc[c] = static_cast<uint8_t>(std::clamp(w.scales[col * nb + b] + f - g, 0, 254));
         const uint8_t* row = w.codes + col * w.row_bytes;
-        const int64_t lane = c % 8, half = c / 8;
         for (int64_t kk = 0; kk < 32 && b * 32 + kk < k; ++kk) {
-          const uint8_t code = code_at(w.format, row, b * 32 + kk);
-          if (fp4) {
-            const int64_t t = 2 * (kk % 4) + half;
-            blk[(kk / 4) * 32 + lane * 4 + t / 2] |= static_cast<uint8_t>(code << ((t & 1) * 4));
-          } else {
-            blk[(kk / 2) * 32 + lane * 4 + 2 * (kk % 2) + half] = code;
-          }
+          const PanelSlot slot = panel_slot(fp4, c, kk);
+          blk[slot.byte] |= static_cast<uint8_t>(code_at(w.format, row, b * 32 + kk) << slot.shift);
         }
       }
     }
@@ -158,15 +171,7 @@ namespace {
 // The weight of panel column c at block-relative kk, unscaled (value times 2^-f).
 inline float raw_code(const MxPanelView& w, const uint8_t* blk, int64_t c, int64_t kk,
                       const float* lut, float unit) {
-  const int64_t lane = c % 8, half = c / 8;
-  uint8_t code;
-  if (w.format == ElemFormat::kE2M1) {
-    const int64_t t = 2 * (kk % 4) + half;
-    code = (blk[(kk / 4) * 32 + lane * 4 + t / 2] >> ((t & 1) * 4)) & 0xF;
-  } else {
-    code = blk[(kk / 2) * 32 + lane * 4 + 2 * (kk % 2) + half];
-  }
-  return lut[code] * unit;
+  return lut[panel_code(w.format == ElemFormat::kE2M1, blk, c, kk)] * unit;
 }
 
 // The same operations as the vector kernels, one output at a time: one FMA chain per block,
@@ -204,19 +209,14 @@ void mx_gemm_w4a4_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   const float unit = mx_panel_scale_unit(w.format);
   for (int64_t col = n_begin; col < n_end; ++col) {
     const int64_t p = col / kMxPanelCols, c = col % kMxPanelCols;
-    const int64_t lane = c % 8, half = c / 8;
     for (int64_t i = 0; i < a.m; ++i) {
       const int8_t* x = a.xq + i * a.ldx;
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = w.codes + (p * nb + b) * bb;
         int32_t dot = 0;
-        for (int64_t kk = 0; kk < 32; ++kk) {
-          const int64_t t = 2 * (kk % 4) + half;
-          const auto code =
-              static_cast<uint8_t>((blk[(kk / 4) * 32 + lane * 4 + t / 2] >> ((t & 1) * 4)) & 0xF);
-          dot += mx_fp4_weight_offset_code(code) * x[b * 32 + kk];
-        }
+        for (int64_t kk = 0; kk < 32; ++kk)
+          dot += mx_fp4_weight_offset_code(panel_code(true, blk, c, kk)) * x[b * 32 + kk];
         dot -= kMxFp4WeightOffset * a.xsum[i * nb + b];
         float sv = std::bit_cast<float>(
             static_cast<uint32_t>(w.scales[(p * nb + b) * kMxPanelCols + c]) << 23);

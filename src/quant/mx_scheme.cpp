@@ -221,11 +221,7 @@ class MxExpertBank final : public ExpertBank {
         act_rows_quantize(tmp.data(), r, rule_, &act);
       }
     };
-    if (pool == nullptr || total * i < (1 << 14)) {
-      epilogue(0, total, 0);
-    } else {
-      pool->parallel_for(total, epilogue);
-    }
+    for_rows(total, i, pool, epilogue);
     clock.lap(times ? &times->gmm1 : nullptr);
     grouped(act, w2_, out);
     clock.lap(times ? &times->gmm2 : nullptr);
