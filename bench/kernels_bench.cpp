@@ -153,5 +153,44 @@ void BM_AttentionHead(benchmark::State& state, IsaLevel isa) {
 BENCHMARK_CAPTURE(BM_AttentionHead, scalar, IsaLevel::kScalar)->Arg(160)->Arg(2048);
 BENCHMARK_CAPTURE(BM_AttentionHead, avx2, IsaLevel::kAvx2)->Arg(160)->Arg(2048);
 
+// The bundled model's grouped-query shape (two query heads of 64 per KV head, two KV heads
+// per cached row): one (row, KV head) item of a decode step, over an FP32 or a BF16 cache.
+void BM_AttentionGroup(benchmark::State& state, IsaLevel isa, bool bf16) {
+  const AttentionKernels* k = attention_kernels_for(isa);
+  if (k == nullptr) {
+    state.SkipWithError("ISA not available");
+    return;
+  }
+  const int64_t len = state.range(0), d = 64, group = 2, bs = 16, ld = 2 * d;
+  const int64_t nblk = (len + bs - 1) / bs;
+  const auto kv = values(static_cast<size_t>(2 * nblk * bs * ld), 3);
+  std::vector<uint16_t> kv16(kv.size());
+  for (size_t i = 0; i < kv.size(); ++i) kv16[i] = float_to_bf16(kv[i]);
+  const auto q = values(static_cast<size_t>(group * d), 4);
+  std::vector<const float*> kb(static_cast<size_t>(nblk)), vb(kb.size());
+  std::vector<const uint16_t*> kb16(kb.size()), vb16(kb.size());
+  for (int64_t b = 0; b < nblk; ++b) {
+    kb[static_cast<size_t>(b)] = kv.data() + (2 * b) * bs * ld;
+    vb[static_cast<size_t>(b)] = kv.data() + (2 * b + 1) * bs * ld;
+    kb16[static_cast<size_t>(b)] = kv16.data() + (2 * b) * bs * ld;
+    vb16[static_cast<size_t>(b)] = kv16.data() + (2 * b + 1) * bs * ld;
+  }
+  std::vector<float> scores(static_cast<size_t>(group * len)), out(static_cast<size_t>(group * d));
+  for (auto _ : state) {
+    if (bf16) {
+      k->group_paged_bf16(q.data(), group, kb16.data(), vb16.data(), bs, len, ld, d, 0.125f,
+                          scores.data(), out.data());
+    } else {
+      k->group_paged(q.data(), group, kb.data(), vb.data(), bs, len, ld, d, 0.125f, scores.data(),
+                     out.data());
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * len);
+}
+BENCHMARK_CAPTURE(BM_AttentionGroup, scalar, IsaLevel::kScalar, false)->Arg(192);
+BENCHMARK_CAPTURE(BM_AttentionGroup, avx2, IsaLevel::kAvx2, false)->Arg(192)->Arg(2048);
+BENCHMARK_CAPTURE(BM_AttentionGroup, avx2_bf16, IsaLevel::kAvx2, true)->Arg(192)->Arg(2048);
+
 }  // namespace
 }  // namespace mx

@@ -2,15 +2,17 @@
 # Output token throughput of the bundled model behind `mxserve serve` at 1 and at 8
 # concurrent requests, measured by `mxserve bench-serving` against one server, the two levels
 # interleaved over REPS rounds so that machine noise hits both alike; prints each round and
-# the ratio of the medians. Usage: serving_concurrency.sh [MXSERVE] [REPS]
+# the ratio of the medians. Usage: serving_concurrency.sh [MXSERVE] [REPS] [SERVE FLAGS...]
+# (for example --kv-cache-dtype bf16).
 set -eu
 bin=${1:-./build/mxserve}
 reps=${2:-3}
+shift $(($# < 2 ? $# : 2))
 model=${MODEL:-models/tiny-qwen3-moe}
 pids=() logs=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -f "${logs[@]}"' EXIT
 . "$(dirname "$0")/../tests/start_server.sh"
-start_server url --max-running-requests 16
+start_server url --max-running-requests 16 "$@"
 one=() eight=()
 for r in $(seq 1 "$reps"); do
   for c in 1 8; do

@@ -278,6 +278,29 @@ TEST(Kernels, EveryAttentionVariant) {
                 ASSERT_EQ(go[h * d + j], out[j]) << isa_name(isa) << " group " << g << " head " << h
                                                  << " d=" << d << " len=" << len;
             }
+            // A BF16 cache: bit for bit what group_paged gives on the same values in FP32.
+            std::vector<uint16_t> kv16(kv.size());
+            std::vector<float> kvr(kv.size());
+            for (size_t i = 0; i < kv.size(); ++i) {
+              kv16[i] = float_to_bf16(kv[i]);
+              kvr[i] = bf16_to_float(kv16[i]);
+            }
+            std::vector<const uint16_t*> kb16(kb.size()), vb16(kb.size());
+            std::vector<const float*> kbr(kb.size()), vbr(kb.size());
+            for (size_t b = 0; b < kb.size(); ++b) {
+              kb16[b] = kv16.data() + (kb[b] - kv.data());
+              vb16[b] = kv16.data() + (vb[b] - kv.data());
+              kbr[b] = kvr.data() + (kb[b] - kv.data());
+              vbr[b] = kvr.data() + (vb[b] - kv.data());
+            }
+            std::vector<float> o16(go.size()), s16(gs.size());
+            kern->group_paged(qg.data(), g, kbr.data(), vbr.data(), bs, len, ld, d, scale,
+                              gs.data(), go.data());
+            kern->group_paged_bf16(qg.data(), g, kb16.data(), vb16.data(), bs, len, ld, d, scale,
+                                   s16.data(), o16.data());
+            for (size_t j = 0; j < go.size(); ++j)
+              ASSERT_EQ(o16[j], go[j]) << isa_name(isa) << " bf16 group " << g << " d=" << d
+                                       << " len=" << len << " at " << j;
           }
         }
       }

@@ -23,15 +23,21 @@ constexpr double kLogprobTol = 1e-2;
 constexpr double kTop1Margin = 0.05;
 
 struct GoldenRun {
+  // false: deviations are counted rather than failed (a configuration that trades precision).
+  bool strict = true;
   int prompts = 0;
   int positions = 0;
+  int positions_over_tol = 0;
+  int greedy_steps = 0;
+  int greedy_mismatch = 0;
   double max_logprob_err = 0;
   double max_logit_err = 0;
   int router_tokens = 0;
   int router_mismatch = 0;
 };
 
-void check_model(const std::string& golden_dir, GoldenRun* run) {
+void check_model(const std::string& golden_dir, KvDtype kv_dtype, GoldenRun* run) {
+  const bool strict = run->strict;
   const std::string model_dir = fs::path(golden_dir).parent_path().string();
   auto golden = read_json_file(golden_dir + "/golden.json");
   ASSERT_TRUE(golden.is_ok()) << golden.status().to_string();
@@ -51,7 +57,7 @@ void check_model(const std::string& golden_dir, GoldenRun* run) {
     const int64_t n = static_cast<int64_t>(ids.size());
     const std::string where =
         model_dir + " prompt '" + p["prompt"].get<std::string>().substr(0, 30) + "'";
-    KvCache cache(m.config(), n + 64);
+    KvCache cache(m.config(), n + 64, kv_dtype);
     std::vector<float> logits(static_cast<size_t>(n * vocab)), lp(static_cast<size_t>(vocab));
     ASSERT_TRUE(m.forward(ids.data(), n, cache, true, logits.data()).is_ok());
     ++run->prompts;
@@ -73,12 +79,17 @@ void check_model(const std::string& golden_dir, GoldenRun* run) {
       log_softmax(logits.data() + t * vocab, vocab, lp.data());
       const auto ref_ids = top5[t]["ids"].get<std::vector<int32_t>>();
       const auto ref_lp = top5[t]["logprobs"].get<std::vector<double>>();
+      bool over = false;
       for (size_t j = 0; j < ref_ids.size(); ++j) {
         const double err = std::fabs(lp[ref_ids[j]] - ref_lp[j]);
         run->max_logprob_err = std::max(run->max_logprob_err, err);
-        EXPECT_LE(err, kLogprobTol) << where << " position " << t << " id " << ref_ids[j];
+        over = over || err > kLogprobTol;
+        if (strict) {
+          EXPECT_LE(err, kLogprobTol) << where << " position " << t << " id " << ref_ids[j];
+        }
       }
-      if (ref_lp[0] - ref_lp[1] >= kTop1Margin) {
+      run->positions_over_tol += over ? 1 : 0;
+      if (strict && ref_lp[0] - ref_lp[1] >= kTop1Margin) {
         const int64_t arg = std::max_element(lp.begin(), lp.end()) - lp.begin();
         EXPECT_EQ(arg, ref_ids[0]) << where << " top-1 at position " << t;
       }
@@ -120,6 +131,11 @@ void check_model(const std::string& golden_dir, GoldenRun* run) {
         (logits.begin() + (n - 1) * vocab));
     std::vector<float> step(static_cast<size_t>(vocab));
     for (int64_t s = 0; s < safe; ++s) {
+      ++run->greedy_steps;
+      if (!strict && next != want[static_cast<size_t>(s)]) {
+        ++run->greedy_mismatch;
+        break;
+      }
       ASSERT_EQ(next, want[static_cast<size_t>(s)]) << where << " greedy step " << s;
       ASSERT_TRUE(m.forward(&next, 1, cache, false, step.data()).is_ok());
       next = static_cast<int32_t>(std::max_element(step.begin(), step.end()) - step.begin());
@@ -136,7 +152,7 @@ std::vector<std::string> golden_dirs() {
 TEST(ModelGolden, EveryPromptMatchesTheReference) {
   GoldenRun run;
   for (const std::string& dir : golden_dirs()) {
-    check_model(dir, &run);
+    check_model(dir, KvDtype::kF32, &run);
     if (HasFatalFailure()) return;
   }
   std::printf(
@@ -148,6 +164,30 @@ TEST(ModelGolden, EveryPromptMatchesTheReference) {
   // FP32 activations agree with the reference to about 1e-4 (fixture README); router sets may
   // differ only at exact near-ties, of which these prompts have none.
   EXPECT_EQ(run.router_mismatch, 0);
+}
+
+// Keys and values stored as BF16 (--kv-cache-dtype bf16) round attention's inputs, which,
+// like BF16 activations (fixture README), can flip a router choice at a near-tie and move
+// that token's log-probs by more than the FP32 contract allows. Bounds on how far: what the
+// option costs, measured against the same reference.
+TEST(ModelGolden, Bf16KvCacheStaysCloseToTheReference) {
+  GoldenRun run;
+  run.strict = false;
+  for (const std::string& dir : golden_dirs()) {
+    check_model(dir, KvDtype::kBF16, &run);
+    if (HasFatalFailure()) return;
+  }
+  std::printf(
+      "golden, bf16 kv: %d positions, %d beyond 1e-2, max |dlogprob| %.2e, router %d/%d tokens "
+      "agree, greedy %d/%d steps agree\n",
+      run.positions, run.positions_over_tol, run.max_logprob_err,
+      run.router_tokens - run.router_mismatch, run.router_tokens,
+      run.greedy_steps - run.greedy_mismatch, run.greedy_steps);
+  EXPECT_GE(run.prompts, 2);
+  EXPECT_LE(run.max_logprob_err, 0.2);
+  EXPECT_LE(run.positions_over_tol * 10, run.positions);  // 90% within the FP32 contract
+  EXPECT_LE(run.router_mismatch * 100, run.router_tokens);
+  EXPECT_EQ(run.greedy_mismatch, 0);
 }
 
 TEST(ModelGolden, BadInputIsRejected) {

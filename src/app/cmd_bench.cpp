@@ -24,14 +24,15 @@ int bench(const BenchArgs& a) {
     auto j = r->to_json();
     j["model"] = a.m.model;
     j["schemes"] = model->scheme_summary();
+    j["kv_cache_dtype"] = kv_dtype_name(model->kv_dtype());
     j["lm_head"] = model->lm_head->scheme_name();
     j["threads"] = a.m.threads;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("model: %s (%s, lm_head %s), %d threads\n%s", a.m.model.c_str(),
-              model->scheme_summary().c_str(), model->lm_head->scheme_name().c_str(), a.m.threads,
-              r->report().c_str());
+  std::printf("model: %s (%s, lm_head %s, kv cache %s), %d threads\n%s", a.m.model.c_str(),
+              model->scheme_summary().c_str(), model->lm_head->scheme_name().c_str(),
+              kv_dtype_name(model->kv_dtype()), a.m.threads, r->report().c_str());
   return 0;
 }
 

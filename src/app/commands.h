@@ -32,6 +32,7 @@ struct ModelArgs {
   std::string quantization;  // empty: as stored
   std::string scale_rule = "floor";
   bool quantize_lm_head = false;
+  std::string kv_cache_dtype = "auto";
 };
 void add_model_flags(CLI::App* cmd, ModelArgs* a);
 

@@ -75,6 +75,11 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a) {
       ->capture_default_str();
   cmd->add_flag("--quantize-lm-head", a->quantize_lm_head,
                 "With --quantization, quantize lm_head in the same scheme (default: BF16)");
+  cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype,
+                  "KV cache storage: auto (fp32, the attention's precision), fp32 or bf16 (half "
+                  "the memory and reads)")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
+      ->capture_default_str();
 }
 
 std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const char* command) {
@@ -84,6 +89,7 @@ std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const cha
   if (!a.quantization.empty()) opt.quantization = scheme_from_quantization_flag(a.quantization);
   parse_scale_rule(a.scale_rule, &opt.scale_rule);
   opt.quantize_lm_head = a.quantize_lm_head;
+  opt.kv_dtype = a.kv_cache_dtype == "bf16" ? KvDtype::kBF16 : KvDtype::kF32;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   opt.progress = terminal_progress("loading", "layers");
   auto m = load_model(dir, opt);

@@ -24,6 +24,11 @@ struct AttentionKernels {
   void (*group_paged)(const float* q, int64_t group, const float* const* k_blocks,
                       const float* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
                       int64_t head_dim, float scale, float* scores, float* out);
+  // group_paged over a BF16 cache: keys and values widened to FP32 as they are read, then
+  // the same operations as group_paged on the widened values.
+  void (*group_paged_bf16)(const float* q, int64_t group, const uint16_t* const* k_blocks,
+                           const uint16_t* const* v_blocks, int64_t block_size, int64_t len,
+                           int64_t ld, int64_t head_dim, float scale, float* scores, float* out);
 };
 
 const AttentionKernels* attention_kernels_for(IsaLevel level);

@@ -1,8 +1,10 @@
-// AVX2 attention head: q . k with 8-wide FMAs, the softmax with a vectorized exp, and the
-// weighted sum of values accumulated in registers 64 columns at a time.
+// AVX2 attention over a paged FP32 or BF16 cache: the scores of several positions at once
+// (independent FMA chains over d, reduced together), the softmax with a vectorized exp, and
+// the weighted sum of values accumulated in registers.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "kernels/attention.h"
@@ -64,117 +66,117 @@ float exp_scores(float* scores, int64_t len) {
   return static_cast<float>(1.0 / sum);
 }
 
-void head_paged_avx2(const float* q, const float* const* k_blocks, const float* const* v_blocks,
-                     int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
-                     float* scores, float* out) {
+// Eight cached values as FP32: FP32 as stored, BF16 widened (its bits are the FP32's top half).
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline float widen(float x) { return x; }
+inline float widen(uint16_t x) {
+  return std::bit_cast<float>(static_cast<uint32_t>(x) << 16);
+}
+
+// Eight dot-product accumulators reduced to their eight sums, in order: pairs added within
+// 128-bit lanes twice, then the two lanes. Every sum comes out of the same adds whatever its
+// neighbours, so a score does not depend on how many positions share a pass.
+inline __m256 reduce8(const __m256* a) {
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Scores of G heads (at most four) for positions [0, len): P positions per pass (P * G
+// accumulators), each score one FMA chain over d in 8-wide steps, reduced by reduce8, the
+// tail of d added in order (explicit FMAs, so that no element type changes the rounding),
+// times scale. A block's last pass repeats its final position in
+// the unused lanes and keeps only the real ones.
+template <int G, typename T>
+void head_scores(const float* q, const T* const* k_blocks, int64_t block_size, int64_t len,
+                 int64_t ld, int64_t head_dim, float scale, float* scores) {
+  constexpr int P = G == 1 ? 8 : G == 2 ? 4 : 2;
   const int64_t d8 = head_dim & ~int64_t{7};
-  // Block by block (a position's block and slot come without a division), four positions at
-  // a time: four independent FMA chains instead of one latency-bound chain.
-  auto finish = [&](__m256 acc, const float* kt) {
-    float s = hsum(acc);
-    for (int64_t d = d8; d < head_dim; ++d) s += q[d] * kt[d];
-    return s * scale;
-  };
   for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
     const int64_t count = std::min(block_size, len - t0);
-    const float* kb = k_blocks[blk];
-    int64_t j = 0;
-    for (; j + 4 <= count; j += 4) {
-      const float* k0 = kb + j * ld;
-      const float *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t j = 0; j < count; j += P) {
+      const int live = static_cast<int>(std::min<int64_t>(P, count - j));
+      const T* k[P];
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) k[p] = k_blocks[blk] + (j + std::min(p, live - 1)) * ld;
+      __m256 acc[G][P];
+#pragma GCC unroll 4
+      for (int h = 0; h < G; ++h) {
+#pragma GCC unroll 8
+        for (int p = 0; p < P; ++p) acc[h][p] = _mm256_setzero_ps();
+      }
       for (int64_t d = 0; d < d8; d += 8) {
-        const __m256 qv = _mm256_loadu_ps(q + d);
-        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
-        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), a1);
-        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), a2);
-        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), a3);
+        __m256 qv[G];
+#pragma GCC unroll 4
+        for (int h = 0; h < G; ++h) qv[h] = _mm256_loadu_ps(q + h * head_dim + d);
+#pragma GCC unroll 8
+        for (int p = 0; p < P; ++p) {
+          const __m256 kv = load8(k[p] + d);
+#pragma GCC unroll 4
+          for (int h = 0; h < G; ++h) acc[h][p] = _mm256_fmadd_ps(qv[h], kv, acc[h][p]);
+        }
       }
-      scores[t0 + j] = finish(a0, k0);
-      scores[t0 + j + 1] = finish(a1, k1);
-      scores[t0 + j + 2] = finish(a2, k2);
-      scores[t0 + j + 3] = finish(a3, k3);
-    }
-    for (; j < count; ++j) {
-      const float* kt = kb + j * ld;
-      __m256 acc = _mm256_setzero_ps();
-      for (int64_t d = 0; d < d8; d += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kt + d), acc);
-      scores[t0 + j] = finish(acc, kt);
-    }
-  }
-  const float inv = exp_scores(scores, len);
-  // Up to 64 columns per pass: eight accumulator chains.
-  for (int64_t d0 = 0; d0 < d8; d0 += 64) {
-    const int64_t w = d8 - d0 < 64 ? (d8 - d0) / 8 : 8;
-    __m256 o[8];
-    for (auto& v : o) v = _mm256_setzero_ps();
-    for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
-      const int64_t count = std::min(block_size, len - t0);
-      const float* vb = v_blocks[blk] + d0;
-      for (int64_t i = 0; i < count; ++i) {
-        const __m256 p = _mm256_set1_ps(scores[t0 + i]);
-        const float* vt = vb + i * ld;
-        for (int64_t j = 0; j < w; ++j)
-          o[j] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * j), o[j]);
+      // All G * P sums in one reduction (a pass of three heads pads with its last one).
+      __m256 flat[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        const int f = std::min(i, G * P - 1);
+        flat[i] = acc[f / P][f % P];
+      }
+      alignas(32) float sum[8];
+      _mm256_store_ps(sum, reduce8(flat));
+      for (int h = 0; h < G; ++h) {
+        const float* qh = q + h * head_dim;
+        for (int p = 0; p < live; ++p) {
+          float sc = sum[h * P + p];
+          for (int64_t d = d8; d < head_dim; ++d) sc = std::fma(qh[d], widen(k[p][d]), sc);
+          scores[h * len + t0 + j + p] = sc * scale;
+        }
       }
     }
-    const __m256 iv = _mm256_set1_ps(inv);
-    for (int64_t j = 0; j < w; ++j) _mm256_storeu_ps(out + d0 + 8 * j, _mm256_mul_ps(o[j], iv));
-  }
-  for (int64_t d = d8; d < head_dim; ++d) {
-    float acc = 0.0f;
-    for (int64_t t = 0; t < len; ++t)
-      acc += scores[t] * v_blocks[t / block_size][(t % block_size) * ld + d];
-    out[d] = acc * inv;
   }
 }
 
-// G (<= 4) heads of a group: each key row is loaded once for the G dot products and each value
-// row once for the G weighted sums, with the operations of head_paged_avx2 per head (the same
-// FMA chain over d for a score, the same chain over t for an output column).
-template <int G>
-void heads_paged(const float* q, const float* const* k_blocks, const float* const* v_blocks,
+// G heads (at most four) over one KV head: scores, softmax, then the weighted sum of values,
+// W column vectors per pass (W * G accumulators, each one FMA chain over t in order), so
+// every output column is the same sequence of operations for any G.
+template <int G, typename T>
+void heads_paged(const float* q, const T* const* k_blocks, const T* const* v_blocks,
                  int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
                  float* scores, float* out) {
+  constexpr int W = G == 1 ? 8 : G == 2 ? 4 : 2;
   const int64_t d8 = head_dim & ~int64_t{7};
-  for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
-    const int64_t count = std::min(block_size, len - t0);
-    for (int64_t j = 0; j < count; ++j) {
-      const float* kt = k_blocks[blk] + j * ld;
-      __m256 acc[G];
-      for (int h = 0; h < G; ++h) acc[h] = _mm256_setzero_ps();
-      for (int64_t d = 0; d < d8; d += 8) {
-        const __m256 kv = _mm256_loadu_ps(kt + d);
-        for (int h = 0; h < G; ++h)
-          acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * head_dim + d), kv, acc[h]);
-      }
-      for (int h = 0; h < G; ++h) {
-        const float* qh = q + h * head_dim;
-        float sc = hsum(acc[h]);
-        for (int64_t d = d8; d < head_dim; ++d) sc += qh[d] * kt[d];
-        scores[h * len + t0 + j] = sc * scale;
-      }
-    }
-  }
+  head_scores<G, T>(q, k_blocks, block_size, len, ld, head_dim, scale, scores);
   float inv[G];
   for (int h = 0; h < G; ++h) inv[h] = exp_scores(scores + h * len, len);
-  // Sixteen columns per pass for G heads: 2 * G accumulator chains.
-  for (int64_t d0 = 0; d0 < d8; d0 += 16) {
-    const int w = d8 - d0 >= 16 ? 2 : 1;
-    __m256 o[G][2];
-    for (int h = 0; h < G; ++h) o[h][0] = o[h][1] = _mm256_setzero_ps();
+  for (int64_t d0 = 0; d0 < d8; d0 += 8 * W) {
+    const int w = static_cast<int>(std::min<int64_t>(W, (d8 - d0) / 8));
+    // Columns past the head's end (a last pass with w < W) repeat a real one, unused.
+    int64_t col[W];
+    for (int c = 0; c < W; ++c) col[c] = 8 * std::min(c, w - 1);
+    __m256 o[G][W];
+#pragma GCC unroll 4
+    for (int h = 0; h < G; ++h) {
+#pragma GCC unroll 8
+      for (int c = 0; c < W; ++c) o[h][c] = _mm256_setzero_ps();
+    }
     for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
       const int64_t count = std::min(block_size, len - t0);
-      const float* vb = v_blocks[blk] + d0;
+      const T* vb = v_blocks[blk] + d0;
       for (int64_t i = 0; i < count; ++i) {
-        const float* vt = vb + i * ld;
-        const __m256 v0 = _mm256_loadu_ps(vt);
-        const __m256 v1 = w == 2 ? _mm256_loadu_ps(vt + 8) : v0;
+        const T* vt = vb + i * ld;
+        __m256 v[W];
+#pragma GCC unroll 8
+        for (int c = 0; c < W; ++c) v[c] = load8(vt + col[c]);
+#pragma GCC unroll 4
         for (int h = 0; h < G; ++h) {
           const __m256 p = _mm256_set1_ps(scores[h * len + t0 + i]);
-          o[h][0] = _mm256_fmadd_ps(p, v0, o[h][0]);
-          o[h][1] = _mm256_fmadd_ps(p, v1, o[h][1]);
+#pragma GCC unroll 8
+          for (int c = 0; c < W; ++c) o[h][c] = _mm256_fmadd_ps(p, v[c], o[h][c]);
         }
       }
     }
@@ -188,19 +190,28 @@ void heads_paged(const float* q, const float* const* k_blocks, const float* cons
     for (int64_t d = d8; d < head_dim; ++d) {
       float acc = 0.0f;
       for (int64_t t = 0; t < len; ++t)
-        acc += scores[h * len + t] * v_blocks[t / block_size][(t % block_size) * ld + d];
+        acc = std::fma(scores[h * len + t],
+                       widen(v_blocks[t / block_size][(t % block_size) * ld + d]), acc);
       out[h * head_dim + d] = acc * inv[h];
     }
   }
 }
 
-void group_paged_avx2(const float* q, int64_t group, const float* const* k_blocks,
-                      const float* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
+void head_paged_avx2(const float* q, const float* const* k_blocks, const float* const* v_blocks,
+                     int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
+                     float* scores, float* out) {
+  heads_paged<1, float>(q, k_blocks, v_blocks, block_size, len, ld, head_dim, scale, scores, out);
+}
+
+// Groups past four heads run in parts of at most four.
+template <typename T>
+void group_paged_avx2(const float* q, int64_t group, const T* const* k_blocks,
+                      const T* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
                       int64_t head_dim, float scale, float* scores, float* out) {
-  using Fn = void (*)(const float*, const float* const*, const float* const*, int64_t, int64_t,
-                      int64_t, int64_t, float, float*, float*);
-  constexpr Fn kHeads[5] = {nullptr, heads_paged<1>, heads_paged<2>, heads_paged<3>,
-                            heads_paged<4>};
+  using Fn = void (*)(const float*, const T* const*, const T* const*, int64_t, int64_t, int64_t,
+                      int64_t, float, float*, float*);
+  constexpr Fn kHeads[5] = {nullptr, heads_paged<1, T>, heads_paged<2, T>, heads_paged<3, T>,
+                            heads_paged<4, T>};
   for (int64_t h = 0; h < group; h += 4) {
     const int64_t g = std::min<int64_t>(4, group - h);
     kHeads[g](q + h * head_dim, k_blocks, v_blocks, block_size, len, ld, head_dim, scale,
@@ -210,6 +221,7 @@ void group_paged_avx2(const float* q, int64_t group, const float* const* k_block
 
 }  // namespace
 
-const AttentionKernels kAvx2Attention = {IsaLevel::kAvx2, head_paged_avx2, group_paged_avx2};
+const AttentionKernels kAvx2Attention = {IsaLevel::kAvx2, head_paged_avx2, group_paged_avx2<float>,
+                                         group_paged_avx2<uint16_t>};
 
 }  // namespace mx::attention_detail

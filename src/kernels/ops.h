@@ -38,5 +38,10 @@ void attention_head_paged(const float* q, const float* const* k_blocks,
 void attention_group_paged(const float* q, int64_t group, const float* const* k_blocks,
                            const float* const* v_blocks, int64_t block_size, int64_t len,
                            int64_t ld, int64_t head_dim, float scale, float* scores, float* out);
+// The same over a BF16 cache.
+void attention_group_paged_bf16(const float* q, int64_t group, const uint16_t* const* k_blocks,
+                                const uint16_t* const* v_blocks, int64_t block_size, int64_t len,
+                                int64_t ld, int64_t head_dim, float scale, float* scores,
+                                float* out);
 
 }  // namespace mx

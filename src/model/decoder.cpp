@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/log.h"
+#include "formats/half.h"
 #include "kernels/ops.h"
 #include "loader/checkpoint.h"
 #include "loader/quant_description.h"
@@ -11,11 +12,21 @@
 
 namespace mx {
 
-PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size)
-    : num_blocks_(num_blocks), block_size_(block_size), row_(c.num_kv_heads * c.head_dim) {
+const char* kv_dtype_name(KvDtype d) { return d == KvDtype::kBF16 ? "bf16" : "fp32"; }
+
+PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size, KvDtype dtype)
+    : num_blocks_(num_blocks),
+      block_size_(block_size),
+      row_(c.num_kv_heads * c.head_dim),
+      dtype_(dtype) {
   const size_t n = static_cast<size_t>(c.num_layers * num_blocks * block_size * row_);
-  k_.assign(n, 0.0f);
-  v_.assign(n, 0.0f);
+  if (dtype == KvDtype::kBF16) {
+    k16_.assign(n, 0);
+    v16_.assign(n, 0);
+  } else {
+    k_.assign(n, 0.0f);
+    v_.assign(n, 0.0f);
+  }
 }
 
 uint64_t DecoderModel::weight_bytes() const {
@@ -46,6 +57,7 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
   // q/k norms, RoPE, and the new keys and values into their blocks: all rows first, so that
   // rows of one prefill chunk see each other's keys.
   const int64_t half = d / 2;
+  const bool bf16_kv = kv.dtype() == KvDtype::kBF16;
   for (int64_t t = 0; t < n; ++t) {
     float* row = qkv.data() + t * qkv_w;
     const int64_t pos = row_pos[t];
@@ -56,15 +68,26 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
       rms_norm_bf16(row + hd * d, qn, d, c.rms_norm_eps, row + hd * d);
       rope_neox_cs(row + hd * d, d, cos, sin);
     }
-    const int32_t block = sq.blocks[pos / bs];
-    float* k = kv.k(li, block) + (pos % bs) * ld;
-    float* v = kv.v(li, block) + (pos % bs) * ld;
     for (int64_t hd = 0; hd < nkv; ++hd) {
       float* kh = row + (nq + hd) * d;
       rms_norm_bf16(kh, kn, d, c.rms_norm_eps, kh);
       rope_neox_cs(kh, d, cos, sin);
-      std::memcpy(k + hd * d, kh, static_cast<size_t>(d) * sizeof(float));
-      std::memcpy(v + hd * d, row + (nq + nkv + hd) * d, static_cast<size_t>(d) * sizeof(float));
+    }
+    // The row's keys and values (contiguous in qkv, as in the cache row) into their slot.
+    const int32_t block = sq.blocks[pos / bs];
+    const int64_t slot = (pos % bs) * ld;
+    const float* kr = row + nq * d;
+    const float* vr = kr + nkv * d;
+    if (bf16_kv) {
+      uint16_t* k = kv.k_bf16(li, block) + slot;
+      uint16_t* v = kv.v_bf16(li, block) + slot;
+      for (int64_t j = 0; j < ld; ++j) {
+        k[j] = float_to_bf16(kr[j]);
+        v[j] = float_to_bf16(vr[j]);
+      }
+    } else {
+      std::memcpy(kv.k(li, block) + slot, kr, static_cast<size_t>(ld) * sizeof(float));
+      std::memcpy(kv.v(li, block) + slot, vr, static_cast<size_t>(ld) * sizeof(float));
     }
   }
   // Causal attention: the token at position p sees positions 0 .. p of its own sequence.
@@ -75,21 +98,35 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
   pool_->parallel_for(n * nkv, [&](int64_t b, int64_t e, int) {
     std::vector<float> scores;
     std::vector<const float*> kb, vb;
+    std::vector<const uint16_t*> kb16, vb16;
     for (int64_t idx = b; idx < e; ++idx) {
       const int64_t t = idx / nkv, kvh = idx % nkv;
       const int64_t len = row_pos[t] + 1;
       const SeqSlice& sq = seqs[static_cast<size_t>(row_seq[t])];
       const int64_t nblk = (len + bs - 1) / bs;
-      kb.resize(static_cast<size_t>(nblk));
-      vb.resize(static_cast<size_t>(nblk));
-      for (int64_t j = 0; j < nblk; ++j) {
-        kb[j] = kv.k(li, sq.blocks[j]) + kvh * d;
-        vb[j] = kv.v(li, sq.blocks[j]) + kvh * d;
-      }
       scores.resize(static_cast<size_t>(group * len));
       const int64_t h0 = kvh * group;
-      attention_group_paged(qkv.data() + t * qkv_w + h0 * d, group, kb.data(), vb.data(), bs, len,
-                            ld, d, scale, scores.data(), out.data() + (t * nq + h0) * d);
+      const float* q = qkv.data() + t * qkv_w + h0 * d;
+      float* o = out.data() + (t * nq + h0) * d;
+      if (bf16_kv) {
+        kb16.resize(static_cast<size_t>(nblk));
+        vb16.resize(static_cast<size_t>(nblk));
+        for (int64_t j = 0; j < nblk; ++j) {
+          kb16[j] = kv.k_bf16(li, sq.blocks[j]) + kvh * d;
+          vb16[j] = kv.v_bf16(li, sq.blocks[j]) + kvh * d;
+        }
+        attention_group_paged_bf16(q, group, kb16.data(), vb16.data(), bs, len, ld, d, scale,
+                                   scores.data(), o);
+      } else {
+        kb.resize(static_cast<size_t>(nblk));
+        vb.resize(static_cast<size_t>(nblk));
+        for (int64_t j = 0; j < nblk; ++j) {
+          kb[j] = kv.k(li, sq.blocks[j]) + kvh * d;
+          vb[j] = kv.v(li, sq.blocks[j]) + kvh * d;
+        }
+        attention_group_paged(q, group, kb.data(), vb.data(), bs, len, ld, d, scale, scores.data(),
+                              o);
+      }
     }
   });
   t_attn.stop();
@@ -312,6 +349,7 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   m->config_ = config;
   m->offline_quantized = offline.has_value();
   m->scale_rule_ = options.scale_rule;
+  m->kv_dtype_ = options.kv_dtype;
   m->pool_ = std::make_unique<ThreadPool>(std::max(1, options.threads));
   const WeightLoader w(*ck, offline ? &*offline : nullptr,
                        offline ? std::nullopt : options.quantization, options.scale_rule);

@@ -19,17 +19,29 @@
 
 namespace mx {
 
-// Keys and values of many sequences in fixed-size blocks, FP32,
+// How cached keys and values are stored: FP32, what the attention computes in, or BF16, half
+// the bytes for every step's reads and twice the tokens in the same memory, at the cost of
+// rounding each key and value to 8 significant bits.
+enum class KvDtype { kF32, kBF16 };
+const char* kv_dtype_name(KvDtype d);
+
+// Keys and values of many sequences in fixed-size blocks,
 // [layer][block][slot][kv_heads * head_dim]. Which blocks a sequence owns is the scheduler's
 // business (runtime/kv_blocks.h); the model only follows block tables.
 class PagedKv {
  public:
-  PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size);
+  PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size,
+          KvDtype dtype = KvDtype::kF32);
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
   int64_t row() const { return row_; }
+  KvDtype dtype() const { return dtype_; }
+  // FP32 caches only.
   float* k(int64_t layer, int32_t block) { return k_.data() + offset(layer, block); }
   float* v(int64_t layer, int32_t block) { return v_.data() + offset(layer, block); }
+  // BF16 caches only.
+  uint16_t* k_bf16(int64_t layer, int32_t block) { return k16_.data() + offset(layer, block); }
+  uint16_t* v_bf16(int64_t layer, int32_t block) { return v16_.data() + offset(layer, block); }
 
  private:
   size_t offset(int64_t layer, int32_t block) const {
@@ -37,7 +49,9 @@ class PagedKv {
   }
   int32_t num_blocks_, block_size_;
   int64_t row_;
+  KvDtype dtype_;
   std::vector<float> k_, v_;
+  std::vector<uint16_t> k16_, v16_;
 };
 
 // One sequence in a batch: tokens at positions [start, start + count), whose keys and values
@@ -54,7 +68,8 @@ struct SeqSlice {
 // A single sequence's cache: one block as long as the capacity.
 class KvCache {
  public:
-  KvCache(const ModelConfig& c, int64_t capacity) : kv_(c, 1, static_cast<int32_t>(capacity)) {}
+  KvCache(const ModelConfig& c, int64_t capacity, KvDtype dtype = KvDtype::kF32)
+      : kv_(c, 1, static_cast<int32_t>(capacity), dtype) {}
   int64_t capacity() const { return kv_.block_size(); }
   int64_t length() const { return length_; }
   void set_length(int64_t n) { length_ = n; }
@@ -99,6 +114,8 @@ struct LoadOptions {
   // Online quantization covers lm_head too (a tied head is quantized from the embedding),
   // as peers configure it when they compare quantized decode speed.
   bool quantize_lm_head = false;
+  // How the runtime's KV caches store keys and values (DecoderModel::kv_dtype()).
+  KvDtype kv_dtype = KvDtype::kF32;
   // Called after each layer loads (done, total), e.g. to draw a progress bar.
   std::function<void(int64_t, int64_t)> progress;
 };
@@ -131,6 +148,9 @@ class DecoderModel {
   // Whether the checkpoint was quantized offline, and the schemes in use, for reports.
   bool offline_quantized = false;
   std::string scheme_summary() const;
+  // The KV storage chosen at load (LoadOptions::kv_dtype), for the caches the runtime makes;
+  // forward() follows whatever cache it is given.
+  KvDtype kv_dtype() const { return kv_dtype_; }
 
   // When set, every forward adds the time of each phase to `prof` (null: off).
   void set_profile(ForwardProfile* prof) { profile_ = prof; }
@@ -157,6 +177,7 @@ class DecoderModel {
   ForwardProfile* profile_ = nullptr;
   bool fused_dispatch_ = true;
   ScaleRule scale_rule_ = ScaleRule::kFloor;
+  KvDtype kv_dtype_ = KvDtype::kF32;
   friend Result<std::unique_ptr<DecoderModel>> load_model(const std::string&, const LoadOptions&);
   std::vector<RouterTrace> router_trace_;
   std::vector<float> inv_freq_;

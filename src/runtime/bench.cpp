@@ -88,10 +88,11 @@ ModelCost model_cost(const DecoderModel& m, int64_t batch, int64_t prompt, int64
   }
   const double head_bytes = static_cast<double>(m.lm_head->weight_bytes());
   const double head_macs = static_cast<double>(c.vocab_size * c.hidden_size);
-  // KV (FP32 keys and values) read at the mean decode context, per sequence.
+  // Keys and values read at the mean decode context, per sequence.
   const double ctx = static_cast<double>(prompt) + static_cast<double>(gen) / 2;
-  const double kv = 2.0 * static_cast<double>(c.num_layers * c.num_kv_heads * c.head_dim) * 4.0 *
-                    ctx * static_cast<double>(batch);
+  const double kv_elem = m.kv_dtype() == KvDtype::kBF16 ? 2.0 : 4.0;
+  const double kv = 2.0 * static_cast<double>(c.num_layers * c.num_kv_heads * c.head_dim) *
+                    kv_elem * ctx * static_cast<double>(batch);
   cost.decode_bytes_per_step = bytes + head_bytes + kv;
   // Prefill: every linear per token, lm_head once per prompt, attention over the mean
   // causal context (QK and PV).
@@ -129,7 +130,7 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
   r.cost = model_cost(model, opt.batch, opt.prompt, opt.gen);
   const int32_t bs = 16;
   const int64_t per_seq = (opt.prompt + opt.gen + bs - 1) / bs;
-  PagedKv kv(c, static_cast<int32_t>(opt.batch * per_seq), bs);
+  PagedKv kv(c, static_cast<int32_t>(opt.batch * per_seq), bs, model.kv_dtype());
   std::mt19937_64 rng(opt.seed);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
   std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(opt.batch));

@@ -18,7 +18,7 @@ Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig&
     : model_(model),
       tok_(tok),
       config_(config),
-      kv_(model.config(), config.num_blocks, config.block_size),
+      kv_(model.config(), config.num_blocks, config.block_size, model.kv_dtype()),
       sched_(config) {
   stats_.kv_blocks_total = config.num_blocks;
   thread_ = std::thread([this] { loop(); });

@@ -49,11 +49,11 @@ Result<PplResult> evaluate_perplexity(DecoderModel& model, DecoderModel* ref,
     const int64_t n = end - begin;
     if (n < 2) break;
     logits.resize(static_cast<size_t>(n * vocab));
-    KvCache cache(model.config(), n);
+    KvCache cache(model.config(), n, model.kv_dtype());
     MX_RETURN_IF_ERROR(model.forward(tokens.data() + begin, n, cache, true, logits.data()));
     if (ref != nullptr) {
       ref_logits.resize(logits.size());
-      KvCache rc(ref->config(), n);
+      KvCache rc(ref->config(), n, ref->kv_dtype());
       MX_RETURN_IF_ERROR(ref->forward(tokens.data() + begin, n, rc, true, ref_logits.data()));
     }
     ++r.windows;

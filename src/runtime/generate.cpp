@@ -105,7 +105,7 @@ Result<GenerateResult> generate(DecoderModel& model, const Tokenizer& tok,
                             std::to_string(context_length) + " allows");
   }
   const int64_t budget = std::min<int64_t>(params.max_tokens, context_length - n);
-  KvCache cache(model.config(), n + budget);
+  KvCache cache(model.config(), n + budget, model.kv_dtype());
   std::vector<float> logits(static_cast<size_t>(vocab));
   GenerateResult r;
   r.prompt_tokens = n;
