@@ -264,8 +264,8 @@ TEST(Kernels, EveryAttentionVariant) {
                 << isa_name(isa) << " d=" << d << " len=" << len << " bs=" << bs << " col " << j;
           }
           // A group of query heads over the same keys and values: each head bit for bit as
-          // head_paged gives it (groups past four heads run in parts).
-          for (int64_t g : {1, 2, 3, 5, 8}) {
+          // head_paged gives it (groups past eight heads run in parts).
+          for (int64_t g : {1, 2, 3, 5, 8, 12}) {
             const auto qg = test::activation_like(static_cast<size_t>(g * d),
                                                   static_cast<uint32_t>(len * 3 + g));
             std::vector<float> gs(static_cast<size_t>(g * len)), go(static_cast<size_t>(g * d));

@@ -86,15 +86,15 @@ inline __m256 reduce8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// Scores of G heads (at most four) for positions [0, len): P positions per pass (P * G
-// accumulators), each score one FMA chain over d in 8-wide steps, reduced by reduce8, the
+// Scores of G heads (at most eight) for positions [0, len): P positions per pass (P * G
+// accumulators; from five heads on one position, its query rows read from memory by the FMAs), each score one FMA chain over d in 8-wide steps, reduced by reduce8, the
 // tail of d added in order (explicit FMAs, so that no element type changes the rounding),
 // times scale. A block's last pass repeats its final position in
 // the unused lanes and keeps only the real ones.
 template <int G, typename T>
 void head_scores(const float* q, const T* const* k_blocks, int64_t block_size, int64_t len,
                  int64_t ld, int64_t head_dim, float scale, float* scores) {
-  constexpr int P = G == 1 ? 8 : G == 2 ? 4 : 2;
+  constexpr int P = G == 1 ? 8 : G == 2 ? 4 : G <= 4 ? 2 : 1;
   const int64_t d8 = head_dim & ~int64_t{7};
   for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
     const int64_t count = std::min(block_size, len - t0);
@@ -104,19 +104,19 @@ void head_scores(const float* q, const T* const* k_blocks, int64_t block_size, i
 #pragma GCC unroll 8
       for (int p = 0; p < P; ++p) k[p] = k_blocks[blk] + (j + std::min(p, live - 1)) * ld;
       __m256 acc[G][P];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int h = 0; h < G; ++h) {
 #pragma GCC unroll 8
         for (int p = 0; p < P; ++p) acc[h][p] = _mm256_setzero_ps();
       }
       for (int64_t d = 0; d < d8; d += 8) {
         __m256 qv[G];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int h = 0; h < G; ++h) qv[h] = _mm256_loadu_ps(q + h * head_dim + d);
 #pragma GCC unroll 8
         for (int p = 0; p < P; ++p) {
           const __m256 kv = load8(k[p] + d);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
           for (int h = 0; h < G; ++h) acc[h][p] = _mm256_fmadd_ps(qv[h], kv, acc[h][p]);
         }
       }
@@ -141,14 +141,14 @@ void head_scores(const float* q, const T* const* k_blocks, int64_t block_size, i
   }
 }
 
-// G heads (at most four) over one KV head: scores, softmax, then the weighted sum of values,
+// G heads (at most eight) over one KV head: scores, softmax, then the weighted sum of values,
 // W column vectors per pass (W * G accumulators, each one FMA chain over t in order), so
 // every output column is the same sequence of operations for any G.
 template <int G, typename T>
 void heads_paged(const float* q, const T* const* k_blocks, const T* const* v_blocks,
                  int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
                  float* scores, float* out) {
-  constexpr int W = G == 1 ? 8 : G == 2 ? 4 : 2;
+  constexpr int W = G == 1 ? 8 : G == 2 ? 4 : G <= 4 ? 2 : 1;
   const int64_t d8 = head_dim & ~int64_t{7};
   head_scores<G, T>(q, k_blocks, block_size, len, ld, head_dim, scale, scores);
   float inv[G];
@@ -159,7 +159,7 @@ void heads_paged(const float* q, const T* const* k_blocks, const T* const* v_blo
     int64_t col[W];
     for (int c = 0; c < W; ++c) col[c] = 8 * std::min(c, w - 1);
     __m256 o[G][W];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int h = 0; h < G; ++h) {
 #pragma GCC unroll 8
       for (int c = 0; c < W; ++c) o[h][c] = _mm256_setzero_ps();
@@ -172,7 +172,7 @@ void heads_paged(const float* q, const T* const* k_blocks, const T* const* v_blo
         __m256 v[W];
 #pragma GCC unroll 8
         for (int c = 0; c < W; ++c) v[c] = load8(vt + col[c]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int h = 0; h < G; ++h) {
           const __m256 p = _mm256_set1_ps(scores[h * len + t0 + i]);
 #pragma GCC unroll 8
@@ -203,17 +203,18 @@ void head_paged_avx2(const float* q, const float* const* k_blocks, const float* 
   heads_paged<1, float>(q, k_blocks, v_blocks, block_size, len, ld, head_dim, scale, scores, out);
 }
 
-// Groups past four heads run in parts of at most four.
+// Groups past eight heads run in parts of at most eight.
 template <typename T>
 void group_paged_avx2(const float* q, int64_t group, const T* const* k_blocks,
                       const T* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
                       int64_t head_dim, float scale, float* scores, float* out) {
   using Fn = void (*)(const float*, const T* const*, const T* const*, int64_t, int64_t, int64_t,
                       int64_t, float, float*, float*);
-  constexpr Fn kHeads[5] = {nullptr, heads_paged<1, T>, heads_paged<2, T>, heads_paged<3, T>,
-                            heads_paged<4, T>};
-  for (int64_t h = 0; h < group; h += 4) {
-    const int64_t g = std::min<int64_t>(4, group - h);
+  constexpr Fn kHeads[9] = {nullptr,           heads_paged<1, T>, heads_paged<2, T>,
+                            heads_paged<3, T>, heads_paged<4, T>, heads_paged<5, T>,
+                            heads_paged<6, T>, heads_paged<7, T>, heads_paged<8, T>};
+  for (int64_t h = 0; h < group; h += 8) {
+    const int64_t g = std::min<int64_t>(8, group - h);
     kHeads[g](q + h * head_dim, k_blocks, v_blocks, block_size, len, ld, head_dim, scale,
               scores + h * len, out + h * head_dim);
   }

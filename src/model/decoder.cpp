@@ -46,7 +46,9 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
   const int64_t d = c.head_dim, nq = c.num_heads, nkv = c.num_kv_heads;
   const int64_t qkv_w = (nq + 2 * nkv) * d;
   const int64_t n = static_cast<int64_t>(row_seq.size());
-  const int64_t bs = kv.block_size(), ld = kv.row();
+  // A block holds each KV head's slots together ([kv_head][slot][head_dim]): one (row, KV head)
+  // item of attention reads whole contiguous runs rather than a slice of every cached row.
+  const int64_t bs = kv.block_size(), head_block = bs * d;
   std::vector<float> qkv(static_cast<size_t>(n * qkv_w));
   PhaseTimer t_qkv(profile_, Phase::kQkv);
   layer.attn.qkv->forward(h, n, qkv.data(), pool_.get());
@@ -73,21 +75,23 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
       rms_norm_bf16(kh, kn, d, c.rms_norm_eps, kh);
       rope_neox_cs(kh, d, cos, sin);
     }
-    // The row's keys and values (contiguous in qkv, as in the cache row) into their slot.
+    // The row's keys and values into their slot of each KV head's part of the block.
     const int32_t block = sq.blocks[pos / bs];
-    const int64_t slot = (pos % bs) * ld;
-    const float* kr = row + nq * d;
-    const float* vr = kr + nkv * d;
-    if (bf16_kv) {
-      uint16_t* k = kv.k_bf16(li, block) + slot;
-      uint16_t* v = kv.v_bf16(li, block) + slot;
-      for (int64_t j = 0; j < ld; ++j) {
-        k[j] = float_to_bf16(kr[j]);
-        v[j] = float_to_bf16(vr[j]);
+    for (int64_t hd = 0; hd < nkv; ++hd) {
+      const int64_t at = hd * head_block + (pos % bs) * d;
+      const float* kr = row + (nq + hd) * d;
+      const float* vr = row + (nq + nkv + hd) * d;
+      if (bf16_kv) {
+        uint16_t* k = kv.k_bf16(li, block) + at;
+        uint16_t* v = kv.v_bf16(li, block) + at;
+        for (int64_t j = 0; j < d; ++j) {
+          k[j] = float_to_bf16(kr[j]);
+          v[j] = float_to_bf16(vr[j]);
+        }
+      } else {
+        std::memcpy(kv.k(li, block) + at, kr, static_cast<size_t>(d) * sizeof(float));
+        std::memcpy(kv.v(li, block) + at, vr, static_cast<size_t>(d) * sizeof(float));
       }
-    } else {
-      std::memcpy(kv.k(li, block) + slot, kr, static_cast<size_t>(ld) * sizeof(float));
-      std::memcpy(kv.v(li, block) + slot, vr, static_cast<size_t>(ld) * sizeof(float));
     }
   }
   // Causal attention: the token at position p sees positions 0 .. p of its own sequence.
@@ -112,19 +116,19 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
         kb16.resize(static_cast<size_t>(nblk));
         vb16.resize(static_cast<size_t>(nblk));
         for (int64_t j = 0; j < nblk; ++j) {
-          kb16[j] = kv.k_bf16(li, sq.blocks[j]) + kvh * d;
-          vb16[j] = kv.v_bf16(li, sq.blocks[j]) + kvh * d;
+          kb16[j] = kv.k_bf16(li, sq.blocks[j]) + kvh * head_block;
+          vb16[j] = kv.v_bf16(li, sq.blocks[j]) + kvh * head_block;
         }
-        attention_group_paged_bf16(q, group, kb16.data(), vb16.data(), bs, len, ld, d, scale,
+        attention_group_paged_bf16(q, group, kb16.data(), vb16.data(), bs, len, d, d, scale,
                                    scores.data(), o);
       } else {
         kb.resize(static_cast<size_t>(nblk));
         vb.resize(static_cast<size_t>(nblk));
         for (int64_t j = 0; j < nblk; ++j) {
-          kb[j] = kv.k(li, sq.blocks[j]) + kvh * d;
-          vb[j] = kv.v(li, sq.blocks[j]) + kvh * d;
+          kb[j] = kv.k(li, sq.blocks[j]) + kvh * head_block;
+          vb[j] = kv.v(li, sq.blocks[j]) + kvh * head_block;
         }
-        attention_group_paged(q, group, kb.data(), vb.data(), bs, len, ld, d, scale, scores.data(),
+        attention_group_paged(q, group, kb.data(), vb.data(), bs, len, d, d, scale, scores.data(),
                               o);
       }
     }

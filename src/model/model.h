@@ -26,7 +26,7 @@ enum class KvDtype { kF32, kBF16 };
 const char* kv_dtype_name(KvDtype d);
 
 // Keys and values of many sequences in fixed-size blocks,
-// [layer][block][slot][kv_heads * head_dim]. Which blocks a sequence owns is the scheduler's
+// [layer][block][kv_head][slot][head_dim]. Which blocks a sequence owns is the scheduler's
 // business (runtime/kv_blocks.h); the model only follows block tables.
 class PagedKv {
  public:
