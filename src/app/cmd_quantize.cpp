@@ -1,6 +1,8 @@
+#include <algorithm>
 #include <cstdio>
 
 #include "app/commands.h"
+#include "core/thread_pool.h"
 #include "model/export.h"
 
 namespace mx::app {
@@ -14,6 +16,7 @@ struct QuantizeArgs {
   std::vector<std::string> keep_float;
   uint64_t max_shard_mb = 4096;
   bool quantize_lm_head = false;
+  int threads = default_threads();
 };
 
 int quantize(const QuantizeArgs& a) {
@@ -33,6 +36,8 @@ int quantize(const QuantizeArgs& a) {
   opt.quantize_lm_head = a.quantize_lm_head;
   opt.max_shard_bytes = a.max_shard_mb << 20;
   opt.progress = terminal_progress("quantizing", "tensors");
+  ThreadPool pool(std::max(1, a.threads));
+  opt.pool = &pool;
   auto r = export_msmodelslim(a.model, a.out, opt);
   if (!r.is_ok()) {
     std::fprintf(stderr, "mxserve quantize: %s\n", r.status().to_string().c_str());
@@ -57,6 +62,7 @@ void register_quantize(CLI::App& app, int& exit_code) {
   cmd->add_option("--scheme", a->scheme,
                   "W8A8_MXFP8 | W4A8_MXFP | W4A4_MXFP4 | W4A4_MXFP4_DUALSCALE")
       ->required();
+  cmd->add_option("-t,--threads", a->threads, "Threads")->capture_default_str();
   cmd->add_option("--mx-scale-rule", a->rule, "E8M0 scale rule")
       ->check(CLI::IsMember({"floor", "rceil"}))
       ->capture_default_str();

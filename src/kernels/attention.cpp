@@ -12,8 +12,8 @@ inline float widen(uint16_t x) { return bf16_to_float(x); }
 
 template <typename T>
 void head_paged_reference(const float* q, const T* const* k_blocks, const T* const* v_blocks,
-                          int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
-                          float* scores, float* out) {
+                          int64_t block_size, int64_t len, int64_t ld, int64_t head_dim,
+                          float scale, float* scores, float* out) {
   for (int64_t t = 0; t < len; ++t) {
     const T* kt = k_blocks[t / block_size] + (t % block_size) * ld;
     float s = 0.0f;

@@ -73,9 +73,7 @@ inline __m256 load8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 inline float widen(float x) { return x; }
-inline float widen(uint16_t x) {
-  return std::bit_cast<float>(static_cast<uint32_t>(x) << 16);
-}
+inline float widen(uint16_t x) { return std::bit_cast<float>(static_cast<uint32_t>(x) << 16); }
 
 // Eight dot-product accumulators reduced to their eight sums, in order: pairs added within
 // 128-bit lanes twice, then the two lanes. Every sum comes out of the same adds whatever its
@@ -87,10 +85,10 @@ inline __m256 reduce8(const __m256* a) {
 }
 
 // Scores of G heads (at most eight) for positions [0, len): P positions per pass (P * G
-// accumulators; from five heads on one position, its query rows read from memory by the FMAs), each score one FMA chain over d in 8-wide steps, reduced by reduce8, the
-// tail of d added in order (explicit FMAs, so that no element type changes the rounding),
-// times scale. A block's last pass repeats its final position in
-// the unused lanes and keeps only the real ones.
+// accumulators; from five heads on one position, its query rows read from memory by the FMAs), each
+// score one FMA chain over d in 8-wide steps, reduced by reduce8, the tail of d added in order
+// (explicit FMAs, so that no element type changes the rounding), times scale. A block's last pass
+// repeats its final position in the unused lanes and keeps only the real ones.
 template <int G, typename T>
 void head_scores(const float* q, const T* const* k_blocks, int64_t block_size, int64_t len,
                  int64_t ld, int64_t head_dim, float scale, float* scores) {

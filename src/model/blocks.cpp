@@ -80,7 +80,8 @@ Status load_embeddings_and_head(const WeightLoader& w, const ModelConfig& c,
     MX_ASSIGN_OR_RETURN(m->lm_head, w.linear({"lm_head"}, {c.vocab_size}, c.hidden_size, "lm_head",
                                              /*keep_float=*/!head_scheme));
   } else if (head_scheme && *head_scheme != Scheme::kBf16) {
-    MX_ASSIGN_OR_RETURN(MxWeights q, quantize_weight(m->embed, *head_scheme, rule, "lm_head"));
+    MX_ASSIGN_OR_RETURN(MxWeights q,
+                        quantize_weight(m->embed, *head_scheme, rule, "lm_head", m->pool_.get()));
     m->lm_head = make_mx_linear(std::move(q), rule);
   } else {
     MX_ASSIGN_OR_RETURN(m->lm_head, make_bf16_linear({m->embed}, "lm_head"));

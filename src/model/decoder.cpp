@@ -356,7 +356,8 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   m->kv_dtype_ = options.kv_dtype;
   m->pool_ = std::make_unique<ThreadPool>(std::max(1, options.threads));
   const WeightLoader w(*ck, offline ? &*offline : nullptr,
-                       offline ? std::nullopt : options.quantization, options.scale_rule);
+                       offline ? std::nullopt : options.quantization, options.scale_rule,
+                       m->pool_.get());
   const std::optional<Scheme> head_scheme =
       options.quantize_lm_head && !offline ? options.quantization : std::nullopt;
   MX_RETURN_IF_ERROR(load_embeddings_and_head(w, config, head_scheme, options.scale_rule, m.get()));

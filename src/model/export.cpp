@@ -70,7 +70,7 @@ Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::
       MX_RETURN_IF_ERROR(add(name, t, "FLOAT"));
       ++sum.kept_float;
     } else {
-      MX_ASSIGN_OR_RETURN(MxWeights q, quantize_weight(t, opt.scheme, opt.rule, name));
+      MX_ASSIGN_OR_RETURN(MxWeights q, quantize_weight(t, opt.scheme, opt.rule, name, opt.pool));
       const std::string base = name.substr(0, name.size() - 7);
       Tensor codes = q.codes;
       if (scheme_info(opt.scheme).weight == ElemFormat::kE4M3) {

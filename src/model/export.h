@@ -25,6 +25,8 @@ struct ExportOptions {
   // lm_head in the same scheme as the other linear layers.
   bool quantize_lm_head = false;
   uint64_t max_shard_bytes = 4ull << 30;
+  // Splits each weight's quantization across threads (null: one thread).
+  ThreadPool* pool = nullptr;
   std::function<void(int64_t done, int64_t total)> progress;
 };
 

@@ -87,7 +87,7 @@ Result<MxWeights> WeightLoader::mx_weights(const std::string& module, Scheme s, 
                                            int64_t k) const {
   if (offline_ != nullptr) return load_offline_mx(module, s, n, k);
   MX_ASSIGN_OR_RETURN(Tensor w, get(module + ".weight", {n, k}));
-  return quantize_weight(w, s, rule_, module + ".weight");
+  return quantize_weight(w, s, rule_, module + ".weight", pool_);
 }
 
 Result<std::unique_ptr<Linear>> WeightLoader::linear(const std::vector<std::string>& modules,

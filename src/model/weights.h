@@ -15,9 +15,10 @@ namespace mx {
 
 class WeightLoader {
  public:
+  // `pool` (may be null) splits online quantization across threads.
   WeightLoader(const CheckpointFiles& ck, const QuantDescription* offline,
-               std::optional<Scheme> online, ScaleRule rule)
-      : ck_(ck), offline_(offline), online_(online), rule_(rule) {}
+               std::optional<Scheme> online, ScaleRule rule, ThreadPool* pool = nullptr)
+      : ck_(ck), offline_(offline), online_(online), rule_(rule), pool_(pool) {}
 
   // A plain tensor with a checked shape (norms, embeddings).
   Result<Tensor> get(const std::string& name, const Shape& shape) const;
@@ -48,6 +49,7 @@ class WeightLoader {
   const QuantDescription* offline_;
   std::optional<Scheme> online_;
   ScaleRule rule_;
+  ThreadPool* pool_;
 };
 
 }  // namespace mx

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/thread_pool.h"
 #include "formats/act_quant.h"
 #include "formats/half.h"
 #include "formats/mx_layout.h"
@@ -21,22 +22,19 @@ constexpr std::array<SchemeInfo, 5> kSchemes = {{
      ElemFormat::kE2M1, true},
 }};
 
-std::vector<float> to_f32(const Tensor& t) {
-  const Tensor c = t.is_contiguous() ? t : t.contiguous_copy();
-  std::vector<float> out(static_cast<size_t>(c.numel()));
-  for (int64_t i = 0; i < c.numel(); ++i) {
-    switch (c.dtype()) {
-      case DType::kBF16:
-        out[i] = bf16_to_float(c.data_as<uint16_t>()[i]);
-        break;
-      case DType::kF16:
-        out[i] = fp16_to_float(c.data_as<uint16_t>()[i]);
-        break;
-      default:
-        out[i] = c.data_as<float>()[i];
-    }
+// One row of a contiguous BF16, F16 or F32 weight as FP32.
+void row_to_f32(const Tensor& t, int64_t r, float* out) {
+  const int64_t k = t.dim(1);
+  switch (t.dtype()) {
+    case DType::kBF16:
+      for (int64_t i = 0; i < k; ++i) out[i] = bf16_to_float(t.data_as<uint16_t>()[r * k + i]);
+      break;
+    case DType::kF16:
+      for (int64_t i = 0; i < k; ++i) out[i] = fp16_to_float(t.data_as<uint16_t>()[r * k + i]);
+      break;
+    default:
+      std::memcpy(out, t.data_as<float>() + r * k, static_cast<size_t>(k) * sizeof(float));
   }
-  return out;
 }
 
 int64_t codes_per_row(ElemFormat f, int64_t k) {
@@ -74,7 +72,7 @@ uint64_t MxWeights::bytes() const {
 }
 
 Result<MxWeights> quantize_weight(const Tensor& w, Scheme scheme, ScaleRule rule,
-                                  const std::string& name) {
+                                  const std::string& name, ThreadPool* pool) {
   if (scheme == Scheme::kBf16) return invalid_argument(name + ": bf16 is not an MX scheme");
   if (w.rank() != 2) return invalid_argument(name + ": expected a 2-D weight, got " + w.describe());
   if (w.dtype() != DType::kBF16 && w.dtype() != DType::kF16 && w.dtype() != DType::kF32) {
@@ -89,23 +87,45 @@ Result<MxWeights> quantize_weight(const Tensor& w, Scheme scheme, ScaleRule rule
   q.codes = Tensor::empty(DType::kU8, {q.n, rb});
   q.scales = Tensor::empty(DType::kU8, {q.n, nb});
   if (info.dual) q.chunk_scales = Tensor::empty(DType::kF32, {q.n, mx_num_chunks(q.k)});
-  const std::vector<float> f = to_f32(w);
-  std::vector<uint8_t> codes(static_cast<size_t>(q.k));
-  for (int64_t r = 0; r < q.n; ++r) {
-    const float* x = f.data() + r * q.k;
-    uint8_t* sc = q.scales.mutable_data_as<uint8_t>() + r * nb;
-    if (info.dual) {
-      mxfp4_dual_quantize_row(x, q.k, codes.data(), sc,
-                              q.chunk_scales.mutable_data_as<float>() + r * mx_num_chunks(q.k));
-    } else {
-      mx_quantize_row(x, q.k, info.weight, rule, codes.data(), sc);
+  const Tensor c = w.is_contiguous() ? w : w.contiguous_copy();
+  // E4M3 and E2M1 rows go through the vector codecs (bit for bit the reference's codes; BF16
+  // read as stored); dual-level rows and other formats through the reference.
+  const ActQuantKernels& aq = act_quant_kernels();
+  const bool vec =
+      !info.dual && (info.weight == ElemFormat::kE4M3 || info.weight == ElemFormat::kE2M1);
+  const bool fp4 = info.weight == ElemFormat::kE2M1;
+  auto rows = [&](int64_t r0, int64_t r1, int) {
+    std::vector<float> f(static_cast<size_t>(q.k));
+    std::vector<uint8_t> codes(static_cast<size_t>(q.k));
+    for (int64_t r = r0; r < r1; ++r) {
+      uint8_t* sc = q.scales.mutable_data_as<uint8_t>() + r * nb;
+      uint8_t* dst = q.codes.mutable_data_as<uint8_t>() + r * rb;
+      if (vec && c.dtype() == DType::kBF16) {
+        const uint16_t* x = c.data_as<uint16_t>() + r * q.k;
+        (fp4 ? aq.bf16_to_mxfp4 : aq.bf16_to_mxfp8)(x, q.k, rule, dst, sc);
+        continue;
+      }
+      row_to_f32(c, r, f.data());
+      if (vec) {
+        (fp4 ? aq.f32_to_mxfp4 : aq.f32_to_mxfp8)(f.data(), q.k, rule, dst, sc);
+      } else if (info.dual) {
+        mxfp4_dual_quantize_row(f.data(), q.k, codes.data(), sc,
+                                q.chunk_scales.mutable_data_as<float>() + r * mx_num_chunks(q.k));
+        fp4_pack(codes.data(), q.k, Fp4Order::kAdjacent, dst);
+      } else {
+        mx_quantize_row(f.data(), q.k, info.weight, rule, codes.data(), sc);
+        if (fp4) {
+          fp4_pack(codes.data(), q.k, Fp4Order::kAdjacent, dst);
+        } else {
+          std::memcpy(dst, codes.data(), static_cast<size_t>(q.k));
+        }
+      }
     }
-    uint8_t* dst = q.codes.mutable_data_as<uint8_t>() + r * rb;
-    if (info.weight == ElemFormat::kE2M1) {
-      fp4_pack(codes.data(), q.k, Fp4Order::kAdjacent, dst);
-    } else {
-      std::memcpy(dst, codes.data(), static_cast<size_t>(q.k));
-    }
+  };
+  if (pool == nullptr || q.n < 64) {
+    rows(0, q.n, 0);
+  } else {
+    pool->parallel_for(q.n, rows);
   }
   return q;
 }

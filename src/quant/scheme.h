@@ -16,6 +16,8 @@
 
 namespace mx {
 
+class ThreadPool;
+
 enum class Scheme { kBf16, kW8A8Mxfp8, kW4A8Mxfp4, kW4A4Mxfp4, kW4A4Mxfp4Dual };
 
 struct SchemeInfo {
@@ -43,9 +45,10 @@ struct MxWeights {
   uint64_t bytes() const;
 };
 
-// Quantizes a float weight (BF16, F16 or F32) [n, k] online.
+// Quantizes a float weight (BF16, F16 or F32) [n, k] online, rows split across `pool` when
+// one is given.
 Result<MxWeights> quantize_weight(const Tensor& w, Scheme scheme, ScaleRule rule,
-                                  const std::string& name);
+                                  const std::string& name, ThreadPool* pool = nullptr);
 // Stacks weights of one scheme and width along n (q/k/v, gate/up, experts).
 Result<MxWeights> stack_mx_weights(const std::vector<MxWeights>& parts, const std::string& name);
 // Dequantizes to FP32 [n, k] (the reference of the tests, and a quantized router gate).
