@@ -149,12 +149,20 @@ std::vector<std::string> golden_dirs() {
           test::shared_dir() + "/fixtures/tiny-qwen3-dense/golden"};
 }
 
-TEST(ModelGolden, EveryPromptMatchesTheReference) {
+// Every golden model with one KV storage; strict: the fixture's contract fails the test.
+GoldenRun check_all(KvDtype kv_dtype, bool strict) {
   GoldenRun run;
+  run.strict = strict;
   for (const std::string& dir : golden_dirs()) {
-    check_model(dir, KvDtype::kF32, &run);
-    if (HasFatalFailure()) return;
+    check_model(dir, kv_dtype, &run);
+    if (::testing::Test::HasFatalFailure()) break;
   }
+  return run;
+}
+
+TEST(ModelGolden, EveryPromptMatchesTheReference) {
+  const GoldenRun run = check_all(KvDtype::kF32, true);
+  if (HasFatalFailure()) return;
   std::printf(
       "golden: %d prompts, %d positions, max |dlogprob| %.2e, max |dlogit| %.2e, "
       "router %d/%d tokens agree\n",
@@ -171,12 +179,8 @@ TEST(ModelGolden, EveryPromptMatchesTheReference) {
 // that token's log-probs by more than the FP32 contract allows. Bounds on how far: what the
 // option costs, measured against the same reference.
 TEST(ModelGolden, Bf16KvCacheStaysCloseToTheReference) {
-  GoldenRun run;
-  run.strict = false;
-  for (const std::string& dir : golden_dirs()) {
-    check_model(dir, KvDtype::kBF16, &run);
-    if (HasFatalFailure()) return;
-  }
+  const GoldenRun run = check_all(KvDtype::kBF16, false);
+  if (HasFatalFailure()) return;
   std::printf(
       "golden, bf16 kv: %d positions, %d beyond 1e-2, max |dlogprob| %.2e, router %d/%d tokens "
       "agree, greedy %d/%d steps agree\n",
