@@ -28,6 +28,16 @@ got=$(python3 -c "import json;print(json.dumps(json.load(open('$tmp/run.json'))[
 [ "$got" = "$want" ]; check "run: greedy ids equal the golden continuation ($got)" $?
 python3 -c "import json;d=json.load(open('$tmp/run.json'));assert d['prefill_tok_s']>0 and d['decode_tok_s']>0 and d['text']"
 check "run --json: text and both speeds" $?
+# A BF16 KV cache keeps this prompt's greedy continuation (its margins are wide; the golden
+# test bounds the rest), and the bench report names the storage.
+"$bin" run -m "$model" -p "It is a truth universally acknowledged, that" --temp 0 -n 8 --json \
+  --kv-cache-dtype bf16 >"$tmp/run16.json" 2>"$tmp/err"
+got=$(python3 -c "import json;print(json.dumps(json.load(open('$tmp/run16.json'))['token_ids']).replace(' ',''))")
+[ "$got" = "$want" ]; check "run --kv-cache-dtype bf16: greedy ids equal the golden continuation" $?
+"$bin" bench -m "$model" -p 16 -n 4 -r 1 --kv-cache-dtype bf16 --json >"$tmp/b16.json" 2>/dev/null
+python3 -c "import json;d=json.load(open('$tmp/b16.json'));assert d['kv_cache_dtype']=='bf16' and d['decode_tok_s']>0, d"
+check "bench --kv-cache-dtype bf16: reported and decodes" $?
+expect_fail "run: unknown KV cache storage" "kv-cache-dtype: fp8 not in" "$bin" run -m "$model" -p hi --kv-cache-dtype fp8
 
 "$bin" run -m "$model" -p "Once upon a time" --seed 7 -n 16 >"$tmp/a" 2>&1
 "$bin" run -m "$model" -p "Once upon a time" --seed 7 -n 16 >"$tmp/b" 2>&1
