@@ -125,8 +125,20 @@ void head_scores(const float* q, const T* const* k_blocks, int64_t block_size, i
         const int f = std::min(i, G * P - 1);
         flat[i] = acc[f / P][f % P];
       }
+      const __m256 sums = reduce8(flat);
+      if (live == P && d8 == head_dim && (P == 8 || P == 4)) {
+        // Whole passes without a tail of d: each head's P scores in one store.
+        const __m256 scaled = _mm256_mul_ps(sums, _mm256_set1_ps(scale));
+        if constexpr (P == 8) {
+          _mm256_storeu_ps(scores + t0 + j, scaled);
+        } else if constexpr (P == 4) {
+          _mm_storeu_ps(scores + t0 + j, _mm256_castps256_ps128(scaled));
+          _mm_storeu_ps(scores + len + t0 + j, _mm256_extractf128_ps(scaled, 1));
+        }
+        continue;
+      }
       alignas(32) float sum[8];
-      _mm256_store_ps(sum, reduce8(flat));
+      _mm256_store_ps(sum, sums);
       for (int h = 0; h < G; ++h) {
         const float* qh = q + h * head_dim;
         for (int p = 0; p < live; ++p) {
