@@ -1,8 +1,12 @@
+#include <unistd.h>
+
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 
 #include "app/commands.h"
+#include "core/log.h"
 #include "loader/chat_template.h"
 #include "loader/tokenizer.h"
 #include "runtime/generate.h"
@@ -14,7 +18,9 @@ namespace {
 struct ServeArgs {
   ModelArgs m;
   ServerConfig server;
-  int64_t max_total_tokens = 0;  // 0: room for max_running_requests full contexts, capped
+  // 0: room for max_running_requests full contexts, capped at 1M tokens and at a quarter of
+  // physical memory.
+  int64_t max_total_tokens = 0;
 };
 
 OpenAiServer* g_server = nullptr;
@@ -40,11 +46,22 @@ int serve(ServeArgs& a) {
   }
   const int64_t ctx =
       c.context_length > 0 ? c.context_length : model->config().max_position_embeddings;
-  const int64_t total = a.max_total_tokens > 0
-                            ? a.max_total_tokens
-                            : std::min<int64_t>(ctx * c.scheduler.max_running_requests, 1 << 20);
+  const ModelConfig& mc = model->config();
+  const int64_t token_bytes = 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim *
+                              (model->kv_dtype() == KvDtype::kBF16 ? 2 : 4);
+  const int64_t budget =
+      static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / 4;
+  const int64_t total =
+      a.max_total_tokens > 0
+          ? a.max_total_tokens
+          : std::max<int64_t>(ctx, std::min<int64_t>({ctx * c.scheduler.max_running_requests,
+                                                      1 << 20, budget / token_bytes}));
   c.scheduler.num_blocks =
       static_cast<int32_t>((total + c.scheduler.block_size - 1) / c.scheduler.block_size);
+  const int64_t kv_tokens = int64_t{c.scheduler.num_blocks} * c.scheduler.block_size;
+  MX_LOG_INFO("KV cache: " + std::to_string(kv_tokens) + " tokens, " +
+              std::to_string(kv_tokens * token_bytes >> 20) + " MiB (" +
+              kv_dtype_name(model->kv_dtype()) + ")");
   OpenAiServer server(*model, *tok, std::move(tmpl), stops, c);
   g_server = &server;
   std::signal(SIGINT, [](int) {

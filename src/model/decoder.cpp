@@ -21,11 +21,11 @@ PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size, K
       dtype_(dtype) {
   const size_t n = static_cast<size_t>(c.num_layers * num_blocks * block_size * row_);
   if (dtype == KvDtype::kBF16) {
-    k16_.assign(n, 0);
-    v16_.assign(n, 0);
+    k16_ = std::make_unique_for_overwrite<uint16_t[]>(n);
+    v16_ = std::make_unique_for_overwrite<uint16_t[]>(n);
   } else {
-    k_.assign(n, 0.0f);
-    v_.assign(n, 0.0f);
+    k_ = std::make_unique_for_overwrite<float[]>(n);
+    v_ = std::make_unique_for_overwrite<float[]>(n);
   }
 }
 

@@ -37,11 +37,11 @@ class PagedKv {
   int64_t row() const { return row_; }
   KvDtype dtype() const { return dtype_; }
   // FP32 caches only.
-  float* k(int64_t layer, int32_t block) { return k_.data() + offset(layer, block); }
-  float* v(int64_t layer, int32_t block) { return v_.data() + offset(layer, block); }
+  float* k(int64_t layer, int32_t block) { return k_.get() + offset(layer, block); }
+  float* v(int64_t layer, int32_t block) { return v_.get() + offset(layer, block); }
   // BF16 caches only.
-  uint16_t* k_bf16(int64_t layer, int32_t block) { return k16_.data() + offset(layer, block); }
-  uint16_t* v_bf16(int64_t layer, int32_t block) { return v16_.data() + offset(layer, block); }
+  uint16_t* k_bf16(int64_t layer, int32_t block) { return k16_.get() + offset(layer, block); }
+  uint16_t* v_bf16(int64_t layer, int32_t block) { return v16_.get() + offset(layer, block); }
 
  private:
   size_t offset(int64_t layer, int32_t block) const {
@@ -50,8 +50,10 @@ class PagedKv {
   int32_t num_blocks_, block_size_;
   int64_t row_;
   KvDtype dtype_;
-  std::vector<float> k_, v_;
-  std::vector<uint16_t> k16_, v16_;
+  // Left uninitialized: a slot is always written before attention reads it, and untouched
+  // pages of a large cache cost no memory until a sequence reaches them.
+  std::unique_ptr<float[]> k_, v_;
+  std::unique_ptr<uint16_t[]> k16_, v16_;
 };
 
 // One sequence in a batch: tokens at positions [start, start + count), whose keys and values
