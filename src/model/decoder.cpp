@@ -70,16 +70,13 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
       rms_norm_bf16(row + hd * d, qn, d, c.rms_norm_eps, row + hd * d);
       rope_neox_cs(row + hd * d, d, cos, sin);
     }
-    for (int64_t hd = 0; hd < nkv; ++hd) {
-      float* kh = row + (nq + hd) * d;
-      rms_norm_bf16(kh, kn, d, c.rms_norm_eps, kh);
-      rope_neox_cs(kh, d, cos, sin);
-    }
     // The row's keys and values into their slot of each KV head's part of the block.
     const int32_t block = sq.blocks[pos / bs];
     for (int64_t hd = 0; hd < nkv; ++hd) {
+      float* kr = row + (nq + hd) * d;
+      rms_norm_bf16(kr, kn, d, c.rms_norm_eps, kr);
+      rope_neox_cs(kr, d, cos, sin);
       const int64_t at = hd * head_block + (pos % bs) * d;
-      const float* kr = row + (nq + hd) * d;
       const float* vr = row + (nq + nkv + hd) * d;
       if (bf16_kv) {
         uint16_t* k = kv.k_bf16(li, block) + at;
