@@ -62,44 +62,47 @@ void for_rows(int64_t m, int64_t k, ThreadPool* pool, Fn&& fn) {
   }
 }
 
+// The buffers of one thread's calls, grown to the largest and kept: a decode step makes dozens
+// of small GEMM calls, and allocating (and zero-filling) their buffers each time costs as much
+// as the smallest of them.
+template <typename T>
+T* at_least(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
 // Quantized activation rows in the form the GEMM consumes: decoded to FP32, or for W4A4 as
-// integers with block sums and scales (the exact int8 kernel).
+// integers with block sums and scales (the exact int8 kernel). Held in the calling thread's
+// buffers: one GemmActs per thread at a time.
 class GemmActs {
  public:
   GemmActs(const ActRows& a, int64_t row0, int64_t m, ThreadPool* pool)
       : w4a4_(a.format == ElemFormat::kE2M1),
         stride_(mx_decoded_stride(a.k)),
         nb_(mx_num_blocks(a.k)) {
+    thread_local Buffers buffers;
     if (w4a4_) {
-      q_.resize(static_cast<size_t>(m * stride_));
-      sums_.resize(static_cast<size_t>(m * nb_));
-      scales_.resize(static_cast<size_t>(m * nb_));
+      q_ = at_least(buffers.q, m * stride_);
+      sums_ = at_least(buffers.sums, m * nb_);
+      scales_ = at_least(buffers.scales, m * nb_);
     } else {
-      f_.resize(static_cast<size_t>(m * stride_));
+      f_ = at_least(buffers.f, m * stride_);
     }
     auto body = [&](int64_t r0, int64_t r1, int) {
       const MxMatrixView v = act_view(a, row0 + r0, r1 - r0);
       if (w4a4_) {
-        mx_prepare_fp4_activations(v, q_.data() + r0 * stride_, sums_.data() + r0 * nb_,
-                                   scales_.data() + r0 * nb_);
+        mx_prepare_fp4_activations(v, q_ + r0 * stride_, sums_ + r0 * nb_, scales_ + r0 * nb_);
       } else {
-        mx_decode_activations(v, f_.data() + r0 * stride_, kMxGemmInputScale);
+        mx_decode_activations(v, f_ + r0 * stride_, kMxGemmInputScale);
       }
     };
     for_rows(m, a.k, pool, body);
   }
   // Arguments for rows [r0, r0 + m) of these activations.
   MxGemmArgs args(int64_t r0, int64_t m, const MxPanelView& w, float* y, int64_t ldy) const {
-    if (!w4a4_) return {f_.data() + r0 * stride_, &w, y, m, stride_, ldy};
-    return {nullptr,
-            &w,
-            y,
-            m,
-            stride_,
-            ldy,
-            q_.data() + r0 * stride_,
-            sums_.data() + r0 * nb_,
-            scales_.data() + r0 * nb_};
+    if (!w4a4_) return {f_ + r0 * stride_, &w, y, m, stride_, ldy};
+    return {nullptr,           &w, y, m, stride_, ldy, q_ + r0 * stride_, sums_ + r0 * nb_,
+            scales_ + r0 * nb_};
   }
   void run(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) const {
     const auto& kern = mx_gemm_kernels();
@@ -107,12 +110,18 @@ class GemmActs {
   }
 
  private:
+  struct Buffers {
+    std::vector<float> f;
+    std::vector<int8_t> q;
+    std::vector<int32_t> sums;
+    std::vector<float> scales;
+  };
   bool w4a4_;
   int64_t stride_, nb_;
-  std::vector<float> f_;
-  std::vector<int8_t> q_;
-  std::vector<int32_t> sums_;
-  std::vector<float> scales_;
+  float* f_ = nullptr;
+  int8_t* q_ = nullptr;
+  int32_t* sums_ = nullptr;
+  float* scales_ = nullptr;
 };
 
 // y[m, w.n] from quantized activation rows [row0, row0 + m) of `a`.
@@ -139,7 +148,9 @@ class MxLinear final : public Linear {
   std::string scheme_name() const override { return std::string(scheme_info(w_.scheme()).name); }
   uint64_t weight_bytes() const override { return w_.bytes(); }
   void forward(const float* x, int64_t m, float* y, ThreadPool* pool) const override {
-    ActRows a;
+    // A reference, so that the row loop's workers write this thread's buffer, not their own.
+    thread_local ActRows buffer;
+    ActRows& a = buffer;
     act_rows_init(w_.scheme(), w_.k(), rule_, &a);
     a.resize(m);
     for_rows(m, w_.k(), pool, [&](int64_t r0, int64_t r1, int) {
@@ -178,7 +189,9 @@ class MxExpertBank final : public ExpertBank {
     const int64_t total = offsets[num_experts()];
     // Rows not in gmm1's format (FP32, or another MX format off the wire) are quantized here.
     const ActRows* in = &rows;
-    ActRows converted;
+    thread_local ActRows converted_buffer, act_buffer;
+    ActRows& converted = converted_buffer;  // references: the workers below share them
+    ActRows& act = act_buffer;
     const SchemeInfo& info = scheme_info(w13_.scheme());
     if (!rows.quantized || rows.format != info.activation || rows.dual != info.dual) {
       act_rows_init(w13_.scheme(), h, rule_, &converted);
@@ -208,17 +221,18 @@ class MxExpertBank final : public ExpertBank {
             acts.run(acts.args(r0, offsets[e + 1] - r0, w.view(e), y + r0 * cols, cols), c0, c1);
           });
     };
-    std::vector<float> gu(static_cast<size_t>(total * 2 * i));
-    grouped(*in, w13_, gu.data());
+    thread_local std::vector<float> gu_buffer;
+    float* gu = at_least(gu_buffer, total * 2 * i);
+    grouped(*in, w13_, gu);
     // gmm1 epilogue: SwiGLU and requantization, rows split across threads.
-    ActRows act;
     act_rows_init(w2_.scheme(), i, rule_, &act);
     act.resize(total);
     auto epilogue = [&](int64_t r0, int64_t r1, int) {
-      std::vector<float> tmp(static_cast<size_t>(i));
+      thread_local std::vector<float> tmp_buffer;
+      float* tmp = at_least(tmp_buffer, i);
       for (int64_t r = r0; r < r1; ++r) {
-        swiglu(gu.data() + r * 2 * i, gu.data() + r * 2 * i + i, i, tmp.data());
-        act_rows_quantize(tmp.data(), r, rule_, &act);
+        swiglu(gu + r * 2 * i, gu + r * 2 * i + i, i, tmp);
+        act_rows_quantize(tmp, r, rule_, &act);
       }
     };
     for_rows(total, i, pool, epilogue);
