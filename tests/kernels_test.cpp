@@ -78,7 +78,7 @@ TEST(Kernels, EveryMxGemmVariant) {
       // panel after full ones (75); k with partial blocks and chunks.
       for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 13, 53}) {
         for (int64_t k : {32, 47, 240, 1100}) {
-          for (int64_t n : {11, 75}) {
+          for (int64_t n : {11, 75, 150}) {
             const auto wf =
                 test::activation_like(static_cast<size_t>(n * k), static_cast<uint32_t>(k * 3 + n));
             Tensor wt = Tensor::empty(DType::kF32, {n, k});

@@ -295,7 +295,7 @@ void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table&
 // does from its panels. Every output sees exactly the operations of the direct tiles above
 // (one FMA chain per block from zero, then the scale into the total), so results match them
 // bit for bit.
-constexpr int64_t kWideMinRows = 6, kWideRows = 6, kWideBlockRows = 48;
+constexpr int64_t kWideMinRows = 6, kWideRows = 6, kWideBlockRows = 192;
 
 // Blocks [0, nblk) of a widened group for R rows: per block, one chain per output from zero
 // and its sum times the block's scale into the total.
@@ -337,54 +337,68 @@ constexpr WideRowsFn kWideRowsFns[kWideRows + 1] = {
 // row block passes over them.
 constexpr int64_t kWideGroupBlocks = 4;
 
-// Rows [row0, row0 + m) (m <= kWideBlockRows) of one panel.
+// Panels widened in turn over one row block: the activations of a group of blocks (rows x 128
+// k, 48 KB) stay in L2 while every panel of the set passes over them, instead of all k of the
+// row block streaming from L3 once per panel. Their totals (48 KB) stay in L2 as well.
+constexpr int64_t kWidePanels = 8;
+
+// Rows [row0, row0 + m) (m <= kWideBlockRows) of panels [p0, p0 + np) (np <= kWidePanels);
+// output columns end at n_end.
 template <bool kFp4>
-void wide_panel(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t panel, int64_t cols) {
+void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64_t np,
+                 int64_t n_end) {
   constexpr int Q = kFp4 ? 4 : 2;
   constexpr int64_t kBlockBytes = kFp4 ? 256 : 512;
   const MxPanelView& w = *a.w;
   const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
-  alignas(32) float total[kWideBlockRows * kP];
-  std::fill(total, total + m * kP, 0.0f);
+  alignas(32) float total[kWidePanels][kWideBlockRows * kP];
+  for (int64_t i = 0; i < np; ++i) std::fill(total[i], total[i] + m * kP, 0.0f);
   alignas(32) float wbuf[kWideGroupBlocks * 32 * kP];
-  alignas(32) __m256 scales[kGroupBlocks * 2];
+  alignas(32) __m256 scales[kWidePanels][kGroupBlocks * 2];
   const int64_t tiles = (m + kWideRows - 1) / kWideRows;
   for (int64_t b0 = 0; b0 < nb; b0 += kWideGroupBlocks) {
     const int64_t nblk = std::min(kWideGroupBlocks, nb - b0);
-    if (b0 % kGroupBlocks == 0) {
-      block_scales<1>(w, panel, b0, std::min(nb, b0 + kGroupBlocks), nb, nc, scales);
-    }
-    for (int64_t g = 0; g < nblk; ++g) {
-      const uint8_t* codes = w.codes + (panel * nb + b0 + g) * kBlockBytes;
-      float* dst = wbuf + g * 32 * kP;
+    for (int64_t i = 0; i < np; ++i) {
+      const int64_t panel = p0 + i;
+      if (b0 % kGroupBlocks == 0) {
+        block_scales<1>(w, panel, b0, std::min(nb, b0 + kGroupBlocks), nb, nc, scales[i]);
+      }
+      for (int64_t g = 0; g < nblk; ++g) {
+        const uint8_t* codes = w.codes + (panel * nb + b0 + g) * kBlockBytes;
+        float* dst = wbuf + g * 32 * kP;
 #pragma GCC unroll 4
-      for (int j = 0; j < 32 / Q; ++j) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * j));
+        for (int j = 0; j < 32 / Q; ++j) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * j));
 #pragma GCC unroll 4
-        for (int q = 0; q < Q; ++q) {
-          _mm256_store_ps(dst + (Q * j + q) * kP, widen<kFp4>(v, 2 * q));
-          _mm256_store_ps(dst + (Q * j + q) * kP + 8, widen<kFp4>(v, 2 * q + 1));
+          for (int q = 0; q < Q; ++q) {
+            _mm256_store_ps(dst + (Q * j + q) * kP, widen<kFp4>(v, 2 * q));
+            _mm256_store_ps(dst + (Q * j + q) * kP + 8, widen<kFp4>(v, 2 * q + 1));
+          }
         }
       }
-    }
-    const __m256* s = scales + (b0 % kGroupBlocks) * 2;
-    for (int64_t t = 0, r = 0; t < tiles; ++t) {
-      const int64_t left = m - r;
-      const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
-      kWideRowsFns[rows](wbuf, nblk, a.x + (row0 + r) * a.ldx + b0 * 32, a.ldx, s, total + r * kP);
-      r += rows;
+      const __m256* s = scales[i] + (b0 % kGroupBlocks) * 2;
+      for (int64_t t = 0, r = 0; t < tiles; ++t) {
+        const int64_t left = m - r;
+        const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
+        kWideRowsFns[rows](wbuf, nblk, a.x + (row0 + r) * a.ldx + b0 * 32, a.ldx, s,
+                           total[i] + r * kP);
+        r += rows;
+      }
     }
   }
   const __m256 post = _mm256_set1_ps(w.post);
-  for (int64_t r = 0; r < m; ++r) {
-    float* y = a.y + (row0 + r) * a.ldy + panel * kP;
-    const __m256 lo = _mm256_mul_ps(_mm256_load_ps(total + r * kP), post);
-    const __m256 hi = _mm256_mul_ps(_mm256_load_ps(total + r * kP + 8), post);
-    if (cols >= kP) {
-      _mm256_storeu_ps(y, lo);
-      _mm256_storeu_ps(y + 8, hi);
-    } else {
-      store_partial(y, lo, hi, cols);
+  for (int64_t i = 0; i < np; ++i) {
+    const int64_t cols = std::min(n_end - (p0 + i) * kP, kP);
+    for (int64_t r = 0; r < m; ++r) {
+      float* y = a.y + (row0 + r) * a.ldy + (p0 + i) * kP;
+      const __m256 lo = _mm256_mul_ps(_mm256_load_ps(total[i] + r * kP), post);
+      const __m256 hi = _mm256_mul_ps(_mm256_load_ps(total[i] + r * kP + 8), post);
+      if (cols >= kP) {
+        _mm256_storeu_ps(y, lo);
+        _mm256_storeu_ps(y + 8, hi);
+      } else {
+        store_partial(y, lo, hi, cols);
+      }
     }
   }
 }
@@ -398,9 +412,9 @@ void mx_gemm_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   const int64_t p_begin = n_begin / kP, p_end = (n_end + kP - 1) / kP;
   for (int64_t r0 = 0; r0 < a.m; r0 += kWideBlockRows) {
     const int64_t m = std::min(kWideBlockRows, a.m - r0);
-    for (int64_t p = p_begin; p < p_end; ++p) {
-      const int64_t cols = std::min(n_end - p * kP, kP);
-      (fp4 ? wide_panel<true> : wide_panel<false>)(a, r0, m, p, cols);
+    for (int64_t p = p_begin; p < p_end; p += kWidePanels) {
+      const int64_t np = std::min(kWidePanels, p_end - p);
+      (fp4 ? wide_panels<true> : wide_panels<false>)(a, r0, m, p, np, n_end);
     }
   }
 }
