@@ -74,10 +74,12 @@ TEST(Kernels, EveryMxGemmVariant) {
     for (Scheme s :
          {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4, Scheme::kW4A4Mxfp4Dual}) {
       const SchemeInfo& info = scheme_info(s);
-      // Every row tile (1..6) and uneven tilings; one partial panel (11 columns) and a partial
-      // panel after full ones (75); k with partial blocks and chunks.
-      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 13, 53}) {
+      // Every row tile (1..6) and uneven tilings, and prefill row blocks past the first (197);
+      // one partial panel (11 columns), a partial panel after full ones (75) and panel sets
+      // past the first (150); k with partial blocks and chunks.
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 13, 53, 197}) {
         for (int64_t k : {32, 47, 240, 1100}) {
+          if (m > 100 && k > 500) continue;  // the long k is covered by the smaller m
           for (int64_t n : {11, 75, 150}) {
             const auto wf =
                 test::activation_like(static_cast<size_t>(n * k), static_cast<uint32_t>(k * 3 + n));

@@ -337,9 +337,10 @@ constexpr WideRowsFn kWideRowsFns[kWideRows + 1] = {
 // row block passes over them.
 constexpr int64_t kWideGroupBlocks = 4;
 
-// Panels widened in turn over one row block: the activations of a group of blocks (rows x 128
-// k, 48 KB) stay in L2 while every panel of the set passes over them, instead of all k of the
-// row block streaming from L3 once per panel. Their totals (48 KB) stay in L2 as well.
+// Panels widened in turn over one row block: the activations of a group of blocks (up to 192
+// rows x 128 k, 96 KB) stay in L2 while every panel of the set passes over them, instead of
+// all k of the row block streaming from L3 once per panel. Their totals (up to 96 KB, on the
+// stack) stay in L2 as well.
 constexpr int64_t kWidePanels = 8;
 
 // Rows [row0, row0 + m) (m <= kWideBlockRows) of panels [p0, p0 + np) (np <= kWidePanels);
