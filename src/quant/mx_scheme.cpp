@@ -62,9 +62,8 @@ void for_rows(int64_t m, int64_t k, ThreadPool* pool, Fn&& fn) {
   }
 }
 
-// The buffers of one thread's calls, grown to the largest and kept: a decode step makes dozens
-// of small GEMM calls, and allocating (and zero-filling) their buffers each time costs as much
-// as the smallest of them.
+// The buffers of one thread's calls, grown to the largest and kept, so that the dozens of
+// small GEMM calls of a decode step neither allocate nor zero-fill once the thread is warm.
 template <typename T>
 T* at_least(std::vector<T>& v, int64_t n) {
   if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
