@@ -3,7 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "core/mapped_file.h"
-#include "loader/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace mx {
 namespace {

@@ -7,8 +7,8 @@
 #include <fstream>
 
 #include "core/mapped_file.h"
-#include "loader/chat_template.h"
 #include "test_util.h"
+#include "text/chat_template.h"
 
 namespace mx {
 namespace {

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "kernels/ops.h"
-#include "loader/json_util.h"
+#include "core/json_util.h"
 #include "loader/safetensors.h"
 #include "model/model.h"
 #include "test_util.h"

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "core/mapped_file.h"
-#include "loader/json_util.h"
+#include "core/json_util.h"
 #include "loader/safetensors.h"
 #include "model/export.h"
 #include "model/model.h"

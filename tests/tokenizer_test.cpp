@@ -7,10 +7,10 @@
 #include <fstream>
 #include <random>
 
+#include "core/json_util.h"
 #include "core/mapped_file.h"
-#include "loader/json_util.h"
-#include "loader/tokenizer.h"
 #include "test_util.h"
+#include "text/tokenizer.h"
 
 namespace mx {
 namespace {

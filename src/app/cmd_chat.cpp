@@ -4,8 +4,8 @@
 #include <iostream>
 
 #include "app/commands.h"
-#include "loader/chat_template.h"
-#include "loader/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "runtime/generate.h"
 
 namespace mx::app {

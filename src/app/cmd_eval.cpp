@@ -3,8 +3,8 @@
 
 #include "app/commands.h"
 #include "core/mapped_file.h"
-#include "loader/json_util.h"
-#include "loader/tokenizer.h"
+#include "core/json_util.h"
+#include "text/tokenizer.h"
 #include "runtime/evaluate.h"
 #include "runtime/generate.h"
 

@@ -2,8 +2,8 @@
 #include <filesystem>
 
 #include "app/commands.h"
-#include "loader/json_util.h"
-#include "loader/tokenizer.h"
+#include "core/json_util.h"
+#include "text/tokenizer.h"
 #include "runtime/generate.h"
 
 namespace mx::app {

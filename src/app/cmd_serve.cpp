@@ -7,8 +7,8 @@
 
 #include "app/commands.h"
 #include "core/log.h"
-#include "loader/chat_template.h"
-#include "loader/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "runtime/generate.h"
 #include "server/openai_server.h"
 

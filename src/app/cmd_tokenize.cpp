@@ -1,8 +1,8 @@
 #include <cstdio>
 
 #include "app/commands.h"
-#include "loader/json_util.h"
-#include "loader/tokenizer.h"
+#include "core/json_util.h"
+#include "text/tokenizer.h"
 
 namespace mx::app {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "loader/json_util.h"
+#include "core/json_util.h"
 
 namespace mx {
 

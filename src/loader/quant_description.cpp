@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "core/mapped_file.h"
-#include "loader/json_util.h"
+#include "core/json_util.h"
 
 namespace mx {
 namespace {

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <set>
 
-#include "loader/json_util.h"
+#include "core/json_util.h"
 
 namespace mx {
 namespace {

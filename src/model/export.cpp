@@ -6,7 +6,7 @@
 
 #include "core/mapped_file.h"
 #include "loader/checkpoint.h"
-#include "loader/json_util.h"
+#include "core/json_util.h"
 #include "loader/quant_description.h"
 
 namespace mx {

@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "core/status.h"
-#include "loader/tokenizer.h"
 #include "model/model.h"
 #include "runtime/generate.h"
 #include "runtime/histogram.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
+#include "text/tokenizer.h"
 
 namespace mx {
 

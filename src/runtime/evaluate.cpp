@@ -5,8 +5,8 @@
 #include <fstream>
 #include <string_view>
 
+#include "core/json_util.h"
 #include "kernels/ops.h"
-#include "loader/json_util.h"
 #include "runtime/generate.h"
 
 namespace mx {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "loader/tokenizer.h"
 #include "model/model.h"
+#include "text/tokenizer.h"
 
 namespace mx {
 

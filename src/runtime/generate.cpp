@@ -4,7 +4,7 @@
 #include <chrono>
 #include <filesystem>
 
-#include "loader/json_util.h"
+#include "core/json_util.h"
 
 namespace mx {
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "loader/tokenizer.h"
 #include "model/model.h"
 #include "runtime/sampler.h"
+#include "text/tokenizer.h"
 
 namespace mx {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "loader/chat_template.h"
-#include "loader/tokenizer.h"
 #include "runtime/sampler.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace mx {
 

@@ -7,10 +7,10 @@
 #include <string>
 
 #include "core/status.h"
-#include "loader/chat_template.h"
-#include "loader/tokenizer.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace mx {
 

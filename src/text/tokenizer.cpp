@@ -1,4 +1,4 @@
-#include "loader/tokenizer.h"
+#include "text/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -9,8 +9,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "core/json_util.h"
 #include "core/mapped_file.h"
-#include "loader/json_util.h"
 
 namespace mx {
 

@@ -1,6 +1,6 @@
 #include <cctype>
 
-#include "loader/jinja_ast.h"
+#include "text/jinja_ast.h"
 
 namespace mx::jinja {
 namespace {

@@ -1,4 +1,4 @@
-#include "loader/json_util.h"
+#include "core/json_util.h"
 
 #include "core/mapped_file.h"
 

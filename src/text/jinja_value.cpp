@@ -1,4 +1,4 @@
-#include "loader/jinja_value.h"
+#include "text/jinja_value.h"
 
 #include <cmath>
 #include <cstdio>

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "loader/jinja_value.h"
+#include "text/jinja_value.h"
 
 namespace mx::jinja {
 

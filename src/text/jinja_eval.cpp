@@ -6,8 +6,8 @@
 #include <map>
 
 #include "core/mapped_file.h"
-#include "loader/chat_template.h"
-#include "loader/jinja_ast.h"
+#include "text/chat_template.h"
+#include "text/jinja_ast.h"
 
 namespace mx {
 namespace jinja {
