@@ -87,5 +87,30 @@ check "bench: text report" $?
 expect_fail "bench: prompt past the context" "exceeds the context length of 1024" "$bin" bench -m "$model" -p 1000 -n 100
 expect_fail "synth: unknown model shape" "unknown model 'llama-7b' \\(known: qwen3-30b-a3b, qwen3-8b\\)" "$bin" synth --like llama-7b -o "$tmp/synth"
 
+# GGUF: a file alone serves every command (weights, config, tokenizer, chat template).
+gguf=$shared/fixtures/gguf
+"$bin" inspect -m "$gguf/tiny-qwen3-moe-allmoe.Q4_K_M.gguf" >"$tmp/out" 2>&1
+grep -qE '^  Q4_K +13 tensors' "$tmp/out" && grep -q 'general.file_type 15, quantization_version 2' "$tmp/out" &&
+  grep -q 'tokenizer:    gpt2 (pre qwen2), 4096 tokens, 3837 merges' "$tmp/out"
+check "inspect gguf: types, file type, tokenizer" $?
+want=$(python3 -c "import json;g=json.load(open('$gguf/golden/tiny-qwen3-dense.Q6_K.golden.json'))['prompts'][0];print(json.dumps(g['greedy_16_ids'][:g['greedy_safe_len']]).replace(' ',''))")
+"$bin" run -m "$gguf/tiny-qwen3-dense.Q6_K.gguf" -p "It is a truth universally acknowledged, that" --temp 0 -n 8 --json >"$tmp/g.json" 2>"$tmp/err"
+got=$(python3 -c "import json;print(json.dumps(json.load(open('$tmp/g.json'))['token_ids']).replace(' ',''))")
+[ "$got" = "$want" ]; check "run gguf: greedy ids equal the dequantized-at-load golden ($got)" $?
+"$bin" run -m "$gguf/tiny-qwen3-dense.Q6_K.gguf" --gguf-dequant bf16 -p "It is a truth universally acknowledged, that" --temp 0 -n 8 --json >"$tmp/g16.json" 2>"$tmp/err"
+python3 -c "import json;d=json.load(open('$tmp/g16.json'));assert d['decode_tok_s']>0 and d['text']"
+check "run gguf --gguf-dequant bf16" $?
+printf 'Hello there\n' | "$bin" chat -m "$gguf/tiny-qwen3-moe-allmoe.Q8_0.gguf" --seed 3 -n 8 --no-think >"$tmp/chat" 2>&1
+check "chat gguf: the file's chat template" $?
+expect_fail "run gguf: MXFP4 into another weight format" "holds MXFP4 weights" \
+  "$bin" run -m "$gguf/tiny-qwen3-moe-allmoe.MXFP4_MOE.gguf" --quantization mxfp8 -p hi
+printf 'GGUF\x01\x00\x00\x00' >"$tmp/v1.gguf"
+expect_fail "run gguf: version 1" "version 1" "$bin" run -m "$tmp/v1.gguf" -p hi
+head -c 100000 "$gguf/tiny-qwen3-dense.Q4_0.gguf" >"$tmp/trunc.gguf"
+expect_fail "run gguf: truncated file" "$tmp/trunc.gguf" "$bin" run -m "$tmp/trunc.gguf" -p hi
+expect_fail "inspect gguf: not a GGUF" "magic" "$bin" inspect -m "$model/config.json"
+expect_fail "run: --quantization modelslim on a BF16 directory" "needs an msmodelslim checkpoint" \
+  "$bin" run -m "$model" --quantization modelslim -p hi
+
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "kernels/ops.h"
 #include "core/json_util.h"
+#include "kernels/ops.h"
 #include "loader/safetensors.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -25,6 +25,8 @@ constexpr double kTop1Margin = 0.05;
 struct GoldenRun {
   // false: deviations are counted rather than failed (a configuration that trades precision).
   bool strict = true;
+  double logprob_tol = kLogprobTol;
+  LoadOptions options;
   int prompts = 0;
   int positions = 0;
   int positions_over_tol = 0;
@@ -36,15 +38,19 @@ struct GoldenRun {
   int router_mismatch = 0;
 };
 
-void check_model(const std::string& golden_dir, KvDtype kv_dtype, GoldenRun* run) {
+// `model_dir`: a model directory or a GGUF; `golden_json` its golden file, whose logits file
+// sits beside it.
+void check_model(const std::string& model_dir, const std::string& golden_json, KvDtype kv_dtype,
+                 GoldenRun* run) {
   const bool strict = run->strict;
-  const std::string model_dir = fs::path(golden_dir).parent_path().string();
-  auto golden = read_json_file(golden_dir + "/golden.json");
+  const double tol = run->logprob_tol;
+  const std::string golden_dir = fs::path(golden_json).parent_path().string();
+  auto golden = read_json_file(golden_json);
   ASSERT_TRUE(golden.is_ok()) << golden.status().to_string();
   auto logits_file = SafetensorsFile::open(
       golden_dir + "/" + golden->value("logits_file", std::string("logits.safetensors")));
   ASSERT_TRUE(logits_file.is_ok()) << logits_file.status().to_string();
-  LoadOptions opt;
+  LoadOptions opt = run->options;
   opt.threads = 2;
   auto model = load_model(model_dir, opt);
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
@@ -83,9 +89,9 @@ void check_model(const std::string& golden_dir, KvDtype kv_dtype, GoldenRun* run
       for (size_t j = 0; j < ref_ids.size(); ++j) {
         const double err = std::fabs(lp[ref_ids[j]] - ref_lp[j]);
         run->max_logprob_err = std::max(run->max_logprob_err, err);
-        over = over || err > kLogprobTol;
+        over = over || err > tol;
         if (strict) {
-          EXPECT_LE(err, kLogprobTol) << where << " position " << t << " id " << ref_ids[j];
+          EXPECT_LE(err, tol) << where << " position " << t << " id " << ref_ids[j];
         }
       }
       run->positions_over_tol += over ? 1 : 0;
@@ -154,7 +160,7 @@ GoldenRun check_all(KvDtype kv_dtype, bool strict) {
   GoldenRun run;
   run.strict = strict;
   for (const std::string& dir : golden_dirs()) {
-    check_model(dir, kv_dtype, &run);
+    check_model(fs::path(dir).parent_path().string(), dir + "/golden.json", kv_dtype, &run);
     if (::testing::Test::HasFatalFailure()) break;
   }
   return run;
@@ -205,6 +211,56 @@ TEST(ModelGolden, BadInputIsRejected) {
   std::vector<int32_t> five(5, 1);
   EXPECT_FALSE((*model)->forward(five.data(), 5, cache, false, logits.data()).is_ok());
   EXPECT_FALSE(load_model("/nonexistent", opt).is_ok());
+}
+
+// GGUF files on the default path (weights kept in their blocks, FP32 activations) against
+// the fixture's "dequantized at load" reference: an FP32 model on the weights llama.cpp's own
+// dequantizers give. The contract is the GGUF README's: log-probs within 1e-3.
+const char* const kGgufFiles[] = {
+    "tiny-qwen3-moe-allmoe.Q8_0", "tiny-qwen3-moe-allmoe.Q4_K_M", "tiny-qwen3-moe-allmoe.MXFP4_MOE",
+    "tiny-qwen3-dense.BF16",      "tiny-qwen3-dense.Q4_K_M",      "tiny-qwen3-dense.Q6_K",
+    "tiny-qwen3-dense.Q2_K",      "tiny-qwen3-dense.Q4_0",
+};
+
+GoldenRun check_gguf(const char* file, bool dequant_bf16, bool strict) {
+  const std::string dir = test::shared_dir() + "/fixtures/gguf";
+  GoldenRun run;
+  run.strict = strict;
+  run.logprob_tol = 1e-3;
+  run.options.gguf_dequant_bf16 = dequant_bf16;
+  check_model(dir + "/" + file + ".gguf", dir + "/golden/" + file + ".golden.json", KvDtype::kF32,
+              &run);
+  return run;
+}
+
+TEST(GgufGolden, EveryFileMatchesItsDequantizedReference) {
+  for (const char* file : kGgufFiles) {
+    SCOPED_TRACE(file);
+    const GoldenRun run = check_gguf(file, false, true);
+    if (HasFatalFailure()) return;
+    std::printf(
+        "%s: %d prompts, %d positions, max |dlogprob| %.2e, max |dlogit| %.2e, router "
+        "%d/%d tokens agree\n",
+        file, run.prompts, run.positions, run.max_logprob_err, run.max_logit_err,
+        run.router_tokens - run.router_mismatch, run.router_tokens);
+    EXPECT_GE(run.prompts, 3);
+    EXPECT_EQ(run.router_mismatch, 0);
+  }
+}
+
+// --gguf-dequant bf16 rounds every weight to BF16 (the Ascend path): measured, not held to the
+// FP32 contract.
+TEST(GgufGolden, Bf16DequantStaysCloseToTheReference) {
+  for (const char* file : {"tiny-qwen3-moe-allmoe.Q4_K_M", "tiny-qwen3-dense.Q6_K"}) {
+    const GoldenRun run = check_gguf(file, true, false);
+    if (HasFatalFailure()) return;
+    std::printf(
+        "%s, bf16 dequant: %d positions, %d beyond 1e-3, max |dlogprob| %.2e, greedy "
+        "%d/%d steps agree\n",
+        file, run.positions, run.positions_over_tol, run.max_logprob_err,
+        run.greedy_steps - run.greedy_mismatch, run.greedy_steps);
+    EXPECT_LE(run.max_logprob_err, 0.1) << file;
+  }
 }
 
 }  // namespace

@@ -10,8 +10,17 @@ trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -f "${logs[@]}"' EXIT
 
 . "$(dirname "$0")/start_server.sh"
 
-start_server main_url --api-key test-key --max-running-requests 16
-start_server busy_url --max-running-requests 1 --max-queued-requests 1
-cd "$src" && BASE_URL="$main_url" BUSY_URL="$busy_url" API_KEY=test-key MXSERVE="$bin" \
-  MODEL_DIR="$model" GOLDEN_DIR="$shared/fixtures/tiny-qwen3-moe/golden" \
-  node --test tests/e2e/openai.test.mjs
+# The same suite against the bundled model, then against a GGUF file alone (weights, tokenizer
+# and chat template all from the file), each with its own golden.
+run_suite() {
+  local golden=$1 served=$2 main_url busy_url
+  start_server main_url --api-key test-key --max-running-requests 16
+  start_server busy_url --max-running-requests 1 --max-queued-requests 1
+  (cd "$src" && BASE_URL="$main_url" BUSY_URL="$busy_url" API_KEY=test-key MXSERVE="$bin" \
+    MODEL_DIR="$model" GOLDEN_FILE="$golden" SERVED_MODEL="$served" \
+    node --test tests/e2e/openai.test.mjs) || exit 1
+}
+run_suite "$shared/fixtures/tiny-qwen3-moe/golden/golden.json" tiny-qwen3-moe
+model=$shared/fixtures/gguf/tiny-qwen3-moe-allmoe.Q8_0.gguf
+run_suite "$shared/fixtures/gguf/golden/tiny-qwen3-moe-allmoe.Q8_0.golden.json" \
+  tiny-qwen3-moe-allmoe.Q8_0

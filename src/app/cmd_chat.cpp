@@ -4,9 +4,10 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "loader/model_text.h"
+#include "runtime/generate.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
-#include "runtime/generate.h"
 
 namespace mx::app {
 namespace {
@@ -21,8 +22,8 @@ struct ChatArgs {
 int chat(ChatArgs& a) {
   auto model = load_model_or_report(a.m, "chat");
   if (!model) return 1;
-  auto tok = Tokenizer::load(a.m.model);
-  auto tmpl = ChatTemplate::load(a.m.model);
+  auto tok = load_model_tokenizer(a.m.model);
+  auto tmpl = load_model_chat_template(a.m.model);
   if (!tok.is_ok() || !tmpl.is_ok()) {
     std::fprintf(stderr, "mxserve chat: %s\n",
                  (!tok.is_ok() ? tok.status() : tmpl.status()).to_string().c_str());

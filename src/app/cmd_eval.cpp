@@ -2,11 +2,12 @@
 #include <optional>
 
 #include "app/commands.h"
-#include "core/mapped_file.h"
 #include "core/json_util.h"
-#include "text/tokenizer.h"
+#include "core/mapped_file.h"
+#include "loader/model_text.h"
 #include "runtime/evaluate.h"
 #include "runtime/generate.h"
+#include "text/tokenizer.h"
 
 namespace mx::app {
 namespace {
@@ -43,7 +44,7 @@ int eval(EvalArgs& a) {
     ref = load_model_or_report(r, "eval");
     if (!ref) return 1;
   }
-  auto tok = Tokenizer::load(a.m.model);
+  auto tok = load_model_tokenizer(a.m.model);
   if (!tok.is_ok()) {
     std::fprintf(stderr, "mxserve eval: %s\n", tok.status().to_string().c_str());
     return 1;

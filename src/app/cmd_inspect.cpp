@@ -55,6 +55,21 @@ int run_inspect(const std::string& dir) {
   for (const auto& [dtype, bytes] : inv->bytes_by_dtype) {
     std::printf("bytes %-7s %llu\n", (dtype + ":").c_str(), static_cast<unsigned long long>(bytes));
   }
+  if (inv->gguf) {
+    const auto& g = *inv->gguf;
+    std::printf("gguf:         version %u, general.file_type %lld, quantization_version %lld\n",
+                g.version, static_cast<long long>(g.file_type),
+                static_cast<long long>(g.quantization_version));
+    for (const auto& [name, cb] : g.types) {
+      std::printf("  %-8s %4lld tensors %12llu bytes\n", name.c_str(),
+                  static_cast<long long>(cb.first), static_cast<unsigned long long>(cb.second));
+    }
+    std::printf("tokenizer:    %s\n", g.tokenizer.c_str());
+    std::printf(
+        "quantization: ggml blocks kept as stored (--gguf-dequant bf16 to expand, or "
+        "--quantization to move into an MX scheme)\n");
+    return 0;
+  }
   if (!inv->quant) {
     std::printf("quantization: none (online: pass --quantization to quantize at load)\n");
     return 0;

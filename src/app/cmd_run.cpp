@@ -1,10 +1,12 @@
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 
 #include "app/commands.h"
 #include "core/json_util.h"
-#include "text/tokenizer.h"
+#include "loader/model_text.h"
 #include "runtime/generate.h"
+#include "text/tokenizer.h"
 
 namespace mx::app {
 namespace {
@@ -18,13 +20,16 @@ struct RunArgs {
 };
 
 int run(RunArgs& a) {
+  const auto t0 = std::chrono::steady_clock::now();
   auto model = load_model_or_report(a.m, "run");
   if (!model) return 1;
-  auto tok = Tokenizer::load(a.m.model);
+  auto tok = load_model_tokenizer(a.m.model);
   if (!tok.is_ok()) {
     std::fprintf(stderr, "mxserve run: %s\n", tok.status().to_string().c_str());
     return 1;
   }
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t ctx = a.ctx > 0 ? std::min(a.ctx, model->config().max_position_embeddings)
                                 : model->config().max_position_embeddings;
   const auto defaults = default_stop_token_ids(a.m.model, model->config());
@@ -52,13 +57,16 @@ int run(RunArgs& a) {
                 {"completion_tokens", r->token_ids.size()},
                 {"finish_reason", r->finish_reason},
                 {"prefill_tok_s", r->prefill_tok_s()},
-                {"decode_tok_s", r->decode_tok_s()}};
+                {"decode_tok_s", r->decode_tok_s()},
+                {"load_s", load_s}};
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
-  std::printf("\n\nprefill: %lld tokens, %.1f tok/s\ndecode:  %zu tokens, %.1f tok/s (%s)\n",
-              static_cast<long long>(r->prompt_tokens), r->prefill_tok_s(), r->token_ids.size(),
-              r->decode_tok_s(), r->finish_reason.c_str());
+  std::printf(
+      "\n\nprefill: %lld tokens, %.1f tok/s\ndecode:  %zu tokens, %.1f tok/s (%s)\nload:    "
+      "%.3f s\n",
+      static_cast<long long>(r->prompt_tokens), r->prefill_tok_s(), r->token_ids.size(),
+      r->decode_tok_s(), r->finish_reason.c_str(), load_s);
   return 0;
 }
 

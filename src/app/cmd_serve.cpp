@@ -7,10 +7,11 @@
 
 #include "app/commands.h"
 #include "core/log.h"
-#include "text/chat_template.h"
-#include "text/tokenizer.h"
+#include "loader/model_text.h"
 #include "runtime/generate.h"
 #include "server/openai_server.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace mx::app {
 namespace {
@@ -28,20 +29,22 @@ OpenAiServer* g_server = nullptr;
 int serve(ServeArgs& a) {
   auto model = load_model_or_report(a.m, "serve");
   if (!model) return 1;
-  auto tok = Tokenizer::load(a.m.model);
+  auto tok = load_model_tokenizer(a.m.model);
   if (!tok.is_ok()) {
     std::fprintf(stderr, "mxserve serve: %s\n", tok.status().to_string().c_str());
     return 1;
   }
   std::optional<ChatTemplate> tmpl;
-  if (auto t = ChatTemplate::load(a.m.model); t.is_ok()) tmpl = std::move(t).value();
+  if (auto t = load_model_chat_template(a.m.model); t.is_ok()) tmpl = std::move(t).value();
   std::vector<int32_t> stops = default_stop_token_ids(a.m.model, model->config());
   for (const char* s : {"<|im_end|>", "<|endoftext|>"}) {
     if (auto id = (*tok)->token_id(s)) stops.push_back(*id);
   }
   ServerConfig& c = a.server;
   if (c.served_model_name.empty()) {
-    c.served_model_name = std::filesystem::path(a.m.model).filename().string();
+    // A directory's name, or a GGUF file's name without ".gguf" (llama.cpp's alias).
+    std::filesystem::path p(a.m.model);
+    c.served_model_name = (p.extension() == ".gguf" ? p.stem() : p.filename()).string();
     if (c.served_model_name.empty()) c.served_model_name = "model";
   }
   const int64_t ctx =

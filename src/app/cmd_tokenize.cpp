@@ -2,6 +2,7 @@
 
 #include "app/commands.h"
 #include "core/json_util.h"
+#include "loader/model_text.h"
 #include "text/tokenizer.h"
 
 namespace mx::app {
@@ -15,7 +16,7 @@ struct TokenizeArgs {
 };
 
 int tokenize(const TokenizeArgs& a) {
-  auto tok = Tokenizer::load(a.tokenizer.empty() ? a.model : a.tokenizer);
+  auto tok = load_model_tokenizer(a.tokenizer.empty() ? a.model : a.tokenizer);
   if (!tok.is_ok()) {
     std::fprintf(stderr, "mxserve tokenize: %s\n", tok.status().to_string().c_str());
     return 1;

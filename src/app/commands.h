@@ -33,6 +33,7 @@ struct ModelArgs {
   std::string scale_rule = "floor";
   bool quantize_lm_head = false;
   std::string kv_cache_dtype = "auto";
+  std::string gguf_dequant = "none";
 };
 void add_model_flags(CLI::App* cmd, ModelArgs* a);
 

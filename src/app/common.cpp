@@ -60,16 +60,23 @@ std::function<void(int64_t, int64_t)> terminal_progress(const char* what, const 
 void add_model_flags(CLI::App* cmd, ModelArgs* a) {
   cmd->add_option("-m,--model", a->model,
                   "Model directory (HF, or msmodelslim with "
-                  "quant_model_description.json, detected without a flag)")
+                  "quant_model_description.json, detected without a flag) or a .gguf file")
       ->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "Threads")->capture_default_str();
   cmd->add_option("--quantization", a->quantization,
                   "Quantize a BF16/FP16 checkpoint at load: mxfp8 (W8A8), mxfp_w4a8, mxfp4 "
-                  "(dual-level W4A4), or a scheme name (w4a4_mxfp4, ...)")
+                  "(dual-level W4A4), or a scheme name (w4a4_mxfp4, ...); modelslim accepts an "
+                  "offline checkpoint as it is")
       ->check([](const std::string& v) {
-        return scheme_from_quantization_flag(v) ? std::string()
-                                                : "unknown quantization '" + v + "'";
+        return v == "modelslim" || scheme_from_quantization_flag(v)
+                   ? std::string()
+                   : "unknown quantization '" + v + "'";
       });
+  cmd->add_option("--gguf-dequant", a->gguf_dequant,
+                  "How a GGUF's weights run: none keeps them in their blocks (llama.cpp's "
+                  "memory); bf16 dequantizes every tensor to BF16 at load")
+      ->check(CLI::IsMember({"none", "bf16"}))
+      ->capture_default_str();
   cmd->add_option("--mx-scale-rule", a->scale_rule, "E8M0 scale rule for online quantization")
       ->check(CLI::IsMember({"floor", "rceil"}))
       ->capture_default_str();
@@ -86,7 +93,12 @@ std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const cha
   const std::string& dir = a.model;
   LoadOptions opt;
   opt.threads = a.threads;
-  if (!a.quantization.empty()) opt.quantization = scheme_from_quantization_flag(a.quantization);
+  if (a.quantization == "modelslim") {
+    opt.expect_modelslim = true;
+  } else if (!a.quantization.empty()) {
+    opt.quantization = scheme_from_quantization_flag(a.quantization);
+  }
+  opt.gguf_dequant_bf16 = a.gguf_dequant == "bf16";
   parse_scale_rule(a.scale_rule, &opt.scale_rule);
   opt.quantize_lm_head = a.quantize_lm_head;
   opt.kv_dtype = a.kv_cache_dtype == "bf16" ? KvDtype::kBF16 : KvDtype::kF32;

@@ -137,6 +137,16 @@ Tensor Tensor::reshape(Shape shape) const {
   return t;
 }
 
+Tensor Tensor::view_as(DType dtype, Shape shape) const {
+  MX_CHECK(is_contiguous());
+  MX_CHECK(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype) == nbytes());
+  Tensor t = *this;
+  t.dtype_ = dtype;
+  t.strides_ = contiguous_strides(shape);
+  t.shape_ = std::move(shape);
+  return t;
+}
+
 Tensor Tensor::contiguous_copy() const {
   Tensor out = empty(dtype_, shape_);
   const size_t esize = dtype_size(dtype_);

@@ -81,6 +81,8 @@ class Tensor {
   Tensor slice(int dim, int64_t begin, int64_t end) const;
   Tensor transpose(int dim0, int dim1) const;
   Tensor reshape(Shape shape) const;  // contiguous tensors only
+  // The same bytes read as another dtype and shape (contiguous tensors, equal byte counts).
+  Tensor view_as(DType dtype, Shape shape) const;
   // A contiguous owning copy (works for any strides).
   Tensor contiguous_copy() const;
 

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <bit>
+#include <cstdint>
 #include <cstring>
 
 #include "formats/half.h"
@@ -342,7 +343,9 @@ std::string_view ggml_supported_type_list() {
 int64_t ggml_row_bytes(GgmlType t, int64_t ne0) {
   const GgmlTypeInfo* info = ggml_type_info(static_cast<uint32_t>(t));
   if (info == nullptr || info->block_bytes == 0 || ne0 < 0 || ne0 % info->block != 0) return -1;
-  return ne0 / info->block * info->block_bytes;
+  const int64_t blocks = ne0 / info->block;
+  if (blocks > INT64_MAX / info->block_bytes) return -1;  // a row no file can hold
+  return blocks * info->block_bytes;
 }
 
 const GgmlKernels* ggml_kernels_for(IsaLevel level) {

@@ -20,6 +20,16 @@ void rms_norm_bf16(const float* x, const uint16_t* w, int64_t n, double eps, flo
   }
 }
 
+void rms_norm(const float* x, const float* w, int64_t n, double eps, float* y, bool gemma_offset) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gemma_offset ? 1.0f + w[i] : w[i];
+    y[i] = x[i] * inv * g;
+  }
+}
+
 void rope_inv_freq(int64_t head_dim, double theta, float* inv_freq) {
   for (int64_t i = 0; i < head_dim / 2; ++i) {
     inv_freq[i] = static_cast<float>(

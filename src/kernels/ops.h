@@ -10,6 +10,10 @@ namespace mx {
 // (1 + w) as Gemma-style norms store it.
 void rms_norm_bf16(const float* x, const uint16_t* w, int64_t n, double eps, float* y,
                    bool gemma_offset = false);
+// The same with FP32 weights (norms are kept in FP32 whatever their stored type; a BF16
+// weight widened to FP32 gives exactly rms_norm_bf16's result).
+void rms_norm(const float* x, const float* w, int64_t n, double eps, float* y,
+              bool gemma_offset = false);
 
 // Rotary embedding on one head of `head_dim` (the NeoX "rotate half" pairing: i with
 // i + head_dim/2), in place, at position `pos`. inv_freq[head_dim/2] = theta^(-2i/d).

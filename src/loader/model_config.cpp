@@ -3,15 +3,15 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "core/mapped_file.h"
 #include "core/json_util.h"
+#include "core/mapped_file.h"
 
 namespace mx {
 
 const std::vector<ArchInfo>& supported_archs() {
   static const std::vector<ArchInfo> kArchs = {
-      {Arch::kQwen3, "Qwen3ForCausalLM", "qwen3"},
-      {Arch::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"},
+      {Arch::kQwen3, "Qwen3ForCausalLM", "qwen3", "qwen3"},
+      {Arch::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", "qwen3moe"},
   };
   return kArchs;
 }

@@ -17,6 +17,7 @@ struct ArchInfo {
   Arch arch;
   std::string_view hf_class;    // "architectures" entry
   std::string_view model_type;  // "model_type"
+  std::string_view gguf_arch;   // GGUF "general.architecture"
 };
 // The explicit list of supported architectures.
 const std::vector<ArchInfo>& supported_archs();

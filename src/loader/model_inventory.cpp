@@ -1,6 +1,9 @@
 #include "loader/model_inventory.h"
 
 #include "loader/checkpoint.h"
+#include "loader/gguf_source.h"
+#include "loader/gguf_tokenizer.h"
+#include "loader/weight_source.h"
 
 namespace mx {
 namespace {
@@ -20,9 +23,38 @@ bool is_packed_fp4(QuantType t) {
          t == QuantType::kW4A4Mxfp4DualScale;
 }
 
+Result<ModelInventory> inspect_gguf(const std::string& path) {
+  ModelInventory inv;
+  inv.dir = path;
+  MX_ASSIGN_OR_RETURN(GgufFile f, GgufFile::open(path));
+  MX_ASSIGN_OR_RETURN(inv.config, model_config_from_gguf(f));
+  ModelInventory::GgufFacts g;
+  g.version = f.version();
+  if (f.find("general.quantization_version") != nullptr) {
+    MX_ASSIGN_OR_RETURN(g.quantization_version, f.get_int("general.quantization_version"));
+  }
+  if (f.find("general.file_type") != nullptr) {
+    MX_ASSIGN_OR_RETURN(g.file_type, f.get_int("general.file_type"));
+  }
+  inv.num_files = f.files().size();
+  for (const GgufTensorInfo& t : f.tensors()) {
+    ++inv.num_tensors;
+    int64_t n = 1;
+    for (int64_t d : t.ne) n *= d;
+    inv.parameters += n;
+    auto& [count, bytes] = g.types[std::string(ggml_type_info(t.type).name)];
+    ++count;
+    bytes += t.bytes;
+  }
+  g.tokenizer = describe_gguf_tokenizer(f);
+  inv.gguf = std::move(g);
+  return inv;
+}
+
 }  // namespace
 
 Result<ModelInventory> inspect_model_dir(const std::string& dir) {
+  if (is_gguf_path(dir)) return inspect_gguf(dir);
   ModelInventory inv;
   inv.dir = dir;
   MX_ASSIGN_OR_RETURN(inv.config, load_model_config(dir));

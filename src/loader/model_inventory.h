@@ -24,8 +24,18 @@ struct ModelInventory {
   std::optional<QuantDescription> quant;  // set for an offline (msmodelslim) checkpoint
   // Offline only: module (tensor name without ".weight") -> type, for weight tensors.
   std::map<std::string, QuantType> module_types;
+  // GGUF only: the ggml type of every tensor, counted and summed per type.
+  struct GgufFacts {
+    uint32_t version = 0;
+    int64_t quantization_version = -1;                          // general.quantization_version
+    int64_t file_type = -1;                                     // general.file_type (llama_ftype)
+    std::map<std::string, std::pair<int64_t, uint64_t>> types;  // name -> (tensors, bytes)
+    std::string tokenizer;
+  };
+  std::optional<GgufFacts> gguf;
 };
 
-Result<ModelInventory> inspect_model_dir(const std::string& dir);
+// `path`: a model directory or a GGUF file.
+Result<ModelInventory> inspect_model_dir(const std::string& path);
 
 }  // namespace mx

@@ -3,8 +3,8 @@
 #include <array>
 #include <filesystem>
 
-#include "core/mapped_file.h"
 #include "core/json_util.h"
+#include "core/mapped_file.h"
 
 namespace mx {
 namespace {
@@ -66,6 +66,12 @@ Result<QuantDescription> parse_quant_description(const std::string& json_text,
         return invalid_argument(what + ": field 'group_size' must be a positive integer");
       }
       d.group_size = it->get<int64_t>();
+    } else if (key == "is_rot_used") {
+      // QuaRot folds a rotation into the weights and expects the runtime to rotate the
+      // activations with matrices that mxserve does not apply.
+      if (it->is_boolean() && it->get<bool>()) {
+        return unimplemented(what + ": is_rot_used is true: QuaRot rotation is not supported");
+      }
     } else if (is_global_key(key)) {
       continue;
     } else {

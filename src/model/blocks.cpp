@@ -15,14 +15,9 @@ LayerBuilder layer_builder_for(Arch arch) {
 
 Status load_norms(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
                   DecoderLayer* out) {
-  MX_ASSIGN_OR_RETURN(out->input_norm, w.get(prefix + ".input_layernorm.weight", {c.hidden_size}));
+  MX_ASSIGN_OR_RETURN(out->input_norm, w.norm(prefix + ".input_layernorm.weight", c.hidden_size));
   MX_ASSIGN_OR_RETURN(out->post_norm,
-                      w.get(prefix + ".post_attention_layernorm.weight", {c.hidden_size}));
-  for (const Tensor* t : {&out->input_norm, &out->post_norm}) {
-    if (t->dtype() != DType::kBF16) {
-      return unimplemented(prefix + ": norm weights must be BF16 (got " + t->describe() + ")");
-    }
-  }
+                      w.norm(prefix + ".post_attention_layernorm.weight", c.hidden_size));
   return Status::ok();
 }
 
@@ -30,8 +25,8 @@ Status load_attention(const WeightLoader& w, const ModelConfig& c, const std::st
                       AttentionBlock* out) {
   const int64_t h = c.hidden_size, d = c.head_dim;
   if (c.attention_bias) return unimplemented(prefix + ": attention_bias is not supported");
-  MX_ASSIGN_OR_RETURN(out->q_norm, w.get(prefix + ".q_norm.weight", {d}));
-  MX_ASSIGN_OR_RETURN(out->k_norm, w.get(prefix + ".k_norm.weight", {d}));
+  MX_ASSIGN_OR_RETURN(out->q_norm, w.norm(prefix + ".q_norm.weight", d));
+  MX_ASSIGN_OR_RETURN(out->k_norm, w.norm(prefix + ".k_norm.weight", d));
   MX_ASSIGN_OR_RETURN(
       out->qkv,
       w.linear({prefix + ".q_proj", prefix + ".k_proj", prefix + ".v_proj"},
@@ -54,9 +49,7 @@ Status load_dense_mlp(const WeightLoader& w, const ModelConfig& c, const std::st
 Status load_moe(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
                 MoeBlock* out) {
   // The router stays in FP32/BF16 compute; a quantized gate is dequantized with its scales.
-  MX_ASSIGN_OR_RETURN(Tensor gate,
-                      w.float_weight(prefix + ".gate", {c.num_experts, c.hidden_size}));
-  MX_ASSIGN_OR_RETURN(out->router, make_bf16_linear({gate}, prefix + ".gate"));
+  MX_ASSIGN_OR_RETURN(out->router, w.router(prefix + ".gate", c.num_experts, c.hidden_size));
   MX_ASSIGN_OR_RETURN(out->experts,
                       w.experts(prefix, c.num_experts, c.moe_intermediate_size, c.hidden_size));
   out->top_k = c.num_experts_per_tok;
@@ -67,24 +60,23 @@ Status load_moe(const WeightLoader& w, const ModelConfig& c, const std::string& 
 Status load_embeddings_and_head(const WeightLoader& w, const ModelConfig& c,
                                 std::optional<Scheme> head_scheme, ScaleRule rule,
                                 DecoderModel* m) {
-  MX_ASSIGN_OR_RETURN(Tensor embed,
-                      w.get("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}));
-  MX_ASSIGN_OR_RETURN(Tensor e16, stack_rows_bf16({embed}, "model.embed_tokens"));
-  m->embed = std::move(e16);
-  MX_ASSIGN_OR_RETURN(m->final_norm, w.get("model.norm.weight", {c.hidden_size}));
-  if (m->final_norm.dtype() != DType::kBF16) {
-    return unimplemented("model.norm.weight must be BF16 (got " + m->final_norm.describe() + ")");
-  }
+  MX_RETURN_IF_ERROR(w.embedding(c.vocab_size, c.hidden_size, &m->embed));
+  MX_ASSIGN_OR_RETURN(m->final_norm, w.norm("model.norm.weight", c.hidden_size));
+  const bool keep_float = !head_scheme;
   // A tied checkpoint may still ship lm_head.weight; without one the embedding serves.
   if (!c.tie_word_embeddings || w.has("lm_head.weight")) {
-    MX_ASSIGN_OR_RETURN(m->lm_head, w.linear({"lm_head"}, {c.vocab_size}, c.hidden_size, "lm_head",
-                                             /*keep_float=*/!head_scheme));
+    MX_ASSIGN_OR_RETURN(
+        m->lm_head, w.linear({"lm_head"}, {c.vocab_size}, c.hidden_size, "lm_head", keep_float));
+  } else if (m->embed.ggml) {
+    // Tied GGUF heads run on the embedding's blocks, like any other GGUF linear.
+    MX_ASSIGN_OR_RETURN(m->lm_head, w.linear({"model.embed_tokens"}, {c.vocab_size}, c.hidden_size,
+                                             "lm_head", keep_float));
   } else if (head_scheme && *head_scheme != Scheme::kBf16) {
-    MX_ASSIGN_OR_RETURN(MxWeights q,
-                        quantize_weight(m->embed, *head_scheme, rule, "lm_head", m->pool_.get()));
+    MX_ASSIGN_OR_RETURN(MxWeights q, quantize_weight(m->embed.table, *head_scheme, rule, "lm_head",
+                                                     m->pool_.get()));
     m->lm_head = make_mx_linear(std::move(q), rule);
   } else {
-    MX_ASSIGN_OR_RETURN(m->lm_head, make_bf16_linear({m->embed}, "lm_head"));
+    MX_ASSIGN_OR_RETURN(m->lm_head, make_bf16_linear({m->embed.table}, "lm_head"));
   }
   return Status::ok();
 }

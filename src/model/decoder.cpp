@@ -6,8 +6,7 @@
 #include "core/log.h"
 #include "formats/half.h"
 #include "kernels/ops.h"
-#include "loader/checkpoint.h"
-#include "loader/quant_description.h"
+#include "loader/weight_source.h"
 #include "model/blocks.h"
 
 namespace mx {
@@ -30,7 +29,7 @@ PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size, K
 }
 
 uint64_t DecoderModel::weight_bytes() const {
-  uint64_t b = embed.nbytes() + lm_head->weight_bytes();
+  uint64_t b = embed.table.nbytes() + lm_head->weight_bytes();
   for (const DecoderLayer& l : layers) {
     b += l.attn.qkv->weight_bytes() + l.attn.o->weight_bytes();
     if (l.mlp) b += l.mlp->gate_up->weight_bytes() + l.mlp->down->weight_bytes();
@@ -54,8 +53,8 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
   layer.attn.qkv->forward(h, n, qkv.data(), pool_.get());
   t_qkv.stop();
   PhaseTimer t_attn(profile_, Phase::kAttention);
-  const auto* qn = layer.attn.q_norm.data_as<uint16_t>();
-  const auto* kn = layer.attn.k_norm.data_as<uint16_t>();
+  const auto* qn = layer.attn.q_norm.data_as<float>();
+  const auto* kn = layer.attn.k_norm.data_as<float>();
   // q/k norms, RoPE, and the new keys and values into their blocks: all rows first, so that
   // rows of one prefill chunk see each other's keys.
   const int64_t half = d / 2;
@@ -67,14 +66,14 @@ void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
     const float* sin = cos + half;
     const SeqSlice& sq = seqs[static_cast<size_t>(row_seq[t])];
     for (int64_t hd = 0; hd < nq; ++hd) {
-      rms_norm_bf16(row + hd * d, qn, d, c.rms_norm_eps, row + hd * d);
+      rms_norm(row + hd * d, qn, d, c.rms_norm_eps, row + hd * d);
       rope_neox_cs(row + hd * d, d, cos, sin);
     }
     // The row's keys and values into their slot of each KV head's part of the block.
     const int32_t block = sq.blocks[pos / bs];
     for (int64_t hd = 0; hd < nkv; ++hd) {
       float* kr = row + (nq + hd) * d;
-      rms_norm_bf16(kr, kn, d, c.rms_norm_eps, kr);
+      rms_norm(kr, kn, d, c.rms_norm_eps, kr);
       rope_neox_cs(kr, d, cos, sin);
       const int64_t at = hd * head_block + (pos % bs) * d;
       const float* vr = row + (nq + nkv + hd) * d;
@@ -266,14 +265,9 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
   if (profile_) ++profile_->forwards;
   PhaseTimer t_embed(profile_, Phase::kEmbed);
   std::vector<float> x(static_cast<size_t>(n * hid)), h(x.size());
-  const auto* emb = embed.data_as<uint16_t>();
   for (int64_t r = 0, sidx = 0; sidx < static_cast<int64_t>(seqs.size()); ++sidx) {
-    for (int64_t i = 0; i < seqs[sidx].count; ++i, ++r) {
-      const int32_t tok = seqs[sidx].tokens[i];
-      for (int64_t j = 0; j < hid; ++j) {
-        x[r * hid + j] = std::bit_cast<float>(static_cast<uint32_t>(emb[tok * hid + j]) << 16);
-      }
-    }
+    for (int64_t i = 0; i < seqs[sidx].count; ++i, ++r)
+      embed.row(seqs[sidx].tokens[i], &x[r * hid]);
   }
   // Rotary angles once per row for every layer: sin and cos cost more than the rotations.
   std::vector<int64_t> row_pos(static_cast<size_t>(n));
@@ -291,16 +285,16 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
     DecoderLayer& layer = layers[static_cast<size_t>(li)];
     PhaseTimer t_norm(profile_, Phase::kNorms);
     for (int64_t t = 0; t < n; ++t) {
-      rms_norm_bf16(x.data() + t * hid, layer.input_norm.data_as<uint16_t>(), hid, c.rms_norm_eps,
-                    h.data() + t * hid);
+      rms_norm(x.data() + t * hid, layer.input_norm.data_as<float>(), hid, c.rms_norm_eps,
+               h.data() + t * hid);
     }
     t_norm.stop();
     attention(layer, li, h.data(), seqs, row_seq, row_pos, rope.data(), kv);  // h <- output
     PhaseTimer t_norm2(profile_, Phase::kNorms);
     for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
     for (int64_t t = 0; t < n; ++t) {
-      rms_norm_bf16(x.data() + t * hid, layer.post_norm.data_as<uint16_t>(), hid, c.rms_norm_eps,
-                    h.data() + t * hid);
+      rms_norm(x.data() + t * hid, layer.post_norm.data_as<float>(), hid, c.rms_norm_eps,
+               h.data() + t * hid);
     }
     t_norm2.stop();
     if (layer.moe) {
@@ -325,36 +319,78 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
   if (rows == 0) return Status::ok();
   PhaseTimer t_head(profile_, Phase::kLmHead);
   for (int64_t i = 0; i < rows; ++i) {
-    rms_norm_bf16(x.data() + logit_rows[i] * hid, final_norm.data_as<uint16_t>(), hid,
-                  c.rms_norm_eps, h.data() + i * hid);
+    rms_norm(x.data() + logit_rows[i] * hid, final_norm.data_as<float>(), hid, c.rms_norm_eps,
+             h.data() + i * hid);
   }
   lm_head->forward(h.data(), rows, logits, pool_.get());
   return Status::ok();
 }
 
+void Embedding::row(int32_t token, float* out) const {
+  if (ggml) {
+    const int64_t rb = table.dim(1);
+    ggml_kernels().dequant[static_cast<uint32_t>(*ggml)](table.data_as<uint8_t>() + token * rb, out,
+                                                         hidden);
+    return;
+  }
+  const uint16_t* e = table.data_as<uint16_t>() + token * hidden;
+  for (int64_t j = 0; j < hidden; ++j)
+    out[j] = std::bit_cast<float>(static_cast<uint32_t>(e[j]) << 16);
+}
+
+namespace {
+
+// The weights' own scheme against --quantization, as SGLang words it: what the checkpoint
+// holds against what was asked.
+Status check_quantization_request(const WeightSource& src, const LoadOptions& o) {
+  const QuantDescription* d = src.quant_description();
+  if (o.expect_modelslim && d == nullptr) {
+    return invalid_argument(src.label() +
+                            ": --quantization modelslim needs an msmodelslim "
+                            "checkpoint (a directory with quant_model_description.json)");
+  }
+  if (d != nullptr && o.quantization) {
+    return invalid_argument(
+        src.label() + ": the checkpoint is quantized offline (msmodelslim, " +
+        (d->model_quant_type.empty() ? std::string("per-tensor types") : d->model_quant_type) +
+        ") but --quantization asks for " + std::string(scheme_info(*o.quantization).name) +
+        "; drop the flag or pass --quantization modelslim");
+  }
+  if (!o.quantization || src.kind() != "gguf") return Status::ok();
+  const SchemeInfo& info = scheme_info(*o.quantization);
+  for (const std::string& n : src.names()) {
+    const std::string type = src.stored_type(n);
+    if (type == "MXFP4" && (info.weight != ElemFormat::kE2M1 || info.dual)) {
+      return invalid_argument(src.label() + ": the checkpoint holds MXFP4 weights ('" + n +
+                              "') but --quantization asks for " + std::string(info.name) +
+                              "; MXFP4 tensors move without loss only into w4a8_mxfp4 or "
+                              "w4a4_mxfp4");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
                                                  const LoadOptions& options) {
-  MX_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
-  std::optional<QuantDescription> offline;
-  if (has_quant_description(dir)) {
-    MX_ASSIGN_OR_RETURN(QuantDescription d, load_quant_description(dir));
-    if (d.group_size != kMxBlock) {
-      return unimplemented(dir + ": group_size " + std::to_string(d.group_size) +
-                           " is not the MX block of 32");
-    }
-    offline = std::move(d);
-  }
-  auto ck = CheckpointFiles::open(dir, offline ? kQuantWeightsStem : "model");
-  if (!ck.is_ok()) return ck.status();
+  MX_ASSIGN_OR_RETURN(Checkpoint ck, open_checkpoint(dir));
+  const WeightSource& src = *ck.weights;
+  MX_RETURN_IF_ERROR(check_quantization_request(src, options));
+  const bool offline = src.quant_description() != nullptr;
+  const ModelConfig& config = ck.config;
   auto m = std::make_unique<DecoderModel>();
   m->config_ = config;
-  m->offline_quantized = offline.has_value();
+  m->offline_quantized = offline;
   m->scale_rule_ = options.scale_rule;
   m->kv_dtype_ = options.kv_dtype;
   m->pool_ = std::make_unique<ThreadPool>(std::max(1, options.threads));
-  const WeightLoader w(*ck, offline ? &*offline : nullptr,
-                       offline ? std::nullopt : options.quantization, options.scale_rule,
-                       m->pool_.get());
+  WeightPlan plan;
+  plan.online = offline ? std::nullopt : options.quantization;
+  plan.gguf_dequant_bf16 = options.gguf_dequant_bf16;
+  plan.rule = options.scale_rule;
+  plan.pool = m->pool_.get();
+  const WeightLoader w(src, plan);
   const std::optional<Scheme> head_scheme =
       options.quantize_lm_head && !offline ? options.quantization : std::nullopt;
   MX_RETURN_IF_ERROR(load_embeddings_and_head(w, config, head_scheme, options.scale_rule, m.get()));
@@ -363,6 +399,12 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   for (int64_t i = 0; i < config.num_layers; ++i) {
     MX_RETURN_IF_ERROR(build(w, config, i, &m->layers[static_cast<size_t>(i)]));
     if (options.progress) options.progress(i + 1, config.num_layers);
+  }
+  std::vector<std::string> skipped;
+  MX_RETURN_IF_ERROR(src.check_all_used(&skipped));
+  if (!skipped.empty()) {
+    MX_LOG_INFO(dir + ": skipped " + std::to_string(skipped.size()) +
+                " tensors a text-only model does not read (the first: " + skipped[0] + ")");
   }
   return m;
 }

@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "formats/ggml_types.h"
 #include "loader/model_config.h"
 #include "model/profile.h"
 #include "quant/linear.h"
@@ -85,7 +86,7 @@ class KvCache {
 struct AttentionBlock {
   std::unique_ptr<Linear> qkv;  // q, k, v stacked along the output dimension
   std::unique_ptr<Linear> o;
-  Tensor q_norm, k_norm;  // [head_dim] BF16
+  Tensor q_norm, k_norm;  // [head_dim] FP32
 };
 
 struct DenseMlp {
@@ -101,17 +102,31 @@ struct MoeBlock {
 };
 
 struct DecoderLayer {
-  Tensor input_norm, post_norm;  // [H] BF16
+  Tensor input_norm, post_norm;  // [H] FP32
   AttentionBlock attn;
   std::unique_ptr<DenseMlp> mlp;  // exactly one of mlp, moe
   std::unique_ptr<MoeBlock> moe;
 };
 
+// The token embedding: BF16 rows, or rows of ggml blocks (a GGUF kept as stored) dequantized
+// one token at a time.
+struct Embedding {
+  Tensor table;  // [V, H] BF16, or U8 [V, row_bytes]
+  std::optional<GgmlType> ggml;
+  int64_t hidden = 0;
+  void row(int32_t token, float* out) const;
+};
+
 struct LoadOptions {
   int threads = 1;
   // Online quantization of every linear layer and expert bank (router gate, embeddings,
-  // norms and lm_head stay BF16); ignored for offline-quantized checkpoints.
+  // norms and lm_head stay as stored). An offline-quantized checkpoint refuses it: its
+  // weights already are in a scheme.
   std::optional<Scheme> quantization;
+  // --quantization modelslim: the checkpoint must be an msmodelslim one.
+  bool expect_modelslim = false;
+  // A GGUF's weights dequantized to BF16 at load instead of kept in their blocks.
+  bool gguf_dequant_bf16 = false;
   ScaleRule scale_rule = ScaleRule::kFloor;
   // Online quantization covers lm_head too (a tied head is quantized from the embedding),
   // as peers configure it when they compare quantized decode speed.
@@ -163,8 +178,8 @@ class DecoderModel {
 
   // Built by the architecture files.
   ModelConfig config_;
-  Tensor embed;       // [V, H] BF16
-  Tensor final_norm;  // [H]
+  Embedding embed;
+  Tensor final_norm;  // [H] FP32
   std::unique_ptr<Linear> lm_head;
   std::vector<DecoderLayer> layers;
   std::unique_ptr<ThreadPool> pool_;

@@ -1,176 +1,244 @@
 #include "model/weights.h"
 
-#include <cstring>
-
-#include "formats/mx_block.h"
-#include "formats/mx_layout.h"
+#include "formats/half.h"
+#include "model/model.h"
 
 namespace mx {
+namespace {
+
+GgmlWeight wide_of(const StoredWeight& w);
+bool runs_wide(const StoredWeight& w);
+
+// A weight as ggml rows: GGUF blocks as stored, or F32/F16 float tensors.
+GgmlWeight ggml_of(const StoredWeight& w) {
+  if (w.encoding == WeightEncoding::kFloat) return wide_of(w);
+  return {w.ggml, w.data, w.out, w.in};
+}
+
+Scheme scheme_of(const StoredWeight& w) {
+  return *scheme_from_offline_type(quant_type_name(w.mx_type));
+}
+
+MxWeights mx_of(const StoredWeight& w) {
+  MxWeights q;
+  q.scheme = scheme_of(w);
+  q.n = w.out;
+  q.k = w.in;
+  q.codes = w.data;
+  q.scales = w.scale;
+  q.chunk_scales = w.dual_scale;
+  return q;
+}
+
+Status mixes_types(const std::string& packed, const StoredWeight& a, const StoredWeight& b) {
+  auto module = [](const StoredWeight& w) { return w.name.substr(0, w.name.size() - 7); };
+  return invalid_argument("packed module '" + packed + "' mixes types: '" + module(a) + "' is " +
+                          a.type_name() + " but '" + module(b) + "' is " + b.type_name());
+}
+
+// One kernel runs a packed module as one matmul, so float and MX shards must agree; ggml
+// parts become segments of their own types.
+Status check_one_type(const std::vector<StoredWeight>& parts, const std::string& packed) {
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const bool ggml =
+        parts[i].encoding == WeightEncoding::kGgml && parts[0].encoding == WeightEncoding::kGgml;
+    if (!ggml && parts[i].type_name() != parts[0].type_name()) {
+      return mixes_types(packed, parts[0], parts[i]);
+    }
+  }
+  return Status::ok();
+}
+
+// F32 and F16 weights run as stored, through the kernel that GGUF's F32/F16 tensors use:
+// rounding them to BF16 would lose what the checkpoint holds.
+bool runs_wide(const StoredWeight& w) {
+  return w.encoding == WeightEncoding::kFloat &&
+         (w.data.dtype() == DType::kF32 || w.data.dtype() == DType::kF16);
+}
+
+GgmlWeight wide_of(const StoredWeight& w) {
+  const bool f32 = w.data.dtype() == DType::kF32;
+  const Tensor c = w.data.is_contiguous() ? w.data : w.data.contiguous_copy();
+  return {f32 ? GgmlType::kF32 : GgmlType::kF16,
+          c.view_as(DType::kU8, {w.out, w.in * (f32 ? 4 : 2)}), w.out, w.in};
+}
+
+// Float tensors for the BF16 path: as stored, or GGUF blocks dequantized to FP32 first.
+std::vector<Tensor> floats_of(const std::vector<StoredWeight>& parts) {
+  std::vector<Tensor> out;
+  for (const StoredWeight& p : parts) {
+    out.push_back(p.encoding == WeightEncoding::kGgml ? dequantize_ggml(ggml_of(p)) : p.data);
+  }
+  return out;
+}
+
+}  // namespace
+
+// Whether weights without an MX target run on the ggml kernels (GGUF blocks as stored, F32/F16
+// float tensors) rather than the BF16 one.
+bool WeightLoader::native(const std::vector<StoredWeight>& parts) const {
+  for (const StoredWeight& p : parts) {
+    if (plan_.gguf_dequant_bf16) return false;
+    if (p.encoding != WeightEncoding::kGgml && !runs_wide(p)) return false;
+  }
+  return true;
+}
 
 Result<Tensor> WeightLoader::get(const std::string& name, const Shape& shape) const {
-  auto t = ck_.tensor(name);
-  if (!t.is_ok()) return not_found("checkpoint is missing tensor '" + name + "'");
-  if (t->shape() != shape) {
-    return invalid_argument("tensor '" + name + "' has shape " + shape_to_string(t->shape()) +
+  MX_ASSIGN_OR_RETURN(Tensor t, src_.tensor(name));
+  if (t.shape() != shape) {
+    return invalid_argument("tensor '" + name + "' has shape " + shape_to_string(t.shape()) +
                             " but the config implies " + shape_to_string(shape));
   }
   return t;
 }
 
-Result<Scheme> WeightLoader::scheme_of(const std::string& module, bool keep_float) const {
-  if (offline_ == nullptr) return keep_float || !online_ ? Scheme::kBf16 : *online_;
-  const std::string w = module + ".weight";
-  auto raw = offline_->raw_types.find(w);
-  if (raw == offline_->raw_types.end()) {
-    return invalid_argument("quant_model_description.json has no type for '" + w + "'");
+Result<Tensor> WeightLoader::norm(const std::string& name, int64_t n) const {
+  MX_ASSIGN_OR_RETURN(Tensor t, get(name, {n}));
+  if (t.dtype() != DType::kBF16 && t.dtype() != DType::kF16 && t.dtype() != DType::kF32) {
+    return invalid_argument("tensor '" + name + "' is " + t.describe() +
+                            " where a float norm weight belongs");
   }
-  auto s = scheme_from_offline_type(raw->second);
-  if (!s) {
-    return unimplemented("tensor '" + w + "' has quantization type '" + raw->second +
-                         "', which mxserve does not run (supported: FLOAT, W8A8_MXFP8, "
-                         "W4A8_MXFP, W4A4_MXFP4, W4A4_MXFP4_DUALSCALE)");
+  Tensor out = Tensor::empty(DType::kF32, {n});
+  float* o = out.mutable_data_as<float>();
+  const Tensor c = t.is_contiguous() ? t : t.contiguous_copy();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t h = c.dtype() == DType::kF32 ? 0 : c.data_as<uint16_t>()[i];
+    o[i] = c.dtype() == DType::kF32    ? c.data_as<float>()[i]
+           : c.dtype() == DType::kBF16 ? bf16_to_float(h)
+                                       : fp16_to_float(h);
   }
-  return *s;
+  return out;
 }
 
-Result<MxWeights> WeightLoader::load_offline_mx(const std::string& module, Scheme s, int64_t n,
-                                                int64_t k) const {
+Result<std::vector<StoredWeight>> WeightLoader::parts_of(const std::vector<std::string>& modules,
+                                                         const std::vector<int64_t>& out_dims,
+                                                         int64_t in,
+                                                         const std::string& packed_name) const {
+  std::vector<StoredWeight> parts;
+  for (size_t i = 0; i < modules.size(); ++i) {
+    MX_ASSIGN_OR_RETURN(StoredWeight w, src_.weight(modules[i], out_dims[i], in));
+    parts.push_back(std::move(w));
+  }
+  MX_RETURN_IF_ERROR(check_one_type(parts, packed_name));
+  return parts;
+}
+
+Result<MxWeights> WeightLoader::to_mx(const StoredWeight& w, Scheme s) const {
+  switch (w.encoding) {
+    case WeightEncoding::kMx:
+      return mx_of(w);
+    case WeightEncoding::kFloat:
+      return quantize_weight(w.data, s, plan_.rule, w.name, plan_.pool);
+    case WeightEncoding::kGgml:
+      break;
+  }
   const SchemeInfo& info = scheme_info(s);
-  MxWeights q;
-  q.scheme = s;
-  q.n = n;
-  q.k = k;
-  const std::string wn = module + ".weight", sn = module + ".weight_scale";
-  auto w = ck_.tensor(wn);
-  if (!w.is_ok()) return not_found("checkpoint is missing tensor '" + wn + "'");
-  const bool fp4 = info.weight == ElemFormat::kE2M1;
-  const Shape want_w = {n, fp4 ? fp4_packed_bytes(k) : k};
-  const DType want_dt = fp4 ? DType::kU8 : DType::kF8E4M3;
-  if (w->shape() != want_w || (w->dtype() != want_dt && w->dtype() != DType::kU8)) {
-    return invalid_argument("tensor '" + wn + "' is " + w->describe() + " but " +
-                            std::string(info.offline_type) + " needs " +
-                            std::string(dtype_name(want_dt)) + shape_to_string(want_w));
+  // MXFP4 blocks already are E2M1 with E8M0 scales per 32: repacked, not requantized.
+  if (w.ggml == GgmlType::kMXFP4 && info.weight == ElemFormat::kE2M1 && !info.dual) {
+    return ggml_mxfp4_to_mx(ggml_of(w), s, w.name);
   }
-  auto sc = ck_.tensor(sn);
-  if (!sc.is_ok())
-    return not_found("checkpoint is missing tensor '" + sn + "' (the E8M0 scales of '" + wn + "')");
-  const Shape want_s = {n, mx_num_blocks(k)};
-  if (sc->shape() != want_s || sc->dtype() != DType::kU8) {
-    return invalid_argument("tensor '" + sn + "' is " + sc->describe() + " but must be U8" +
-                            shape_to_string(want_s) + " (one E8M0 byte per 32 inputs)");
-  }
-  const auto* sb = sc->data_as<uint8_t>();
-  for (int64_t i = 0; i < sc->numel(); ++i) {
-    if (sb[i] == kE8M0Nan) {
-      return invalid_argument("tensor '" + sn + "' holds the NaN scale byte 0xFF at row " +
-                              std::to_string(i / want_s[1]) + ", block " +
-                              std::to_string(i % want_s[1]));
-    }
-  }
-  q.codes = w->reshape(want_w);
-  q.scales = *sc;
-  if (info.dual) {
-    const std::string dn = module + ".weight_dual_scale";
-    auto d = ck_.tensor(dn);
-    if (!d.is_ok()) return not_found("checkpoint is missing tensor '" + dn + "'");
-    const int64_t nc = mx_num_chunks(k);
-    if (d->dtype() != DType::kF32 || d->numel() != n * nc) {
-      return invalid_argument("tensor '" + dn + "' is " + d->describe() + " but must be F32[" +
-                              std::to_string(n) + ", " + std::to_string(nc) + "(, 1)]");
-    }
-    q.chunk_scales = d->reshape({n, nc});
-  }
-  return q;
-}
-
-Result<MxWeights> WeightLoader::mx_weights(const std::string& module, Scheme s, int64_t n,
-                                           int64_t k) const {
-  if (offline_ != nullptr) return load_offline_mx(module, s, n, k);
-  MX_ASSIGN_OR_RETURN(Tensor w, get(module + ".weight", {n, k}));
-  return quantize_weight(w, s, rule_, module + ".weight", pool_);
+  return quantize_weight(dequantize_ggml(ggml_of(w)), s, plan_.rule, w.name, plan_.pool);
 }
 
 Result<std::unique_ptr<Linear>> WeightLoader::linear(const std::vector<std::string>& modules,
                                                      const std::vector<int64_t>& out_dims,
                                                      int64_t in, const std::string& packed_name,
                                                      bool keep_float) const {
-  std::vector<Scheme> schemes;
-  for (const std::string& m : modules) {
-    MX_ASSIGN_OR_RETURN(Scheme s, scheme_of(m, keep_float && offline_ == nullptr));
-    schemes.push_back(s);
+  MX_ASSIGN_OR_RETURN(std::vector<StoredWeight> parts,
+                      parts_of(modules, out_dims, in, packed_name));
+  const WeightEncoding enc = parts[0].encoding;
+  std::optional<Scheme> target;
+  if (enc == WeightEncoding::kMx) {
+    target = scheme_of(parts[0]);
+  } else if (!keep_float) {
+    target = plan_.online;
   }
-  for (size_t i = 1; i < schemes.size(); ++i) {
-    if (schemes[i] != schemes[0]) {
-      return invalid_argument("packed module '" + packed_name + "' mixes types: '" + modules[0] +
-                              "' is " + std::string(scheme_info(schemes[0]).offline_type) +
-                              " but '" + modules[i] + "' is " +
-                              std::string(scheme_info(schemes[i]).offline_type));
-    }
+  if (!target && native(parts)) {
+    std::vector<GgmlWeight> g;
+    for (const StoredWeight& p : parts) g.push_back(ggml_of(p));
+    return make_ggml_linear(std::move(g), packed_name);
   }
-  if (schemes[0] == Scheme::kBf16) {
-    std::vector<Tensor> parts;
-    for (size_t i = 0; i < modules.size(); ++i) {
-      MX_ASSIGN_OR_RETURN(Tensor t, get(modules[i] + ".weight", {out_dims[i], in}));
-      parts.push_back(std::move(t));
-    }
-    return make_bf16_linear(parts, packed_name);
+  if (!target) return make_bf16_linear(floats_of(parts), packed_name);
+  std::vector<MxWeights> mx;
+  for (const StoredWeight& p : parts) {
+    MX_ASSIGN_OR_RETURN(MxWeights q, to_mx(p, *target));
+    mx.push_back(std::move(q));
   }
-  std::vector<MxWeights> parts;
-  for (size_t i = 0; i < modules.size(); ++i) {
-    MX_ASSIGN_OR_RETURN(MxWeights q, mx_weights(modules[i], schemes[0], out_dims[i], in));
-    parts.push_back(std::move(q));
-  }
-  MX_ASSIGN_OR_RETURN(MxWeights all, stack_mx_weights(parts, packed_name));
-  return make_mx_linear(std::move(all), rule_);
+  MX_ASSIGN_OR_RETURN(MxWeights all, stack_mx_weights(mx, packed_name));
+  return make_mx_linear(std::move(all), plan_.rule);
 }
 
-Result<Tensor> WeightLoader::float_weight(const std::string& module, const Shape& shape) const {
-  MX_ASSIGN_OR_RETURN(Scheme s, scheme_of(module, /*keep_float=*/true));
-  if (s == Scheme::kBf16) return get(module + ".weight", shape);
-  MX_ASSIGN_OR_RETURN(MxWeights q, load_offline_mx(module, s, shape[0], shape[1]));
-  return dequantize_weight(q);
+Result<std::unique_ptr<Linear>> WeightLoader::router(const std::string& module, int64_t experts,
+                                                     int64_t hidden) const {
+  MX_ASSIGN_OR_RETURN(StoredWeight w, src_.weight(module, experts, hidden));
+  if (w.encoding == WeightEncoding::kMx) {
+    return make_bf16_linear({dequantize_weight(mx_of(w))}, module);
+  }
+  if (native({w})) return make_ggml_linear({ggml_of(w)}, module);
+  return make_bf16_linear(floats_of({w}), module);
 }
 
 Result<std::unique_ptr<ExpertBank>> WeightLoader::experts(const std::string& prefix,
                                                           int64_t num_experts, int64_t inter,
                                                           int64_t hidden) const {
-  MX_ASSIGN_OR_RETURN(Scheme s0, scheme_of(prefix + ".experts.0.gate_proj", false));
+  std::vector<StoredWeight> g, u, d;
+  const std::string packed = prefix + ".experts";
   for (int64_t e = 0; e < num_experts; ++e) {
-    for (const char* p : {"gate_proj", "up_proj", "down_proj"}) {
-      const std::string m = prefix + ".experts." + std::to_string(e) + "." + p;
-      MX_ASSIGN_OR_RETURN(Scheme s, scheme_of(m, false));
-      if (s != s0) {
-        return invalid_argument("packed module '" + prefix + ".experts' mixes types: '" + prefix +
-                                ".experts.0.gate_proj' is " +
-                                std::string(scheme_info(s0).offline_type) + " but '" + m + "' is " +
-                                std::string(scheme_info(s).offline_type));
+    const std::string ep = packed + "." + std::to_string(e);
+    MX_ASSIGN_OR_RETURN(StoredWeight ge, src_.weight(ep + ".gate_proj", inter, hidden));
+    MX_ASSIGN_OR_RETURN(StoredWeight ue, src_.weight(ep + ".up_proj", inter, hidden));
+    MX_ASSIGN_OR_RETURN(StoredWeight de, src_.weight(ep + ".down_proj", hidden, inter));
+    for (const StoredWeight* w : {&ge, &ue, &de}) {
+      if (w->encoding != WeightEncoding::kGgml &&
+          w->type_name() != (g.empty() ? ge : g[0]).type_name()) {
+        return mixes_types(packed, g.empty() ? ge : g[0], *w);
       }
     }
+    g.push_back(std::move(ge));
+    u.push_back(std::move(ue));
+    d.push_back(std::move(de));
   }
-  if (s0 == Scheme::kBf16) {
-    std::vector<Tensor> g, u, d;
-    for (int64_t e = 0; e < num_experts; ++e) {
-      const std::string ep = prefix + ".experts." + std::to_string(e);
-      MX_ASSIGN_OR_RETURN(Tensor ge, get(ep + ".gate_proj.weight", {inter, hidden}));
-      MX_ASSIGN_OR_RETURN(Tensor ue, get(ep + ".up_proj.weight", {inter, hidden}));
-      MX_ASSIGN_OR_RETURN(Tensor de, get(ep + ".down_proj.weight", {hidden, inter}));
-      g.push_back(std::move(ge));
-      u.push_back(std::move(ue));
-      d.push_back(std::move(de));
+  const WeightEncoding enc = g[0].encoding;
+  const std::optional<Scheme> target = enc == WeightEncoding::kMx ? scheme_of(g[0]) : plan_.online;
+  if (!target && native(g) && native(u) && native(d)) {
+    std::vector<std::vector<GgmlWeight>> w13;
+    std::vector<GgmlWeight> w2;
+    for (size_t e = 0; e < g.size(); ++e) {
+      w13.push_back({ggml_of(g[e]), ggml_of(u[e])});
+      w2.push_back(ggml_of(d[e]));
     }
-    return make_bf16_expert_bank(g, u, d, prefix);
+    return make_ggml_expert_bank(std::move(w13), std::move(w2), prefix);
   }
+  if (!target) return make_bf16_expert_bank(floats_of(g), floats_of(u), floats_of(d), prefix);
   std::vector<MxWeights> w13, w2;
-  for (int64_t e = 0; e < num_experts; ++e) {
-    const std::string ep = prefix + ".experts." + std::to_string(e);
-    MX_ASSIGN_OR_RETURN(MxWeights g, mx_weights(ep + ".gate_proj", s0, inter, hidden));
-    MX_ASSIGN_OR_RETURN(MxWeights u, mx_weights(ep + ".up_proj", s0, inter, hidden));
-    MX_ASSIGN_OR_RETURN(MxWeights d, mx_weights(ep + ".down_proj", s0, hidden, inter));
-    MX_ASSIGN_OR_RETURN(MxWeights gu, stack_mx_weights({g, u}, ep + ".gate_up_proj"));
+  for (size_t e = 0; e < g.size(); ++e) {
+    MX_ASSIGN_OR_RETURN(MxWeights gq, to_mx(g[e], *target));
+    MX_ASSIGN_OR_RETURN(MxWeights uq, to_mx(u[e], *target));
+    MX_ASSIGN_OR_RETURN(MxWeights dq, to_mx(d[e], *target));
+    MX_ASSIGN_OR_RETURN(MxWeights gu, stack_mx_weights({gq, uq}, packed + "." + std::to_string(e) +
+                                                                     ".gate_up_proj"));
     w13.push_back(std::move(gu));
-    w2.push_back(std::move(d));
+    w2.push_back(std::move(dq));
   }
-  return make_mx_expert_bank(std::move(w13), std::move(w2), rule_, prefix + ".experts");
+  return make_mx_expert_bank(std::move(w13), std::move(w2), plan_.rule, packed);
+}
+
+Status WeightLoader::embedding(int64_t vocab, int64_t hidden, Embedding* out) const {
+  MX_ASSIGN_OR_RETURN(StoredWeight w, src_.weight("model.embed_tokens", vocab, hidden));
+  out->hidden = hidden;
+  if (w.encoding == WeightEncoding::kMx) {
+    return unimplemented("model.embed_tokens.weight is stored as " + w.type_name() +
+                         "; embeddings must be FLOAT");
+  }
+  if (native({w})) {
+    const GgmlWeight g = ggml_of(w);
+    out->table = g.rows;
+    out->ggml = g.type;
+    return Status::ok();
+  }
+  MX_ASSIGN_OR_RETURN(out->table, stack_rows_bf16(floats_of({w}), "model.embed_tokens"));
+  return Status::ok();
 }
 
 }  // namespace mx

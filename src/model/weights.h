@@ -1,55 +1,67 @@
-// Where a module's weights come from: BF16 tensors as stored, quantized online to a scheme,
-// or an offline msmodelslim checkpoint whose description gives each tensor's type. Layers ask
-// for linears and expert banks by name; nothing above this file branches on formats.
+// How stored weights become the model's modules: BF16 tensors as stored, quantized online to
+// a scheme, MX weights of an offline checkpoint, or ggml blocks of a GGUF (kept in their
+// blocks, dequantized to BF16, or moved into an MX scheme). Everything it reads comes through
+// the WeightSource seam (loader/weight_source.h); layers ask for linears and expert banks by
+// Hugging Face name, and nothing above this file branches on formats.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "loader/checkpoint.h"
-#include "loader/quant_description.h"
+#include "loader/weight_source.h"
 #include "quant/linear.h"
 
 namespace mx {
 
+struct Embedding;
+
+// What to do with weights that are not already in an MX scheme.
+struct WeightPlan {
+  // Online quantization of float and GGUF weights (--quantization).
+  std::optional<Scheme> online;
+  // GGUF weights dequantized to BF16 at load (--gguf-dequant bf16) instead of kept in blocks.
+  bool gguf_dequant_bf16 = false;
+  ScaleRule rule = ScaleRule::kFloor;
+  ThreadPool* pool = nullptr;  // splits online quantization across threads (may be null)
+};
+
 class WeightLoader {
  public:
-  // `pool` (may be null) splits online quantization across threads.
-  WeightLoader(const CheckpointFiles& ck, const QuantDescription* offline,
-               std::optional<Scheme> online, ScaleRule rule, ThreadPool* pool = nullptr)
-      : ck_(ck), offline_(offline), online_(online), rule_(rule), pool_(pool) {}
+  WeightLoader(const WeightSource& src, const WeightPlan& plan) : src_(src), plan_(plan) {}
 
-  // A plain tensor with a checked shape (norms, embeddings).
+  // A plain tensor with a checked shape.
   Result<Tensor> get(const std::string& name, const Shape& shape) const;
-  bool has(const std::string& name) const { return ck_.find(name) != nullptr; }
+  // A norm's weight [n] as FP32, whatever float type it is stored in.
+  Result<Tensor> norm(const std::string& name, int64_t n) const;
+  bool has(const std::string& name) const { return src_.has(name); }
 
   // One matmul over modules stacked along the output (a packed module such as qkv_proj):
-  // module i has out_dims[i] rows of width `in`. `keep_float` keeps BF16 under online
-  // quantization (router gate, lm_head). Offline, every shard must carry the same type.
+  // module i has out_dims[i] rows of width `in`. `keep_float` keeps the stored precision under
+  // online quantization (router gate, lm_head). Offline, every shard must carry one type.
   Result<std::unique_ptr<Linear>> linear(const std::vector<std::string>& modules,
                                          const std::vector<int64_t>& out_dims, int64_t in,
                                          const std::string& packed_name,
                                          bool keep_float = false) const;
-  // An FP32 view of a possibly quantized weight (a quantized router gate is dequantized with
-  // its scales, never read without them).
-  Result<Tensor> float_weight(const std::string& module, const Shape& shape) const;
+  // The router gate [experts, hidden]: FP32/BF16 compute as stored (a quantized gate is
+  // dequantized with its scales, never read without them).
+  Result<std::unique_ptr<Linear>> router(const std::string& module, int64_t experts,
+                                         int64_t hidden) const;
   // The expert bank of `prefix` ("model.layers.3.mlp"): experts.E.{gate,up,down}_proj.
   Result<std::unique_ptr<ExpertBank>> experts(const std::string& prefix, int64_t num_experts,
                                               int64_t inter, int64_t hidden) const;
+  // The token embedding [vocab, hidden]: BF16, or ggml blocks dequantized a row at a time.
+  Status embedding(int64_t vocab, int64_t hidden, Embedding* out) const;
 
  private:
-  // The scheme a module is stored in (offline) or will be quantized to (online).
-  Result<Scheme> scheme_of(const std::string& module, bool keep_float) const;
-  Result<MxWeights> load_offline_mx(const std::string& module, Scheme s, int64_t n,
-                                    int64_t k) const;
-  Result<MxWeights> mx_weights(const std::string& module, Scheme s, int64_t n, int64_t k) const;
+  Result<std::vector<StoredWeight>> parts_of(const std::vector<std::string>& modules,
+                                             const std::vector<int64_t>& out_dims, int64_t in,
+                                             const std::string& packed_name) const;
+  Result<MxWeights> to_mx(const StoredWeight& w, Scheme s) const;
+  bool native(const std::vector<StoredWeight>& parts) const;
 
-  const CheckpointFiles& ck_;
-  const QuantDescription* offline_;
-  std::optional<Scheme> online_;
-  ScaleRule rule_;
-  ThreadPool* pool_;
+  const WeightSource& src_;
+  WeightPlan plan_;
 };
 
 }  // namespace mx

@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "formats/ggml_types.h"
 #include "quant/scheme.h"
 
 namespace mx {
@@ -147,5 +148,24 @@ Result<std::unique_ptr<ExpertBank>> make_bf16_expert_bank(const std::vector<Tens
                                                           const std::vector<Tensor>& up,
                                                           const std::vector<Tensor>& down,
                                                           const std::string& name);
+
+// A weight [out, in] in ggml blocks as a GGUF stores it: rows U8 [out, row_bytes].
+struct GgmlWeight {
+  GgmlType type = GgmlType::kF32;
+  Tensor rows;
+  int64_t out = 0, in = 0;
+};
+// Weights kept in their blocks (the GGUF default): parts stacked along the output, each in
+// its own type; activations FP32.
+Result<std::unique_ptr<Linear>> make_ggml_linear(std::vector<GgmlWeight> parts,
+                                                 const std::string& name);
+// gate_up[e] = {gate, up} ([I, H] each), down[e] [H, I].
+Result<std::unique_ptr<ExpertBank>> make_ggml_expert_bank(
+    std::vector<std::vector<GgmlWeight>> gate_up, std::vector<GgmlWeight> down,
+    const std::string& name);
+// FP32 [out, in], as llama.cpp's dequantizers give it.
+Tensor dequantize_ggml(const GgmlWeight& w);
+// MXFP4 blocks into a single-level E2M1 scheme with no loss (formats/ggml_types.h).
+Result<MxWeights> ggml_mxfp4_to_mx(const GgmlWeight& w, Scheme scheme, const std::string& name);
 
 }  // namespace mx

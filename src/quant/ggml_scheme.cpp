@@ -1,0 +1,260 @@
+// The GGUF scheme: weights stay in their ggml blocks, as llama.cpp keeps them, and the GEMM
+// dequantizes a few rows at a time into L1 (kernels/ggml_gemm.h). A packed module may mix
+// types (llama.cpp's Q4_K_M files store attn_q in Q4_K and attn_k in Q8_0): each part is a
+// segment of output columns with its own type.
+#include <algorithm>
+#include <cstring>
+
+#include "formats/ggml_types.h"
+#include "formats/mx_layout.h"
+#include "kernels/ggml_gemm.h"
+#include "kernels/ops.h"
+#include "quant/linear.h"
+
+namespace mx {
+namespace {
+
+// The calling thread's scratch for kGgmlGemmRows rows of k floats, 32-byte aligned.
+float* gemm_scratch(int64_t k) {
+  thread_local std::vector<float> buf;
+  const size_t need = static_cast<size_t>(kGgmlGemmRows * k + 8);
+  if (buf.size() < need) buf.resize(need);
+  auto p = reinterpret_cast<uintptr_t>(buf.data());
+  return reinterpret_cast<float*>((p + 31) & ~uintptr_t{31});
+}
+
+struct Segment {
+  GgmlType type;
+  const uint8_t* w;
+  int64_t row_bytes;
+  int64_t col0, cols;  // output columns [col0, col0 + cols)
+};
+
+// Columns per parallel work item: whole groups of the kernel's rows.
+constexpr int64_t kUnit = 4 * kGgmlGemmRows;
+
+// y[:, seg cols c0..c1) for rows of x, on the calling thread.
+void run_segment(const Segment& s, const float* x, int64_t m, int64_t k, float* y, int64_t ldy,
+                 int64_t c0, int64_t c1) {
+  const GgmlGemmArgs a{s.type, s.w, s.row_bytes, x, y + s.col0, m, k, k, ldy};
+  ggml_gemm_kernels().gemm(a, c0, c1, gemm_scratch(k));
+}
+
+// One parallel loop over (segment, column unit) pairs.
+void run_segments(const std::vector<Segment>& segs, const float* x, int64_t m, int64_t k, float* y,
+                  int64_t ldy, ThreadPool* pool) {
+  std::vector<int64_t> first(segs.size() + 1, 0);
+  for (size_t i = 0; i < segs.size(); ++i) {
+    first[i + 1] = first[i] + (segs[i].cols + kUnit - 1) / kUnit;
+  }
+  auto body = [&](int64_t b, int64_t e, int) {
+    for (int64_t u = b; u < e; ++u) {
+      const size_t si =
+          static_cast<size_t>(std::upper_bound(first.begin(), first.end(), u) - first.begin() - 1);
+      const int64_t c0 = (u - first[si]) * kUnit;
+      run_segment(segs[si], x, m, k, y, ldy, c0, std::min(segs[si].cols, c0 + kUnit));
+    }
+  };
+  const int64_t work = m * k * segs.back().col0;
+  if (pool == nullptr || pool->num_threads() == 1 || work < (1 << 15)) {
+    body(0, first.back(), 0);
+  } else {
+    pool->parallel_for(first.back(), body);
+  }
+}
+
+std::vector<Segment> segments_of(const std::vector<GgmlWeight>& parts) {
+  std::vector<Segment> segs;
+  int64_t col = 0;
+  for (const GgmlWeight& p : parts) {
+    segs.push_back({p.type, p.rows.data_as<uint8_t>(), p.rows.dim(1), col, p.out});
+    col += p.out;
+  }
+  return segs;
+}
+
+uint64_t bytes_of(const std::vector<GgmlWeight>& parts) {
+  uint64_t b = 0;
+  for (const GgmlWeight& p : parts) b += p.rows.nbytes();
+  return b;
+}
+
+std::string type_names(const std::vector<GgmlWeight>& parts) {
+  std::string s;
+  for (const GgmlWeight& p : parts) {
+    const std::string n(ggml_type_info(p.type).name);
+    if (s.find(n) == std::string::npos) s += (s.empty() ? "" : "+") + n;
+  }
+  return s;
+}
+
+class GgmlLinear final : public Linear {
+ public:
+  GgmlLinear(std::vector<GgmlWeight> parts, int64_t in, int64_t out)
+      : Linear(in, out), parts_(std::move(parts)), segs_(segments_of(parts_)) {}
+  std::string scheme_name() const override { return "gguf:" + type_names(parts_); }
+  uint64_t weight_bytes() const override { return bytes_of(parts_); }
+  void forward(const float* x, int64_t m, float* y, ThreadPool* pool) const override {
+    run_segments(segs_, x, m, in_features(), y, out_features(), pool);
+  }
+
+ private:
+  std::vector<GgmlWeight> parts_;  // keeps the mapped blocks alive
+  std::vector<Segment> segs_;
+};
+
+class GgmlExpertBank final : public ExpertBank {
+ public:
+  GgmlExpertBank(std::vector<std::vector<GgmlWeight>> w13, std::vector<GgmlWeight> w2,
+                 int64_t hidden, int64_t inter)
+      : ExpertBank(static_cast<int64_t>(w13.size()), hidden, inter),
+        w13_(std::move(w13)),
+        w2_(std::move(w2)) {
+    for (size_t e = 0; e < w13_.size(); ++e) {
+      seg13_.push_back(segments_of(w13_[e]));
+      seg2_.push_back(segments_of({w2_[e]})[0]);
+    }
+  }
+  std::string scheme_name() const override {
+    return "gguf:" + type_names(w13_[0]) + "/" + type_names({w2_[0]});
+  }
+  uint64_t weight_bytes() const override {
+    uint64_t b = 0;
+    for (size_t e = 0; e < w13_.size(); ++e) b += bytes_of(w13_[e]) + w2_[e].rows.nbytes();
+    return b;
+  }
+  // Activations stay FP32, as in llama.cpp's dequantized reference.
+  Scheme input_scheme(DispatchMode) const override { return Scheme::kBf16; }
+  void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
+           ExpertTimes* times) const override;
+
+ private:
+  std::vector<std::vector<GgmlWeight>> w13_;
+  std::vector<GgmlWeight> w2_;
+  std::vector<std::vector<Segment>> seg13_;
+  std::vector<Segment> seg2_;
+};
+
+void GgmlExpertBank::run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
+                         ExpertTimes* times) const {
+  const int64_t h = hidden(), i = inter(), total = offsets[num_experts()];
+  SplitClock clock(times);
+  int64_t max_rows = 0;
+  const std::vector<int64_t> active = active_experts(offsets, num_experts(), &max_rows);
+  thread_local std::vector<float> gu_buffer;
+  if (gu_buffer.size() < static_cast<size_t>(total * 2 * i)) {
+    gu_buffer.resize(static_cast<size_t>(total * 2 * i));
+  }
+  float* gu = gu_buffer.data();
+  const float* x = rows.f32.data();
+  // gate then up: one column space of 2I per expert over its segments.
+  for_each_expert_block(
+      active, 2 * i, pool, total * 2 * i * h,
+      [&](int64_t e, int64_t c0, int64_t c1, int) {
+        const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
+        for (const Segment& s : seg13_[static_cast<size_t>(e)]) {
+          const int64_t a = std::max(c0, s.col0), b = std::min(c1, s.col0 + s.cols);
+          if (a < b)
+            run_segment(s, x + r0 * h, m, h, gu + r0 * 2 * i, 2 * i, a - s.col0, b - s.col0);
+        }
+      },
+      kUnit);
+  for (int64_t r = 0; r < total; ++r) {
+    float* g = gu + r * 2 * i;
+    swiglu(g, g + i, i, g);
+  }
+  clock.lap(times ? &times->gmm1 : nullptr);
+  for_each_expert_block(
+      active, h, pool, total * h * i,
+      [&](int64_t e, int64_t c0, int64_t c1, int) {
+        const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
+        const Segment& s = seg2_[static_cast<size_t>(e)];
+        const GgmlGemmArgs a{s.type, s.w, s.row_bytes, gu + r0 * 2 * i, out + r0 * h, m, i,
+                             2 * i,  h};
+        ggml_gemm_kernels().gemm(a, c0, c1, gemm_scratch(i));
+      },
+      kUnit);
+  clock.lap(times ? &times->gmm2 : nullptr);
+}
+
+Status check_part(const GgmlWeight& p, const std::string& name) {
+  if (p.rows.rank() != 2 || p.rows.dim(0) != p.out ||
+      p.rows.dim(1) != ggml_row_bytes(p.type, p.in)) {
+    return invalid_argument(name + ": ggml rows " + p.rows.describe() + " do not hold [" +
+                            std::to_string(p.out) + ", " + std::to_string(p.in) + "] " +
+                            std::string(ggml_type_info(p.type).name) + " values");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Linear>> make_ggml_linear(std::vector<GgmlWeight> parts,
+                                                 const std::string& name) {
+  if (parts.empty()) return invalid_argument(name + ": no weight parts");
+  int64_t out = 0;
+  for (const GgmlWeight& p : parts) {
+    MX_RETURN_IF_ERROR(check_part(p, name));
+    if (p.in != parts[0].in) return invalid_argument(name + ": parts disagree on the input width");
+    out += p.out;
+  }
+  const int64_t in = parts[0].in;
+  return std::unique_ptr<Linear>(new GgmlLinear(std::move(parts), in, out));
+}
+
+Result<std::unique_ptr<ExpertBank>> make_ggml_expert_bank(
+    std::vector<std::vector<GgmlWeight>> gate_up, std::vector<GgmlWeight> down,
+    const std::string& name) {
+  if (gate_up.empty() || gate_up.size() != down.size() || gate_up[0].size() != 2) {
+    return invalid_argument(name + ": expert tensor counts differ");
+  }
+  const int64_t h = gate_up[0][0].in, i = gate_up[0][0].out;
+  for (size_t e = 0; e < gate_up.size(); ++e) {
+    const std::string en = name + ".experts." + std::to_string(e);
+    for (const GgmlWeight& p : gate_up[e]) MX_RETURN_IF_ERROR(check_part(p, en));
+    MX_RETURN_IF_ERROR(check_part(down[e], en));
+    if (gate_up[e].size() != 2 || gate_up[e][0].out != i || gate_up[e][1].out != i ||
+        gate_up[e][0].in != h || gate_up[e][1].in != h || down[e].out != h || down[e].in != i) {
+      return invalid_argument(en + ": expert shapes differ from expert 0");
+    }
+  }
+  return std::unique_ptr<ExpertBank>(new GgmlExpertBank(std::move(gate_up), std::move(down), h, i));
+}
+
+Tensor dequantize_ggml(const GgmlWeight& w) {
+  Tensor out = Tensor::empty(DType::kF32, {w.out, w.in});
+  const GgmlDequantFn f = ggml_kernels().dequant[static_cast<uint32_t>(w.type)];
+  const auto* src = w.rows.data_as<uint8_t>();
+  const int64_t rb = w.rows.dim(1);
+  for (int64_t r = 0; r < w.out; ++r) {
+    f(src + r * rb, out.mutable_data_as<float>() + r * w.in, w.in);
+  }
+  return out;
+}
+
+Result<MxWeights> ggml_mxfp4_to_mx(const GgmlWeight& w, Scheme scheme, const std::string& name) {
+  const SchemeInfo& info = scheme_info(scheme);
+  if (w.type != GgmlType::kMXFP4 || info.weight != ElemFormat::kE2M1 || info.dual) {
+    return invalid_argument(name + ": only MXFP4 blocks move into a single-level E2M1 scheme");
+  }
+  MxWeights q;
+  q.scheme = scheme;
+  q.n = w.out;
+  q.k = w.in;
+  const int64_t nb = mx_num_blocks(w.in), rb = fp4_packed_bytes(w.in);
+  q.codes = Tensor::empty(DType::kU8, {q.n, rb});
+  q.scales = Tensor::empty(DType::kU8, {q.n, nb});
+  const auto* src = w.rows.data_as<uint8_t>();
+  for (int64_t r = 0; r < q.n; ++r) {
+    if (!ggml_mxfp4_row_to_ocp(src + r * w.rows.dim(1), w.in,
+                               q.codes.mutable_data_as<uint8_t>() + r * rb,
+                               q.scales.mutable_data_as<uint8_t>() + r * nb)) {
+      return invalid_argument(name + ": row " + std::to_string(r) +
+                              " has the MXFP4 exponent byte 255 (2^127), which an OCP E8M0 "
+                              "scale cannot hold");
+    }
+  }
+  return q;
+}
+
+}  // namespace mx
