@@ -1,16 +1,49 @@
 #include "model/blocks.h"
 
+#include <cstring>
+
+#include "kernels/ops.h"
+
 namespace mx {
 
-LayerBuilder layer_builder_for(Arch arch) {
-  // The explicit list of architectures; config parsing rejects anything else first.
-  switch (arch) {
-    case Arch::kQwen3:
-      return build_qwen3_layer;
-    case Arch::kQwen3Moe:
-      return build_qwen3_moe_layer;
+void dense_mlp_forward(const DenseMlp& mlp, ForwardContext& ctx, float* h) {
+  PhaseTimer t_mlp(ctx.profile, Phase::kDenseMlp);
+  const int64_t n = ctx.rows, width = mlp.down->in_features();
+  std::vector<float>& tmp = ctx.scratch;
+  tmp.resize(static_cast<size_t>(n * 2 * width));
+  mlp.gate_up->forward(h, n, tmp.data(), ctx.pool);
+  for (int64_t t = 0; t < n; ++t) {
+    swiglu(tmp.data() + t * 2 * width, tmp.data() + t * 2 * width + width, width,
+           tmp.data() + t * 2 * width);
+    // Compact the activations to [n, width] rows (in place, forward order is safe).
+    std::memmove(tmp.data() + t * width, tmp.data() + t * 2 * width,
+                 static_cast<size_t>(width) * sizeof(float));
   }
-  return nullptr;
+  mlp.down->forward(tmp.data(), n, h, ctx.pool);
+}
+
+void prenorm_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                           float* h) {
+  const int64_t n = ctx.rows, hid = ctx.config.hidden_size;
+  const double eps = ctx.config.rms_norm_eps;
+  PhaseTimer t_norm(ctx.profile, Phase::kNorms);
+  for (int64_t t = 0; t < n; ++t) {
+    rms_norm(x + t * hid, layer.input_norm.data_as<float>(), hid, eps, h + t * hid);
+  }
+  t_norm.stop();
+  attention_forward(layer.attn, li, ctx, h);  // h <- output
+  PhaseTimer t_norm2(ctx.profile, Phase::kNorms);
+  for (int64_t i = 0; i < n * hid; ++i) x[i] += h[i];
+  for (int64_t t = 0; t < n; ++t) {
+    rms_norm(x + t * hid, layer.post_norm.data_as<float>(), hid, eps, h + t * hid);
+  }
+  t_norm2.stop();
+  if (layer.moe) {
+    moe_forward(*layer.moe, li, ctx, h, x);
+    return;
+  }
+  dense_mlp_forward(*layer.mlp, ctx, h);
+  for (int64_t i = 0; i < n * hid; ++i) x[i] += h[i];
 }
 
 Status load_norms(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,

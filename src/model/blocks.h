@@ -1,13 +1,34 @@
-// Building blocks shared by the architecture files: reading named tensors with checked
-// shapes, and loading attention, dense MLP and MoE weights.
+// Building blocks shared by the architecture files: loading attention, dense MLP and MoE
+// weights, and running each block over a flattened batch. An architecture file composes
+// them into its layers and owns how a layer runs (registry.cpp lists the architectures).
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "model/model.h"
+#include "model/profile.h"
 #include "model/weights.h"
 
 namespace mx {
+
+// What every block of one forward pass shares: the batch's rows (in slice order), where each
+// row sits, its rotary angles, the KV cache, and the run-time switches of the model.
+struct ForwardContext {
+  const ModelConfig& config;
+  ThreadPool* pool;
+  ForwardProfile* profile;  // null: not profiling
+  ScaleRule scale_rule;
+  bool fused_dispatch;
+  std::vector<RouterTrace>* router_trace;  // null: not tracing
+  const std::vector<SeqSlice>& seqs;
+  const std::vector<int64_t>& row_seq;  // each row's slice
+  const std::vector<int64_t>& row_pos;  // each row's position in its sequence
+  const float* rope;                    // per row: head_dim / 2 cosines, then as many sines
+  PagedKv& kv;
+  int64_t rows;
+  std::vector<float> scratch;  // reused by blocks within the pass
+};
 
 Status load_attention(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
                       AttentionBlock* out);
@@ -22,13 +43,37 @@ Status load_norms(const WeightLoader& w, const ModelConfig& c, const std::string
 Status load_embeddings_and_head(const WeightLoader& w, const ModelConfig& c,
                                 std::optional<Scheme> head_scheme, ScaleRule rule, DecoderModel* m);
 
-// Architecture builders (one file each) and the registry.
+// h: the normed rows in, the attention output (after o_proj) out.
+void attention_forward(const AttentionBlock& attn, int64_t layer, ForwardContext& ctx, float* h);
+// h: the normed rows in, the MLP output out.
+void dense_mlp_forward(const DenseMlp& mlp, ForwardContext& ctx, float* h);
+// Adds the MoE output of the normed rows h to x.
+void moe_forward(const MoeBlock& moe, int64_t layer, ForwardContext& ctx, const float* h, float* x);
+// Pre-norm residual layer: x += attn(norm(x)); x += ffn(norm(x)), the FFN being the layer's
+// dense MLP or MoE. h is scratch of x's size.
+void prenorm_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                           float* h);
+
+// Architectures: how each builds and runs one layer; registry.cpp lists them.
 using LayerBuilder = Status (*)(const WeightLoader& w, const ModelConfig& c, int64_t layer,
                                 DecoderLayer* out);
+using LayerForward = void (*)(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                              float* h);
+struct ArchImpl {
+  Arch arch;
+  LayerBuilder build;
+  LayerForward forward;
+};
+// Null for an architecture without an implementation (config parsing rejects those first).
+const ArchImpl* arch_impl(Arch arch);
+
 Status build_qwen3_layer(const WeightLoader& w, const ModelConfig& c, int64_t layer,
                          DecoderLayer* out);
+void qwen3_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                         float* h);
 Status build_qwen3_moe_layer(const WeightLoader& w, const ModelConfig& c, int64_t layer,
                              DecoderLayer* out);
-LayerBuilder layer_builder_for(Arch arch);
+void qwen3_moe_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                             float* h);
 
 }  // namespace mx

@@ -38,170 +38,6 @@ uint64_t DecoderModel::weight_bytes() const {
   return b;
 }
 
-void DecoderModel::attention(DecoderLayer& layer, int64_t li, float* h,
-                             const std::vector<SeqSlice>& seqs, const std::vector<int64_t>& row_seq,
-                             const std::vector<int64_t>& row_pos, const float* rope, PagedKv& kv) {
-  const ModelConfig& c = config_;
-  const int64_t d = c.head_dim, nq = c.num_heads, nkv = c.num_kv_heads;
-  const int64_t qkv_w = (nq + 2 * nkv) * d;
-  const int64_t n = static_cast<int64_t>(row_seq.size());
-  // A block holds each KV head's slots together ([kv_head][slot][head_dim]): one (row, KV head)
-  // item of attention reads whole contiguous runs rather than a slice of every cached row.
-  const int64_t bs = kv.block_size(), head_block = bs * d;
-  std::vector<float> qkv(static_cast<size_t>(n * qkv_w));
-  PhaseTimer t_qkv(profile_, Phase::kQkv);
-  layer.attn.qkv->forward(h, n, qkv.data(), pool_.get());
-  t_qkv.stop();
-  PhaseTimer t_attn(profile_, Phase::kAttention);
-  const auto* qn = layer.attn.q_norm.data_as<float>();
-  const auto* kn = layer.attn.k_norm.data_as<float>();
-  // q/k norms, RoPE, and the new keys and values into their blocks: all rows first, so that
-  // rows of one prefill chunk see each other's keys.
-  const int64_t half = d / 2;
-  const bool bf16_kv = kv.dtype() == KvDtype::kBF16;
-  for (int64_t t = 0; t < n; ++t) {
-    float* row = qkv.data() + t * qkv_w;
-    const int64_t pos = row_pos[t];
-    const float* cos = rope + t * d;
-    const float* sin = cos + half;
-    const SeqSlice& sq = seqs[static_cast<size_t>(row_seq[t])];
-    for (int64_t hd = 0; hd < nq; ++hd) {
-      rms_norm(row + hd * d, qn, d, c.rms_norm_eps, row + hd * d);
-      rope_neox_cs(row + hd * d, d, cos, sin);
-    }
-    // The row's keys and values into their slot of each KV head's part of the block.
-    const int32_t block = sq.blocks[pos / bs];
-    for (int64_t hd = 0; hd < nkv; ++hd) {
-      float* kr = row + (nq + hd) * d;
-      rms_norm(kr, kn, d, c.rms_norm_eps, kr);
-      rope_neox_cs(kr, d, cos, sin);
-      const int64_t at = hd * head_block + (pos % bs) * d;
-      const float* vr = row + (nq + nkv + hd) * d;
-      if (bf16_kv) {
-        uint16_t* k = kv.k_bf16(li, block) + at;
-        uint16_t* v = kv.v_bf16(li, block) + at;
-        for (int64_t j = 0; j < d; ++j) {
-          k[j] = float_to_bf16(kr[j]);
-          v[j] = float_to_bf16(vr[j]);
-        }
-      } else {
-        std::memcpy(kv.k(li, block) + at, kr, static_cast<size_t>(d) * sizeof(float));
-        std::memcpy(kv.v(li, block) + at, vr, static_cast<size_t>(d) * sizeof(float));
-      }
-    }
-  }
-  // Causal attention: the token at position p sees positions 0 .. p of its own sequence.
-  std::vector<float> out(static_cast<size_t>(n * nq * d));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int64_t group = nq / nkv;
-  // One item per (row, KV head): the group's query heads read each key and value row once.
-  pool_->parallel_for(n * nkv, [&](int64_t b, int64_t e, int) {
-    std::vector<float> scores;
-    std::vector<const float*> kb, vb;
-    std::vector<const uint16_t*> kb16, vb16;
-    for (int64_t idx = b; idx < e; ++idx) {
-      const int64_t t = idx / nkv, kvh = idx % nkv;
-      const int64_t len = row_pos[t] + 1;
-      const SeqSlice& sq = seqs[static_cast<size_t>(row_seq[t])];
-      const int64_t nblk = (len + bs - 1) / bs;
-      scores.resize(static_cast<size_t>(group * len));
-      const int64_t h0 = kvh * group;
-      const float* q = qkv.data() + t * qkv_w + h0 * d;
-      float* o = out.data() + (t * nq + h0) * d;
-      if (bf16_kv) {
-        kb16.resize(static_cast<size_t>(nblk));
-        vb16.resize(static_cast<size_t>(nblk));
-        for (int64_t j = 0; j < nblk; ++j) {
-          kb16[j] = kv.k_bf16(li, sq.blocks[j]) + kvh * head_block;
-          vb16[j] = kv.v_bf16(li, sq.blocks[j]) + kvh * head_block;
-        }
-        attention_group_paged_bf16(q, group, kb16.data(), vb16.data(), bs, len, d, d, scale,
-                                   scores.data(), o);
-      } else {
-        kb.resize(static_cast<size_t>(nblk));
-        vb.resize(static_cast<size_t>(nblk));
-        for (int64_t j = 0; j < nblk; ++j) {
-          kb[j] = kv.k(li, sq.blocks[j]) + kvh * head_block;
-          vb[j] = kv.v(li, sq.blocks[j]) + kvh * head_block;
-        }
-        attention_group_paged(q, group, kb.data(), vb.data(), bs, len, d, d, scale, scores.data(),
-                              o);
-      }
-    }
-  });
-  t_attn.stop();
-  PhaseTimer t_o(profile_, Phase::kOProj);
-  layer.attn.o->forward(out.data(), n, h, pool_.get());
-}
-
-void DecoderModel::moe(const MoeBlock& m, int64_t li, const float* h, int64_t n, float* x) {
-  const int64_t ne = m.experts->num_experts(), hid = config_.hidden_size, k = m.top_k;
-  std::vector<float> probs(static_cast<size_t>(n * ne));
-  PhaseTimer t_router(profile_, Phase::kRouter);
-  m.router->forward(h, n, probs.data(), pool_.get());
-  std::vector<int32_t> ids(static_cast<size_t>(n * k));
-  std::vector<float> wts(static_cast<size_t>(n * k));
-  std::vector<int32_t> order(static_cast<size_t>(ne));
-  for (int64_t t = 0; t < n; ++t) {
-    float* p = probs.data() + t * ne;
-    softmax(p, ne);
-    std::iota(order.begin(), order.end(), 0);
-    // Highest probability first; ties to the lower expert id.
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    float sum = 0.0f;
-    for (int64_t j = 0; j < k; ++j) sum += p[order[j]];
-    for (int64_t j = 0; j < k; ++j) {
-      ids[t * k + j] = order[j];
-      wts[t * k + j] = m.norm_topk_prob ? p[order[j]] / sum : p[order[j]];
-    }
-  }
-  t_router.stop();
-  if (trace_router_) router_trace_.push_back({li, ids, wts});
-  PhaseTimer t_dispatch(profile_, Phase::kDispatch);
-  // Dispatch: rows sorted by expert, written straight into the format the expert kernel
-  // declares. Each token row is quantized once, into its first slot, and copied to the rest:
-  // the quantization is part of the permutation, not a pass of its own.
-  std::vector<int64_t> offsets(static_cast<size_t>(ne + 1), 0);
-  for (int32_t e : ids) ++offsets[static_cast<size_t>(e) + 1];
-  for (int64_t e = 0; e < ne; ++e) offsets[e + 1] += offsets[e];
-  std::vector<int64_t> slot(static_cast<size_t>(n * k));
-  {
-    std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
-    for (int64_t i = 0; i < n * k; ++i)
-      slot[static_cast<size_t>(i)] = fill[static_cast<size_t>(ids[static_cast<size_t>(i)])]++;
-  }
-  const Scheme decl =
-      fused_dispatch_ ? m.experts->input_scheme(DispatchMode::kLocal) : Scheme::kBf16;
-  ActRows rows;
-  act_rows_init(decl, hid, scale_rule_, &rows);
-  rows.resize(n * k);
-  for (int64_t t = 0; t < n; ++t) {
-    const int64_t first = slot[static_cast<size_t>(t * k)];
-    act_rows_quantize(h + t * hid, first, scale_rule_, &rows);
-    for (int64_t j = 1; j < k; ++j)
-      act_rows_copy(rows, first, &rows, slot[static_cast<size_t>(t * k + j)]);
-  }
-  std::vector<float> outs(static_cast<size_t>(n * k * hid));
-  t_dispatch.stop();
-  ExpertTimes et;
-  m.experts->run(rows, offsets.data(), outs.data(), pool_.get(), profile_ ? &et : nullptr);
-  if (profile_) {
-    profile_->add(Phase::kGmm1, et.gmm1);
-    profile_->add(Phase::kGmm2, et.gmm2);
-  }
-  PhaseTimer t_combine(profile_, Phase::kCombine);
-  // Combine: the weighted un-permute back to token order.
-  for (int64_t t = 0; t < n; ++t) {
-    float* dst = x + t * hid;
-    for (int64_t j = 0; j < k; ++j) {
-      const float wj = wts[static_cast<size_t>(t * k + j)];
-      const float* o = outs.data() + slot[static_cast<size_t>(t * k + j)] * hid;
-      for (int64_t d = 0; d < hid; ++d) dst[d] += wj * o[d];
-    }
-  }
-}
-
 std::string DecoderModel::scheme_summary() const {
   std::string s;
   auto add = [&s](const std::string& name) {
@@ -280,40 +116,22 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
     }
   }
   t_embed.stop();
-  std::vector<float> tmp;
+  ForwardContext ctx{c,
+                     pool_.get(),
+                     profile_,
+                     scale_rule_,
+                     fused_dispatch_,
+                     trace_router_ ? &router_trace_ : nullptr,
+                     seqs,
+                     row_seq,
+                     row_pos,
+                     rope.data(),
+                     kv,
+                     n,
+                     {}};
+  const LayerForward layer_forward = arch_impl(c.arch)->forward;
   for (int64_t li = 0; li < c.num_layers; ++li) {
-    DecoderLayer& layer = layers[static_cast<size_t>(li)];
-    PhaseTimer t_norm(profile_, Phase::kNorms);
-    for (int64_t t = 0; t < n; ++t) {
-      rms_norm(x.data() + t * hid, layer.input_norm.data_as<float>(), hid, c.rms_norm_eps,
-               h.data() + t * hid);
-    }
-    t_norm.stop();
-    attention(layer, li, h.data(), seqs, row_seq, row_pos, rope.data(), kv);  // h <- output
-    PhaseTimer t_norm2(profile_, Phase::kNorms);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
-    for (int64_t t = 0; t < n; ++t) {
-      rms_norm(x.data() + t * hid, layer.post_norm.data_as<float>(), hid, c.rms_norm_eps,
-               h.data() + t * hid);
-    }
-    t_norm2.stop();
-    if (layer.moe) {
-      moe(*layer.moe, li, h.data(), n, x.data());
-    } else {
-      PhaseTimer t_mlp(profile_, Phase::kDenseMlp);
-      const int64_t width = layer.mlp->down->in_features();
-      tmp.resize(static_cast<size_t>(n * 2 * width));
-      layer.mlp->gate_up->forward(h.data(), n, tmp.data(), pool_.get());
-      for (int64_t t = 0; t < n; ++t) {
-        swiglu(tmp.data() + t * 2 * width, tmp.data() + t * 2 * width + width, width,
-               tmp.data() + t * 2 * width);
-        // Compact the activations to [n, width] rows (in place, forward order is safe).
-        std::memmove(tmp.data() + t * width, tmp.data() + t * 2 * width,
-                     static_cast<size_t>(width) * sizeof(float));
-      }
-      layer.mlp->down->forward(tmp.data(), n, h.data(), pool_.get());
-      for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
-    }
+    layer_forward(layers[static_cast<size_t>(li)], li, ctx, x.data(), h.data());
   }
   const int64_t rows = static_cast<int64_t>(logit_rows.size());
   if (rows == 0) return Status::ok();
@@ -394,7 +212,10 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   const std::optional<Scheme> head_scheme =
       options.quantize_lm_head && !offline ? options.quantization : std::nullopt;
   MX_RETURN_IF_ERROR(load_embeddings_and_head(w, config, head_scheme, options.scale_rule, m.get()));
-  const LayerBuilder build = layer_builder_for(config.arch);
+  const ArchImpl* arch = arch_impl(config.arch);
+  if (arch == nullptr)
+    return unimplemented(dir + ": architecture " + config.hf_class + " has no implementation");
+  const LayerBuilder build = arch->build;
   m->layers.resize(static_cast<size_t>(config.num_layers));
   for (int64_t i = 0; i < config.num_layers; ++i) {
     MX_RETURN_IF_ERROR(build(w, config, i, &m->layers[static_cast<size_t>(i)]));

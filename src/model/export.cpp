@@ -4,9 +4,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/json_util.h"
 #include "core/mapped_file.h"
 #include "loader/checkpoint.h"
-#include "core/json_util.h"
 #include "loader/quant_description.h"
 
 namespace mx {

@@ -1,6 +1,6 @@
-// A decoder-only language model: embedding, N x (norm -> attention -> residual -> norm ->
-// MLP or MoE -> residual), final norm, lm_head. Architectures differ only in how their layers
-// are built (one file each, listed in registry.cpp); the forward pass is shared.
+// A decoder-only language model: embedding, N layers, final norm, lm_head. Each architecture
+// file builds its layers from shared blocks and owns how a layer runs (model/blocks.h;
+// registry.cpp lists them); this shell embeds, prepares positions and runs the head.
 #pragma once
 
 #include <cstdint>
@@ -185,11 +185,6 @@ class DecoderModel {
   std::unique_ptr<ThreadPool> pool_;
 
  private:
-  // row_pos: each row's position; rope: per row, head_dim / 2 cosines then as many sines.
-  void attention(DecoderLayer& layer, int64_t li, float* h, const std::vector<SeqSlice>& seqs,
-                 const std::vector<int64_t>& row_seq, const std::vector<int64_t>& row_pos,
-                 const float* rope, PagedKv& kv);
-  void moe(const MoeBlock& moe, int64_t li, const float* h, int64_t n, float* x);
   bool trace_router_ = false;
   ForwardProfile* profile_ = nullptr;
   bool fused_dispatch_ = true;

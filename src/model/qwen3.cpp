@@ -13,4 +13,9 @@ Status build_qwen3_layer(const WeightLoader& w, const ModelConfig& c, int64_t la
   return load_dense_mlp(w, c, p + ".mlp", c.intermediate_size, out->mlp.get());
 }
 
+void qwen3_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                         float* h) {
+  prenorm_layer_forward(layer, li, ctx, x, h);
+}
+
 }  // namespace mx

@@ -1,0 +1,18 @@
+// The architectures mxserve runs: one line each, naming the file that builds and runs its
+// layers. The config parser's list (loader/model_config.cpp) says which checkpoints map here.
+#include "model/blocks.h"
+
+namespace mx {
+
+const ArchImpl* arch_impl(Arch arch) {
+  static const ArchImpl kArchs[] = {
+      {Arch::kQwen3, build_qwen3_layer, qwen3_layer_forward},             // qwen3.cpp
+      {Arch::kQwen3Moe, build_qwen3_moe_layer, qwen3_moe_layer_forward},  // qwen3_moe.cpp
+  };
+  for (const ArchImpl& a : kArchs) {
+    if (a.arch == arch) return &a;
+  }
+  return nullptr;
+}
+
+}  // namespace mx
