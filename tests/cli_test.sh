@@ -102,6 +102,20 @@ python3 -c "import json;d=json.load(open('$tmp/g16.json'));assert d['decode_tok_
 check "run gguf --gguf-dequant bf16" $?
 printf 'Hello there\n' | "$bin" chat -m "$gguf/tiny-qwen3-moe-allmoe.Q8_0.gguf" --seed 3 -n 8 --no-think >"$tmp/chat" 2>&1
 check "chat gguf: the file's chat template" $?
+# Peak RSS on the default path: the blocks stay as stored (mapped), so the run adds at most
+# 1.2x the file to what the process holds without a model (the tokenizer command on the same
+# file), plus 2 MiB for KV and workspace.
+# (Not under the sanitizers, whose shadow memory and quarantine are not the engine's.)
+f=$gguf/tiny-qwen3-moe-allmoe.Q8_0.gguf
+if [ -z "${ASAN_OPTIONS:-}" ]; then
+/usr/bin/time -f "%M" -o "$tmp/rss_run" "$bin" run -m "$f" -p "It is a truth" --temp 0 -n 8 >/dev/null 2>&1
+/usr/bin/time -f "%M" -o "$tmp/rss_base" "$bin" tokenize -m "$f" "It is a truth" >/dev/null 2>&1
+python3 -c "
+import os;run=int(open('$tmp/rss_run').read().split()[-1])*1024;base=int(open('$tmp/rss_base').read().split()[-1])*1024
+size=os.path.getsize('$f');print('rss run %.1f MB, without a model %.1f MB, file %.1f MB'%(run/1e6,base/1e6,size/1e6))
+assert run-base<=1.2*size+(2<<20)"
+check "run gguf: peak RSS within 1.2x the file" $?
+fi
 expect_fail "run gguf: MXFP4 into another weight format" "holds MXFP4 weights" \
   "$bin" run -m "$gguf/tiny-qwen3-moe-allmoe.MXFP4_MOE.gguf" --quantization mxfp8 -p hi
 printf 'GGUF\x01\x00\x00\x00' >"$tmp/v1.gguf"
