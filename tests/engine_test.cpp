@@ -45,14 +45,14 @@ struct Fixture {
   std::vector<std::vector<int32_t>> prompts;
 };
 
-Fixture make_fixture() {
+Fixture make_fixture(const std::string& dir = test::source_dir() + "/models/tiny-qwen3-moe") {
   Fixture f;
   LoadOptions opt;
   opt.threads = 2;
-  auto m = load_model(test::source_dir() + "/models/tiny-qwen3-moe", opt);
+  auto m = load_model(dir, opt);
   EXPECT_TRUE(m.is_ok());
   f.model = std::move(m).value();
-  f.tok = *Tokenizer::load(test::source_dir() + "/models/tiny-qwen3-moe");
+  f.tok = *Tokenizer::load(dir);
   auto prose = read_text_file(test::source_dir() + "/models/tiny-qwen3-moe/eval/prose_heldout.txt");
   for (int i = 0; i < 16; ++i) {
     f.prompts.push_back(f.tok->encode(
@@ -112,6 +112,30 @@ TEST(Engine, PreemptionKeepsResultsExact) {
   cfg.max_running_requests = 16;
   cfg.chunked_prefill_size = 64;
   cfg.num_blocks = 24;  // 384 slots for ~1,900 needed: requests get preempted and recomputed
+  cfg.block_size = 16;
+  EXPECT_GT(run_concurrent(f, cfg), 0);
+}
+
+// Qwen3.5: each running request's recurrent state in its own slot, carried across prefill
+// chunks, reset on readmission after preemption.
+std::string qwen3_5_dir() { return test::shared_dir() + "/fixtures/tiny-qwen3_5-moe"; }
+
+TEST(Engine, HybridConcurrentGreedyEqualsOneAtATime) {
+  Fixture f = make_fixture(qwen3_5_dir());
+  SchedulerConfig cfg;
+  cfg.max_running_requests = 16;
+  cfg.chunked_prefill_size = 128;
+  cfg.num_blocks = 256;
+  cfg.block_size = 16;
+  EXPECT_EQ(run_concurrent(f, cfg), 0);
+}
+
+TEST(Engine, HybridPreemptionKeepsResults) {
+  Fixture f = make_fixture(qwen3_5_dir());
+  SchedulerConfig cfg;
+  cfg.max_running_requests = 16;
+  cfg.chunked_prefill_size = 64;
+  cfg.num_blocks = 24;
   cfg.block_size = 16;
   EXPECT_GT(run_concurrent(f, cfg), 0);
 }

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/mapped_file.h"
 #include "core/json_util.h"
+#include "core/mapped_file.h"
 #include "loader/safetensors.h"
 #include "model/export.h"
 #include "model/model.h"
@@ -108,8 +108,8 @@ TEST(QuantModel, QuantizedLmHeadOnlineEqualsOffline) {
   fs::remove_all(root);
 }
 
-// A quantized router gate is dequantized with its scales: routing then matches the BF16 gate
-// almost everywhere. Read as BF16 without its scales, the codes would route at random.
+// A quantized router gate runs in its scheme with its scales: routing then matches the BF16
+// gate almost everywhere. Read as BF16 without its scales, the codes would route at random.
 TEST(QuantModel, QuantizedRouterGateIsDequantized) {
   const std::string root = test::temp_dir("gate");
   ExportOptions opt;

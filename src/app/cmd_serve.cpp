@@ -50,21 +50,40 @@ int serve(ServeArgs& a) {
   const int64_t ctx =
       c.context_length > 0 ? c.context_length : model->config().max_position_embeddings;
   const ModelConfig& mc = model->config();
-  const int64_t token_bytes = 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim *
+  int64_t attention_layers = 0;
+  for (LayerKind k : mc.layer_kinds) attention_layers += k == LayerKind::kFullAttention ? 1 : 0;
+  const int64_t token_bytes = 2 * attention_layers * mc.num_kv_heads * mc.head_dim *
                               (model->kv_dtype() == KvDtype::kBF16 ? 2 : 4);
+  // Hybrid models hold a recurrent state per running request: it comes out of the budget.
+  const int64_t slot_bytes =
+      static_cast<int64_t>(PagedKv(mc, 0, 1, model->kv_dtype(), 1).slot_bytes());
   const int64_t budget =
-      static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / 4;
+      static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / 4 -
+      slot_bytes * c.scheduler.max_running_requests;
+  if (budget <= 0) {
+    std::fprintf(stderr,
+                 "mxserve serve: %d running requests need %lld MiB of recurrent state, more than "
+                 "a quarter of memory: lower --max-running-requests\n",
+                 c.scheduler.max_running_requests,
+                 static_cast<long long>(slot_bytes * c.scheduler.max_running_requests >> 20));
+    return 1;
+  }
   const int64_t total =
       a.max_total_tokens > 0
           ? a.max_total_tokens
-          : std::max<int64_t>(ctx, std::min<int64_t>({ctx * c.scheduler.max_running_requests,
-                                                      1 << 20, budget / token_bytes}));
+          : std::max<int64_t>(ctx,
+                              std::min<int64_t>({ctx * c.scheduler.max_running_requests, 1 << 20,
+                                                 budget / std::max<int64_t>(token_bytes, 1)}));
   c.scheduler.num_blocks =
       static_cast<int32_t>((total + c.scheduler.block_size - 1) / c.scheduler.block_size);
   const int64_t kv_tokens = int64_t{c.scheduler.num_blocks} * c.scheduler.block_size;
   MX_LOG_INFO("KV cache: " + std::to_string(kv_tokens) + " tokens, " +
               std::to_string(kv_tokens * token_bytes >> 20) + " MiB (" +
-              kv_dtype_name(model->kv_dtype()) + ")");
+              kv_dtype_name(model->kv_dtype()) + ")" +
+              (slot_bytes > 0
+                   ? "; recurrent state: " + std::to_string(c.scheduler.max_running_requests) +
+                         " slots of " + std::to_string(slot_bytes >> 10) + " KiB"
+                   : std::string()));
   OpenAiServer server(*model, *tok, std::move(tmpl), stops, c);
   g_server = &server;
   std::signal(SIGINT, [](int) {

@@ -191,7 +191,7 @@ Status check_positive(const GgufFile& f, const std::string& key, int64_t v) {
 
 const ArchInfo* arch_of_gguf(const std::string& name) {
   for (const ArchInfo& a : supported_archs()) {
-    if (a.gguf_arch == name) return &a;
+    if (!a.gguf_arch.empty() && a.gguf_arch == name) return &a;
   }
   return nullptr;
 }
@@ -226,8 +226,9 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& f) {
   const ArchInfo* info = arch_of_gguf(arch);
   if (info == nullptr) {
     std::string list;
-    for (const ArchInfo& a : supported_archs())
-      list += (list.empty() ? "" : ", ") + std::string(a.gguf_arch);
+    for (const ArchInfo& a : supported_archs()) {
+      if (!a.gguf_arch.empty()) list += (list.empty() ? "" : ", ") + std::string(a.gguf_arch);
+    }
     return unimplemented(f.path() + ": general.architecture '" + arch +
                          "' is not supported (supported: " + list + ")");
   }
@@ -285,6 +286,8 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& f) {
   }
   MX_RETURN_IF_ERROR(check_positive(f, "the vocabulary size (token_embd rows)", c.vocab_size));
   c.tie_word_embeddings = f.tensor("output.weight") == nullptr;
+  c.rotary_dim = c.head_dim;
+  c.layer_kinds.assign(static_cast<size_t>(c.num_layers), LayerKind::kFullAttention);
   MX_ASSIGN_OR_RETURN(c.bos_token_id, int_or(f, "tokenizer.ggml.bos_token_id", -1));
   MX_ASSIGN_OR_RETURN(c.eos_token_id, int_or(f, "tokenizer.ggml.eos_token_id", -1));
   if (c.arch == Arch::kQwen3Moe) {

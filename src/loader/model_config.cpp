@@ -12,12 +12,14 @@ const std::vector<ArchInfo>& supported_archs() {
   static const std::vector<ArchInfo> kArchs = {
       {Arch::kQwen3, "Qwen3ForCausalLM", "qwen3", "qwen3"},
       {Arch::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", "qwen3moe"},
+      {Arch::kQwen3_5, "Qwen3_5ForConditionalGeneration", "qwen3_5", ""},
+      {Arch::kQwen3_5Moe, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", ""},
   };
   return kArchs;
 }
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
-  if (arch != Arch::kQwen3Moe || num_experts <= 0) return false;
+  if (!has_moe() || num_experts <= 0) return false;
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) {
     return false;
   }
@@ -66,16 +68,93 @@ Result<const ArchInfo*> find_arch(const Json& j, const std::string& what) {
                           "' (supported: " + supported + ")");
 }
 
+// Which layers are linear attention: `layer_types`, else every full_attention_interval-th
+// layer (1-based) is full attention.
+Status parse_layer_kinds(const Json& j, const std::string& what, ModelConfig* c) {
+  if (auto lt = j.find("layer_types"); lt != j.end() && !lt->is_null()) {
+    if (!lt->is_array() || static_cast<int64_t>(lt->size()) != c->num_layers) {
+      return invalid_argument(what + ": 'layer_types' must list one kind per layer (" +
+                              std::to_string(c->num_layers) + "), got " +
+                              (lt->is_array() ? std::to_string(lt->size()) : json_type_name(*lt)));
+    }
+    for (size_t i = 0; i < lt->size(); ++i) {
+      const Json& e = (*lt)[i];
+      const std::string kind = e.is_string() ? e.get<std::string>() : json_type_name(e);
+      if (kind == "full_attention") {
+        c->layer_kinds[i] = LayerKind::kFullAttention;
+      } else if (kind == "linear_attention") {
+        c->layer_kinds[i] = LayerKind::kLinearAttention;
+      } else {
+        return invalid_argument(what + ": layer_types[" + std::to_string(i) + "] is '" + kind +
+                                "' (known: full_attention, linear_attention)");
+      }
+    }
+    return Status::ok();
+  }
+  MX_ASSIGN_OR_RETURN(int64_t every, json_int_or(j, "full_attention_interval", 4, what));
+  MX_RETURN_IF_ERROR(positive(what, "full_attention_interval", every));
+  for (int64_t i = 0; i < c->num_layers; ++i) {
+    c->layer_kinds[static_cast<size_t>(i)] =
+        (i + 1) % every == 0 ? LayerKind::kFullAttention : LayerKind::kLinearAttention;
+  }
+  return Status::ok();
+}
+
+Status parse_qwen3_5_fields(const Json& j, const std::string& what, ModelConfig* c) {
+  c->weight_prefix = "model.language_model.";
+  c->zero_centered_norms = true;
+  MX_ASSIGN_OR_RETURN(c->attn_output_gate, json_bool_or(j, "attn_output_gate", true, what));
+  MX_RETURN_IF_ERROR(parse_layer_kinds(j, what, c));
+  double partial = 1.0;
+  if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object()) {
+    MX_ASSIGN_OR_RETURN(c->rope_theta, json_number_or(*rp, "rope_theta", c->rope_theta, what));
+    MX_ASSIGN_OR_RETURN(partial, json_number_or(*rp, "partial_rotary_factor", partial, what));
+  }
+  MX_ASSIGN_OR_RETURN(partial, json_number_or(j, "partial_rotary_factor", partial, what));
+  c->rotary_dim = static_cast<int64_t>(static_cast<double>(c->head_dim) * partial);
+  if (!(partial > 0 && partial <= 1) || c->rotary_dim % 2 != 0 || c->rotary_dim == 0) {
+    return invalid_argument(what + ": partial_rotary_factor " + std::to_string(partial) +
+                            " does not give an even rotary width of head_dim " +
+                            std::to_string(c->head_dim));
+  }
+  struct Field {
+    const char* key;
+    int64_t* out;
+  };
+  for (const Field& f : {Field{"linear_num_key_heads", &c->linear_num_key_heads},
+                         Field{"linear_num_value_heads", &c->linear_num_value_heads},
+                         Field{"linear_key_head_dim", &c->linear_key_head_dim},
+                         Field{"linear_value_head_dim", &c->linear_value_head_dim},
+                         Field{"linear_conv_kernel_dim", &c->linear_conv_kernel_dim}}) {
+    MX_ASSIGN_OR_RETURN(*f.out, json_int(j, f.key, what));
+    MX_RETURN_IF_ERROR(positive(what, f.key, *f.out));
+  }
+  if (c->linear_num_value_heads % c->linear_num_key_heads != 0) {
+    return invalid_argument(what + ": linear_num_value_heads (" +
+                            std::to_string(c->linear_num_value_heads) +
+                            ") is not a multiple of linear_num_key_heads (" +
+                            std::to_string(c->linear_num_key_heads) + ")");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& what) {
-  MX_ASSIGN_OR_RETURN(Json j, parse_json(json_text, what));
-  if (!j.is_object()) return invalid_argument(what + ": not a JSON object");
-  MX_ASSIGN_OR_RETURN(const ArchInfo* arch, find_arch(j, what));
+  MX_ASSIGN_OR_RETURN(Json top, parse_json(json_text, what));
+  if (!top.is_object()) return invalid_argument(what + ": not a JSON object");
+  MX_ASSIGN_OR_RETURN(const ArchInfo* arch, find_arch(top, what));
   ModelConfig c;
   c.arch = arch->arch;
   c.hf_class = arch->hf_class;
   c.model_type = arch->model_type;
+  const bool qwen3_5 = c.arch == Arch::kQwen3_5 || c.arch == Arch::kQwen3_5Moe;
+  // Qwen3.5 checkpoints wrap a vision-language model: the language model's fields sit in
+  // text_config.
+  if (qwen3_5 && (!top.contains("text_config") || !top["text_config"].is_object())) {
+    return invalid_argument(what + ": " + c.hf_class + " needs an object 'text_config'");
+  }
+  const Json& j = qwen3_5 ? top["text_config"] : top;
   MX_ASSIGN_OR_RETURN(c.vocab_size, json_int(j, "vocab_size", what));
   MX_ASSIGN_OR_RETURN(c.hidden_size, json_int(j, "hidden_size", what));
   MX_ASSIGN_OR_RETURN(c.num_layers, json_int(j, "num_hidden_layers", what));
@@ -94,8 +173,13 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   MX_ASSIGN_OR_RETURN(c.head_dim, json_int_or(j, "head_dim", c.hidden_size / c.num_heads, what));
   MX_RETURN_IF_ERROR(positive(what, "head_dim", c.head_dim));
   if (c.head_dim % 2 != 0) return invalid_argument(what + ": head_dim must be even for RoPE");
-  MX_ASSIGN_OR_RETURN(c.intermediate_size, json_int(j, "intermediate_size", what));
-  MX_RETURN_IF_ERROR(positive(what, "intermediate_size", c.intermediate_size));
+  if (c.arch == Arch::kQwen3_5Moe) {
+    // Every layer may be MoE: a dense width is then absent.
+    MX_ASSIGN_OR_RETURN(c.intermediate_size, json_int_or(j, "intermediate_size", 0, what));
+  } else {
+    MX_ASSIGN_OR_RETURN(c.intermediate_size, json_int(j, "intermediate_size", what));
+    MX_RETURN_IF_ERROR(positive(what, "intermediate_size", c.intermediate_size));
+  }
   MX_ASSIGN_OR_RETURN(c.rms_norm_eps, json_number_or(j, "rms_norm_eps", 1e-6, what));
   MX_ASSIGN_OR_RETURN(c.rope_theta, json_number_or(j, "rope_theta", 10000.0, what));
   if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) {
@@ -115,7 +199,10 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     MX_ASSIGN_OR_RETURN(c.eos_token_id, json_int_or(j, "eos_token_id", -1, what));
   }
 
-  if (c.arch == Arch::kQwen3Moe) {
+  c.rotary_dim = c.head_dim;
+  c.layer_kinds.assign(static_cast<size_t>(c.num_layers), LayerKind::kFullAttention);
+  if (qwen3_5) MX_RETURN_IF_ERROR(parse_qwen3_5_fields(j, what, &c));
+  if (c.has_moe()) {
     MX_ASSIGN_OR_RETURN(c.num_experts, json_int(j, "num_experts", what));
     MX_ASSIGN_OR_RETURN(c.num_experts_per_tok, json_int(j, "num_experts_per_tok", what));
     MX_ASSIGN_OR_RETURN(c.moe_intermediate_size, json_int(j, "moe_intermediate_size", what));
@@ -129,6 +216,12 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     MX_ASSIGN_OR_RETURN(c.decoder_sparse_step, json_int_or(j, "decoder_sparse_step", 1, what));
     MX_RETURN_IF_ERROR(positive(what, "decoder_sparse_step", c.decoder_sparse_step));
     MX_ASSIGN_OR_RETURN(c.mlp_only_layers, json_int_list_or(j, "mlp_only_layers", what));
+    if (c.arch == Arch::kQwen3_5Moe) {
+      // The Qwen3.5 router always renormalizes its top-k.
+      c.norm_topk_prob = true;
+      MX_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
+                          json_int_or(j, "shared_expert_intermediate_size", 0, what));
+    }
   }
   return c;
 }

@@ -11,7 +11,11 @@
 
 namespace mx {
 
-enum class Arch { kQwen3, kQwen3Moe };
+enum class Arch { kQwen3, kQwen3Moe, kQwen3_5, kQwen3_5Moe };
+
+// What mixes tokens in a layer: softmax attention over the KV cache, or gated DeltaNet linear
+// attention over a recurrent state.
+enum class LayerKind { kFullAttention, kLinearAttention };
 
 struct ArchInfo {
   Arch arch;
@@ -48,7 +52,29 @@ struct ModelConfig {
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
 
+  // Per layer (`layer_types`, else every full_attention_interval-th layer is full attention).
+  std::vector<LayerKind> layer_kinds;
+  // Where the language model's tensors live ("model." or, for Qwen3.5, "model.language_model.").
+  std::string weight_prefix = "model.";
+  // Qwen3.5: norms store w - 1 and apply (1 + w); q_proj also gives a sigmoid output gate per
+  // head; RoPE covers the first rotary_dim dims of each head.
+  bool zero_centered_norms = false;
+  bool attn_output_gate = false;
+  int64_t rotary_dim = 0;  // = head_dim unless partial_rotary_factor < 1
+  // Gated DeltaNet (linear attention layers).
+  int64_t linear_num_key_heads = 0;
+  int64_t linear_num_value_heads = 0;
+  int64_t linear_key_head_dim = 0;
+  int64_t linear_value_head_dim = 0;
+  int64_t linear_conv_kernel_dim = 0;
+  // MoE with a sigmoid-gated shared expert of this width (0: none).
+  int64_t shared_expert_intermediate_size = 0;
+
   bool is_moe_layer(int64_t layer) const;
+  bool is_linear_attention(int64_t layer) const {
+    return layer_kinds[static_cast<size_t>(layer)] == LayerKind::kLinearAttention;
+  }
+  bool has_moe() const { return arch == Arch::kQwen3Moe || arch == Arch::kQwen3_5Moe; }
 };
 
 // `what` names the source in errors.

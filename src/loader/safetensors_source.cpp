@@ -2,6 +2,8 @@
 // an msmodelslim directory (quant_model_weights + quant_model_description.json), plus the
 // checks every source shares and the detection that picks one.
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include "formats/mx_block.h"
 #include "formats/mx_layout.h"
@@ -12,20 +14,46 @@
 namespace mx {
 namespace {
 
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A per-expert weight that is a slice of a fused expert tensor: expert `expert`, rows
+// [row0, row0 + rows) of `fused` ([E, out, in]).
+struct ExpertSlice {
+  std::string fused;
+  int64_t expert, row0, rows;
+};
+
 class SafetensorsSource : public WeightSource {
  public:
   SafetensorsSource(std::string label, CheckpointFiles ck)
-      : label_(std::move(label)), ck_(std::move(ck)) {}
+      : label_(std::move(label)), ck_(std::move(ck)) {
+    index_fused_experts();
+  }
   const std::string& label() const override { return label_; }
   std::string_view kind() const override { return "safetensors"; }
   std::vector<std::string> names() const override { return ck_.names(); }
-  bool has(const std::string& name) const override { return ck_.find(name) != nullptr; }
+  bool has(const std::string& name) const override {
+    return ck_.find(name) != nullptr || slices_.count(name) != 0;
+  }
+  std::vector<std::string> logical_names() const override {
+    std::set<std::string> out;
+    for (const std::string& n : ck_.names()) out.insert(n);
+    for (const auto& [n, s] : slices_) {
+      out.erase(s.fused);
+      out.insert(n);
+    }
+    return {out.begin(), out.end()};
+  }
   std::string stored_type(const std::string& name) const override {
     const TensorInfo* t = ck_.find(name);
     return t == nullptr ? "" : std::string(dtype_name(t->dtype));
   }
 
   Result<Tensor> tensor(const std::string& name) const override {
+    if (auto sl = slices_.find(name); sl != slices_.end()) return slice(sl->second);
     auto t = ck_.tensor(name);
     if (!t.is_ok()) return not_found("checkpoint is missing tensor '" + name + "'");
     mark_used(name);
@@ -53,8 +81,41 @@ class SafetensorsSource : public WeightSource {
   const CheckpointFiles& files() const { return ck_; }
 
  private:
+  // Qwen3.5-MoE stores routed experts fused, without a ".weight" suffix:
+  // `experts.gate_up_proj` [E, 2I, H] (rows gate then up) and `experts.down_proj` [E, H, I].
+  // Each expert's gate, up and down are seen as views of them.
+  void index_fused_experts() {
+    for (const std::string& n : ck_.names()) {
+      const TensorInfo* t = ck_.find(n);
+      if (t->shape.size() != 3) continue;
+      const bool gate_up = ends_with(n, ".experts.gate_up_proj");
+      if (!gate_up && !ends_with(n, ".experts.down_proj")) continue;
+      const std::string base = n.substr(0, n.rfind('.') + 1);  // "...experts."
+      const int64_t out = t->shape[1];
+      for (int64_t e = 0; e < t->shape[0]; ++e) {
+        const std::string ep = base + std::to_string(e);
+        if (gate_up) {
+          slices_[ep + ".gate_proj.weight"] = {n, e, 0, out / 2};
+          slices_[ep + ".up_proj.weight"] = {n, e, out / 2, out / 2};
+        } else {
+          slices_[ep + ".down_proj.weight"] = {n, e, 0, out};
+        }
+      }
+    }
+  }
+  Result<Tensor> slice(const ExpertSlice& s) const {
+    MX_ASSIGN_OR_RETURN(Tensor t, ck_.tensor(s.fused));
+    if (t.dim(1) % 2 != 0 && s.row0 > 0) {
+      return invalid_argument("tensor '" + s.fused + "' has an odd row count " +
+                              std::to_string(t.dim(1)) + " where gate and up rows belong");
+    }
+    mark_used(s.fused);
+    return t.select(0, s.expert).slice(0, s.row0, s.row0 + s.rows);
+  }
+
   std::string label_;
   CheckpointFiles ck_;
+  std::map<std::string, ExpertSlice> slices_;
 };
 
 // msmodelslim: each weight tensor's type string comes from the description; MX weights carry

@@ -55,6 +55,9 @@ class WeightSource {
   virtual std::string_view kind() const = 0;
   // Every tensor under its Hugging Face name, in name order.
   virtual std::vector<std::string> names() const = 0;
+  // The same with fused expert banks seen one tensor per expert (what an exporter that saves
+  // experts per expert, as msmodelslim does, writes); tensor() answers each.
+  virtual std::vector<std::string> logical_names() const { return names(); }
   virtual bool has(const std::string& name) const = 0;
   // A tensor stored in a plain dtype (norms; embeddings of safetensors checkpoints).
   virtual Result<Tensor> tensor(const std::string& name) const = 0;

@@ -18,7 +18,9 @@ void attention_forward(const AttentionBlock& attn, int64_t li, ForwardContext& c
   PagedKv& kv = ctx.kv;
   ForwardProfile* prof = ctx.profile;
   const int64_t d = c.head_dim, nq = c.num_heads, nkv = c.num_kv_heads;
-  const int64_t qkv_w = (nq + 2 * nkv) * d;
+  // With an output gate each query head is [query | gate].
+  const int64_t qw = (attn.output_gate ? 2 : 1) * nq * d, qkv_w = qw + 2 * nkv * d;
+  const int64_t rot = c.rotary_dim;
   const int64_t n = static_cast<int64_t>(row_seq.size());
   // A block holds each KV head's slots together ([kv_head][slot][head_dim]): one (row, KV head)
   // item of attention reads whole contiguous runs rather than a slice of every cached row.
@@ -27,31 +29,49 @@ void attention_forward(const AttentionBlock& attn, int64_t li, ForwardContext& c
   PhaseTimer t_qkv(prof, Phase::kQkv);
   attn.qkv->forward(h, n, qkv.data(), ctx.pool);
   t_qkv.stop();
+  // Queries where the attention kernel reads them: a group's heads contiguous.
+  std::vector<float> qbuf, gate;
+  float* qbase = qkv.data();
+  int64_t q_ld = qkv_w;
+  if (attn.output_gate) {
+    qbuf.resize(static_cast<size_t>(n * nq * d));
+    gate.resize(qbuf.size());
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t hd = 0; hd < nq; ++hd) {
+        const float* src = qkv.data() + t * qkv_w + hd * 2 * d;
+        std::memcpy(&qbuf[static_cast<size_t>((t * nq + hd) * d)], src, sizeof(float) * d);
+        std::memcpy(&gate[static_cast<size_t>((t * nq + hd) * d)], src + d, sizeof(float) * d);
+      }
+    }
+    qbase = qbuf.data();
+    q_ld = nq * d;
+  }
   PhaseTimer t_attn(prof, Phase::kAttention);
   const auto* qn = attn.q_norm.data_as<float>();
   const auto* kn = attn.k_norm.data_as<float>();
   // q/k norms, RoPE, and the new keys and values into their blocks: all rows first, so that
   // rows of one prefill chunk see each other's keys.
-  const int64_t half = d / 2;
+  const int64_t half = rot / 2;
   const bool bf16_kv = kv.dtype() == KvDtype::kBF16;
   for (int64_t t = 0; t < n; ++t) {
     float* row = qkv.data() + t * qkv_w;
     const int64_t pos = row_pos[t];
-    const float* cos = rope + t * d;
+    const float* cos = rope + t * rot;
     const float* sin = cos + half;
     const SeqSlice& sq = seqs[static_cast<size_t>(row_seq[t])];
+    float* qrow = qbase + t * q_ld;
     for (int64_t hd = 0; hd < nq; ++hd) {
-      rms_norm(row + hd * d, qn, d, c.rms_norm_eps, row + hd * d);
-      rope_neox_cs(row + hd * d, d, cos, sin);
+      rms_norm(qrow + hd * d, qn, d, c.rms_norm_eps, qrow + hd * d);
+      rope_neox_cs(qrow + hd * d, rot, cos, sin);
     }
     // The row's keys and values into their slot of each KV head's part of the block.
     const int32_t block = sq.blocks[pos / bs];
     for (int64_t hd = 0; hd < nkv; ++hd) {
-      float* kr = row + (nq + hd) * d;
+      float* kr = row + qw + hd * d;
       rms_norm(kr, kn, d, c.rms_norm_eps, kr);
-      rope_neox_cs(kr, d, cos, sin);
+      rope_neox_cs(kr, rot, cos, sin);
       const int64_t at = hd * head_block + (pos % bs) * d;
-      const float* vr = row + (nq + nkv + hd) * d;
+      const float* vr = row + qw + (nkv + hd) * d;
       if (bf16_kv) {
         uint16_t* k = kv.k_bf16(li, block) + at;
         uint16_t* v = kv.v_bf16(li, block) + at;
@@ -81,7 +101,7 @@ void attention_forward(const AttentionBlock& attn, int64_t li, ForwardContext& c
       const int64_t nblk = (len + bs - 1) / bs;
       scores.resize(static_cast<size_t>(group * len));
       const int64_t h0 = kvh * group;
-      const float* q = qkv.data() + t * qkv_w + h0 * d;
+      const float* q = qbase + t * q_ld + h0 * d;
       float* o = out.data() + (t * nq + h0) * d;
       if (bf16_kv) {
         kb16.resize(static_cast<size_t>(nblk));
@@ -104,6 +124,9 @@ void attention_forward(const AttentionBlock& attn, int64_t li, ForwardContext& c
       }
     }
   });
+  if (attn.output_gate) {
+    for (size_t i = 0; i < out.size(); ++i) out[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+  }
   t_attn.stop();
   PhaseTimer t_o(prof, Phase::kOProj);
   attn.o->forward(out.data(), n, h, ctx.pool);

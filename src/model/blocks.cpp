@@ -8,6 +8,10 @@ namespace mx {
 
 void dense_mlp_forward(const DenseMlp& mlp, ForwardContext& ctx, float* h) {
   PhaseTimer t_mlp(ctx.profile, Phase::kDenseMlp);
+  dense_mlp_apply(mlp, ctx, h);
+}
+
+void dense_mlp_apply(const DenseMlp& mlp, ForwardContext& ctx, float* h) {
   const int64_t n = ctx.rows, width = mlp.down->in_features();
   std::vector<float>& tmp = ctx.scratch;
   tmp.resize(static_cast<size_t>(n * 2 * width));
@@ -31,7 +35,11 @@ void prenorm_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext
     rms_norm(x + t * hid, layer.input_norm.data_as<float>(), hid, eps, h + t * hid);
   }
   t_norm.stop();
-  attention_forward(layer.attn, li, ctx, h);  // h <- output
+  if (layer.deltanet) {
+    deltanet_forward(*layer.deltanet, li, ctx, h);  // h <- output
+  } else {
+    attention_forward(layer.attn, li, ctx, h);  // h <- output
+  }
   PhaseTimer t_norm2(ctx.profile, Phase::kNorms);
   for (int64_t i = 0; i < n * hid; ++i) x[i] += h[i];
   for (int64_t t = 0; t < n; ++t) {
@@ -46,11 +54,24 @@ void prenorm_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext
   for (int64_t i = 0; i < n * hid; ++i) x[i] += h[i];
 }
 
+Result<Tensor> load_norm(const WeightLoader& w, const ModelConfig& c, const std::string& name,
+                         int64_t n) {
+  MX_ASSIGN_OR_RETURN(Tensor t, w.norm(name, n));
+  // Zero-centred norms store w - 1: the (1 + w) is applied once here, in FP32 as the
+  // reference adds it, so the norm kernel is the same for every model.
+  if (c.zero_centered_norms) {
+    float* p = t.mutable_data_as<float>();
+    for (int64_t i = 0; i < n; ++i) p[i] = 1.0f + p[i];
+  }
+  return t;
+}
+
 Status load_norms(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
                   DecoderLayer* out) {
-  MX_ASSIGN_OR_RETURN(out->input_norm, w.norm(prefix + ".input_layernorm.weight", c.hidden_size));
+  MX_ASSIGN_OR_RETURN(out->input_norm,
+                      load_norm(w, c, prefix + ".input_layernorm.weight", c.hidden_size));
   MX_ASSIGN_OR_RETURN(out->post_norm,
-                      w.norm(prefix + ".post_attention_layernorm.weight", c.hidden_size));
+                      load_norm(w, c, prefix + ".post_attention_layernorm.weight", c.hidden_size));
   return Status::ok();
 }
 
@@ -58,12 +79,14 @@ Status load_attention(const WeightLoader& w, const ModelConfig& c, const std::st
                       AttentionBlock* out) {
   const int64_t h = c.hidden_size, d = c.head_dim;
   if (c.attention_bias) return unimplemented(prefix + ": attention_bias is not supported");
-  MX_ASSIGN_OR_RETURN(out->q_norm, w.norm(prefix + ".q_norm.weight", d));
-  MX_ASSIGN_OR_RETURN(out->k_norm, w.norm(prefix + ".k_norm.weight", d));
+  MX_ASSIGN_OR_RETURN(out->q_norm, load_norm(w, c, prefix + ".q_norm.weight", d));
+  MX_ASSIGN_OR_RETURN(out->k_norm, load_norm(w, c, prefix + ".k_norm.weight", d));
+  out->output_gate = c.attn_output_gate;
+  const int64_t q_rows = (c.attn_output_gate ? 2 : 1) * c.num_heads * d;
   MX_ASSIGN_OR_RETURN(
       out->qkv,
       w.linear({prefix + ".q_proj", prefix + ".k_proj", prefix + ".v_proj"},
-               {c.num_heads * d, c.num_kv_heads * d, c.num_kv_heads * d}, h, prefix + ".qkv_proj"));
+               {q_rows, c.num_kv_heads * d, c.num_kv_heads * d}, h, prefix + ".qkv_proj"));
   MX_ASSIGN_OR_RETURN(out->o,
                       w.linear({prefix + ".o_proj"}, {h}, c.num_heads * d, prefix + ".o_proj"));
   return Status::ok();
@@ -87,14 +110,25 @@ Status load_moe(const WeightLoader& w, const ModelConfig& c, const std::string& 
                       w.experts(prefix, c.num_experts, c.moe_intermediate_size, c.hidden_size));
   out->top_k = c.num_experts_per_tok;
   out->norm_topk_prob = c.norm_topk_prob;
+  if (c.shared_expert_intermediate_size > 0) {
+    out->shared = std::make_unique<DenseMlp>();
+    MX_RETURN_IF_ERROR(load_dense_mlp(w, c, prefix + ".shared_expert",
+                                      c.shared_expert_intermediate_size, out->shared.get()));
+    // The gate is one row: kept as stored, like the router.
+    MX_ASSIGN_OR_RETURN(out->shared_gate,
+                        w.linear({prefix + ".shared_expert_gate"}, {1}, c.hidden_size,
+                                 prefix + ".shared_expert_gate", /*keep_float=*/true));
+  }
   return Status::ok();
 }
 
 Status load_embeddings_and_head(const WeightLoader& w, const ModelConfig& c,
                                 std::optional<Scheme> head_scheme, ScaleRule rule,
                                 DecoderModel* m) {
-  MX_RETURN_IF_ERROR(w.embedding(c.vocab_size, c.hidden_size, &m->embed));
-  MX_ASSIGN_OR_RETURN(m->final_norm, w.norm("model.norm.weight", c.hidden_size));
+  const std::string embed = c.weight_prefix + "embed_tokens";
+  MX_RETURN_IF_ERROR(w.embedding(embed, c.vocab_size, c.hidden_size, &m->embed));
+  MX_ASSIGN_OR_RETURN(m->final_norm,
+                      load_norm(w, c, c.weight_prefix + "norm.weight", c.hidden_size));
   const bool keep_float = !head_scheme;
   // A tied checkpoint may still ship lm_head.weight; without one the embedding serves.
   if (!c.tie_word_embeddings || w.has("lm_head.weight")) {
@@ -102,8 +136,8 @@ Status load_embeddings_and_head(const WeightLoader& w, const ModelConfig& c,
         m->lm_head, w.linear({"lm_head"}, {c.vocab_size}, c.hidden_size, "lm_head", keep_float));
   } else if (m->embed.ggml) {
     // Tied GGUF heads run on the embedding's blocks, like any other GGUF linear.
-    MX_ASSIGN_OR_RETURN(m->lm_head, w.linear({"model.embed_tokens"}, {c.vocab_size}, c.hidden_size,
-                                             "lm_head", keep_float));
+    MX_ASSIGN_OR_RETURN(m->lm_head,
+                        w.linear({embed}, {c.vocab_size}, c.hidden_size, "lm_head", keep_float));
   } else if (head_scheme && *head_scheme != Scheme::kBf16) {
     MX_ASSIGN_OR_RETURN(MxWeights q, quantize_weight(m->embed.table, *head_scheme, rule, "lm_head",
                                                      m->pool_.get()));

@@ -45,8 +45,18 @@ Status load_embeddings_and_head(const WeightLoader& w, const ModelConfig& c,
 
 // h: the normed rows in, the attention output (after o_proj) out.
 void attention_forward(const AttentionBlock& attn, int64_t layer, ForwardContext& ctx, float* h);
+// h: the normed rows in, the DeltaNet output (after out_proj) out. Each sequence's recurrent
+// state lives in its slot of ctx.kv and is reset when the sequence starts.
+void deltanet_forward(const DeltaNetBlock& dn, int64_t layer, ForwardContext& ctx, float* h);
+Status load_deltanet(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
+                     DeltaNetBlock* out);
+// A norm weight as FP32, with (1 + w) applied for zero-centred norms.
+Result<Tensor> load_norm(const WeightLoader& w, const ModelConfig& c, const std::string& name,
+                         int64_t n);
 // h: the normed rows in, the MLP output out.
 void dense_mlp_forward(const DenseMlp& mlp, ForwardContext& ctx, float* h);
+// The same, untimed (a shared expert times itself).
+void dense_mlp_apply(const DenseMlp& mlp, ForwardContext& ctx, float* h);
 // Adds the MoE output of the normed rows h to x.
 void moe_forward(const MoeBlock& moe, int64_t layer, ForwardContext& ctx, const float* h, float* x);
 // Pre-norm residual layer: x += attn(norm(x)); x += ffn(norm(x)), the FFN being the layer's
@@ -75,5 +85,9 @@ Status build_qwen3_moe_layer(const WeightLoader& w, const ModelConfig& c, int64_
                              DecoderLayer* out);
 void qwen3_moe_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
                              float* h);
+Status build_qwen3_5_layer(const WeightLoader& w, const ModelConfig& c, int64_t layer,
+                           DecoderLayer* out);
+void qwen3_5_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                           float* h);
 
 }  // namespace mx

@@ -13,11 +13,27 @@ namespace mx {
 
 const char* kv_dtype_name(KvDtype d) { return d == KvDtype::kBF16 ? "bf16" : "fp32"; }
 
-PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size, KvDtype dtype)
+PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size, KvDtype dtype,
+                 int32_t slots)
     : num_blocks_(num_blocks),
       block_size_(block_size),
       row_(c.num_kv_heads * c.head_dim),
-      dtype_(dtype) {
+      dtype_(dtype),
+      slots_(slots) {
+  bool hybrid = false;
+  for (LayerKind k : c.layer_kinds) hybrid = hybrid || k == LayerKind::kLinearAttention;
+  if (hybrid) {
+    const int64_t conv_dim = 2 * c.linear_num_key_heads * c.linear_key_head_dim +
+                             c.linear_num_value_heads * c.linear_value_head_dim;
+    conv_row_ = (c.linear_conv_kernel_dim - 1) * conv_dim;
+    rec_row_ =
+        conv_row_ + c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
+    for (LayerKind k : c.layer_kinds) layers_ += k == LayerKind::kLinearAttention ? 1 : 0;
+    // Indexed by layer, so full-attention layers leave their part untouched (and unpaged);
+    // a slot is reset when its sequence starts.
+    rec_ = std::make_unique_for_overwrite<float[]>(
+        static_cast<size_t>(c.num_layers * slots_ * rec_row_));
+  }
   const size_t n = static_cast<size_t>(c.num_layers * num_blocks * block_size * row_);
   if (dtype == KvDtype::kBF16) {
     k16_ = std::make_unique_for_overwrite<uint16_t[]>(n);
@@ -28,12 +44,28 @@ PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size, K
   }
 }
 
+uint64_t PagedKv::slot_bytes() const {
+  return static_cast<uint64_t>(layers_ * rec_row_) * sizeof(float);
+}
+
+uint64_t DecoderLayer::mixer_weight_bytes() const {
+  if (deltanet) {
+    return deltanet->qkvz->weight_bytes() + deltanet->ba->weight_bytes() +
+           deltanet->out->weight_bytes() + deltanet->conv_w.nbytes();
+  }
+  return attn.qkv->weight_bytes() + attn.o->weight_bytes();
+}
+
 uint64_t DecoderModel::weight_bytes() const {
   uint64_t b = embed.table.nbytes() + lm_head->weight_bytes();
   for (const DecoderLayer& l : layers) {
-    b += l.attn.qkv->weight_bytes() + l.attn.o->weight_bytes();
+    b += l.mixer_weight_bytes();
     if (l.mlp) b += l.mlp->gate_up->weight_bytes() + l.mlp->down->weight_bytes();
     if (l.moe) b += l.moe->router->weight_bytes() + l.moe->experts->weight_bytes();
+    if (l.moe && l.moe->shared) {
+      b += l.moe->shared->gate_up->weight_bytes() + l.moe->shared->down->weight_bytes() +
+           l.moe->shared_gate->weight_bytes();
+    }
   }
   return b;
 }
@@ -44,7 +76,8 @@ std::string DecoderModel::scheme_summary() const {
     if (s.find(name) == std::string::npos) s += (s.empty() ? "" : ", ") + name;
   };
   for (const DecoderLayer& l : layers) {
-    add(l.attn.qkv->scheme_name());
+    if (l.attn.qkv) add(l.attn.qkv->scheme_name());
+    if (l.deltanet) add(l.deltanet->qkvz->scheme_name());
     if (l.mlp) add(l.mlp->gate_up->scheme_name());
     if (l.moe) add(l.moe->experts->scheme_name());
   }
@@ -93,9 +126,10 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
   }
   const int64_t n = static_cast<int64_t>(row_seq.size());
   if (n == 0) return invalid_argument("forward: no tokens");
+  const int64_t rot = c.rotary_dim;
   if (inv_freq_.empty()) {
-    inv_freq_.resize(static_cast<size_t>(c.head_dim / 2));
-    rope_inv_freq(c.head_dim, c.rope_theta, inv_freq_.data());
+    inv_freq_.resize(static_cast<size_t>(rot / 2));
+    rope_inv_freq(rot, c.rope_theta, inv_freq_.data());
   }
   router_trace_.clear();
   if (profile_) ++profile_->forwards;
@@ -107,12 +141,12 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
   }
   // Rotary angles once per row for every layer: sin and cos cost more than the rotations.
   std::vector<int64_t> row_pos(static_cast<size_t>(n));
-  std::vector<float> rope(static_cast<size_t>(n * c.head_dim));
+  std::vector<float> rope(static_cast<size_t>(n * rot));
   for (int64_t t = 0, r = 0; t < static_cast<int64_t>(seqs.size()); ++t) {
     for (int64_t i = 0; i < seqs[t].count; ++i, ++r) {
       row_pos[r] = seqs[t].start + i;
-      float* cs = rope.data() + r * c.head_dim;
-      rope_cos_sin(c.head_dim, row_pos[r], inv_freq_.data(), cs, cs + c.head_dim / 2);
+      float* cs = rope.data() + r * rot;
+      rope_cos_sin(rot, row_pos[r], inv_freq_.data(), cs, cs + rot / 2);
     }
   }
   t_embed.stop();

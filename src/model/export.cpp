@@ -6,8 +6,9 @@
 
 #include "core/json_util.h"
 #include "core/mapped_file.h"
-#include "loader/checkpoint.h"
 #include "loader/quant_description.h"
+#include "loader/safetensors.h"
+#include "loader/weight_source.h"
 
 namespace mx {
 namespace {
@@ -23,6 +24,10 @@ bool always_float(const std::string& name, bool quantize_gate, bool quantize_hea
   return name.find("embed_tokens") != std::string::npos ||
          (!quantize_head && name.rfind("lm_head", 0) == 0) ||
          name.find("norm") != std::string::npos ||
+         // Per-head gates of DeltaNet and the shared expert's one-row gate stay as stored,
+         // as online quantization keeps them.
+         ends_with(name, ".in_proj_b.weight") || ends_with(name, ".in_proj_a.weight") ||
+         ends_with(name, ".shared_expert_gate.weight") ||
          (!quantize_gate && ends_with(name, ".mlp.gate.weight"));
 }
 
@@ -40,7 +45,7 @@ Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::
   if (has_quant_description(src_dir)) {
     return invalid_argument(src_dir + " is already quantized offline; quantize a BF16 checkpoint");
   }
-  MX_ASSIGN_OR_RETURN(CheckpointFiles ck, CheckpointFiles::open(src_dir, "model"));
+  MX_ASSIGN_OR_RETURN(std::unique_ptr<WeightSource> ck, open_safetensors_source(src_dir));
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return io_error(out_dir + ": cannot create: " + ec.message());
@@ -57,10 +62,10 @@ Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::
     return shards.back().add(name, t);
   };
   ExportSummary sum;
-  const std::vector<std::string> names = ck.names();
+  const std::vector<std::string> names = ck->logical_names();
   int64_t done = 0;
   for (const std::string& name : names) {
-    MX_ASSIGN_OR_RETURN(Tensor t, ck.tensor(name));
+    MX_ASSIGN_OR_RETURN(Tensor t, ck->tensor(name));
     bool quantize = ends_with(name, ".weight") && t.rank() == 2 &&
                     !always_float(name, opt.quantize_router_gate, opt.quantize_lm_head);
     for (const std::string& p : opt.keep_float) {

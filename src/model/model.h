@@ -31,8 +31,9 @@ const char* kv_dtype_name(KvDtype d);
 // business (runtime/kv_blocks.h); the model only follows block tables.
 class PagedKv {
  public:
+  // `slots`: recurrent states for as many sequences at once (hybrid models only).
   PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size,
-          KvDtype dtype = KvDtype::kF32);
+          KvDtype dtype = KvDtype::kF32, int32_t slots = 1);
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
   int64_t row() const { return row_; }
@@ -43,6 +44,14 @@ class PagedKv {
   // BF16 caches only.
   uint16_t* k_bf16(int64_t layer, int32_t block) { return k16_.get() + offset(layer, block); }
   uint16_t* v_bf16(int64_t layer, int32_t block) { return v16_.get() + offset(layer, block); }
+  // A linear-attention layer's recurrent state of one sequence slot: the conv inputs
+  // [kernel - 1, conv_dim] and the delta-rule state [nv, dk, dv], FP32.
+  int32_t slots() const { return slots_; }
+  float* conv_state(int64_t layer, int32_t slot) {
+    return rec_.get() + (layer * slots_ + slot) * rec_row_;
+  }
+  float* delta_state(int64_t layer, int32_t slot) { return conv_state(layer, slot) + conv_row_; }
+  uint64_t slot_bytes() const;  // recurrent state of one sequence, all layers
 
  private:
   size_t offset(int64_t layer, int32_t block) const {
@@ -51,6 +60,10 @@ class PagedKv {
   int32_t num_blocks_, block_size_;
   int64_t row_;
   KvDtype dtype_;
+  int32_t slots_;
+  int64_t conv_row_ = 0, rec_row_ = 0;  // floats per (layer, slot)
+  int64_t layers_ = 0;                  // linear-attention layers
+  std::unique_ptr<float[]> rec_;
   // Left uninitialized: a slot is always written before attention reads it, and untouched
   // pages of a large cache cost no memory until a sequence reaches them.
   std::unique_ptr<float[]> k_, v_;
@@ -66,6 +79,8 @@ struct SeqSlice {
   int64_t start = 0;
   const int32_t* blocks = nullptr;  // covers start + count positions
   Logits logits = Logits::kLast;
+  // The recurrent-state slot of the sequence (hybrid models); reset when start == 0.
+  int32_t slot = 0;
 };
 
 // A single sequence's cache: one block as long as the capacity.
@@ -84,9 +99,24 @@ class KvCache {
 };
 
 struct AttentionBlock {
-  std::unique_ptr<Linear> qkv;  // q, k, v stacked along the output dimension
+  // q, k, v stacked along the output dimension; with an output gate each query head is
+  // [query | gate] (2 x head_dim) and the attention output is scaled by sigmoid(gate).
+  std::unique_ptr<Linear> qkv;
   std::unique_ptr<Linear> o;
   Tensor q_norm, k_norm;  // [head_dim] FP32
+  bool output_gate = false;
+};
+
+// Gated DeltaNet linear attention (Qwen3.5): projections, causal conv1d over [q | k | v],
+// the gated delta rule over a recurrent state per sequence, a gated RMSNorm with z, out_proj.
+struct DeltaNetBlock {
+  std::unique_ptr<Linear> qkvz;  // in_proj_qkv rows [q | k | v], then in_proj_z
+  std::unique_ptr<Linear> ba;    // in_proj_b, then in_proj_a (kept as stored)
+  std::unique_ptr<Linear> out;
+  Tensor conv_w;   // [conv_dim, kernel] FP32
+  Tensor a_log;    // [nv] FP32
+  Tensor dt_bias;  // [nv] FP32
+  Tensor norm;     // [dv] FP32, plain w
 };
 
 struct DenseMlp {
@@ -99,13 +129,19 @@ struct MoeBlock {
   std::unique_ptr<ExpertBank> experts;
   int64_t top_k = 0;
   bool norm_topk_prob = false;
+  // Optional shared expert, added as sigmoid(shared_gate(x)) * shared(x).
+  std::unique_ptr<DenseMlp> shared;
+  std::unique_ptr<Linear> shared_gate;  // [1, H]
 };
 
 struct DecoderLayer {
-  Tensor input_norm, post_norm;  // [H] FP32
-  AttentionBlock attn;
-  std::unique_ptr<DenseMlp> mlp;  // exactly one of mlp, moe
+  Tensor input_norm, post_norm;  // [H] FP32 (1 + w already applied for zero-centred norms)
+  AttentionBlock attn;           // full-attention layers
+  std::unique_ptr<DeltaNetBlock> deltanet;  // linear-attention layers
+  std::unique_ptr<DenseMlp> mlp;            // exactly one of mlp, moe
   std::unique_ptr<MoeBlock> moe;
+  // Bytes of the token mixer's weights (attention or DeltaNet), read once per step.
+  uint64_t mixer_weight_bytes() const;
 };
 
 // The token embedding: BF16 rows, or rows of ggml blocks (a GGUF kept as stored) dequantized

@@ -1,12 +1,29 @@
 // One MoE layer over the batch: FP32 router softmax and top-k, dispatch with the activation
 // quantization the expert kernel declares fused in, the expert bank, the weighted combine.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "kernels/ops.h"
 #include "model/blocks.h"
 
 namespace mx {
+namespace {
+
+// x += sigmoid(shared_gate(h)) * shared(h), per token.
+void shared_expert_forward(const MoeBlock& m, ForwardContext& ctx, const float* h, float* x) {
+  PhaseTimer t(ctx.profile, Phase::kSharedExpert);
+  const int64_t n = ctx.rows, hid = ctx.config.hidden_size;
+  std::vector<float> out(h, h + n * hid), gate(static_cast<size_t>(n));
+  m.shared_gate->forward(h, n, gate.data(), ctx.pool);
+  dense_mlp_apply(*m.shared, ctx, out.data());
+  for (int64_t r = 0; r < n; ++r) {
+    const float g = 1.0f / (1.0f + std::exp(-gate[static_cast<size_t>(r)]));
+    for (int64_t d = 0; d < hid; ++d) x[r * hid + d] += g * out[static_cast<size_t>(r * hid + d)];
+  }
+}
+
+}  // namespace
 
 void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float* h, float* x) {
   const int64_t n = ctx.rows;
@@ -76,6 +93,8 @@ void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float
       for (int64_t d = 0; d < hid; ++d) dst[d] += wj * o[d];
     }
   }
+  t_combine.stop();
+  if (m.shared) shared_expert_forward(m, ctx, h, x);
 }
 
 }  // namespace mx

@@ -28,6 +28,16 @@ const char* phase_name(Phase p) {
       return "combine";
     case Phase::kLmHead:
       return "lm_head";
+    case Phase::kSharedExpert:
+      return "shared_expert";
+    case Phase::kDnProj:
+      return "dn_proj";
+    case Phase::kDnConv:
+      return "dn_conv";
+    case Phase::kDeltaRule:
+      return "delta_rule";
+    case Phase::kDnNorm:
+      return "dn_gated_norm";
     case Phase::kCount:
       break;
   }
@@ -43,7 +53,13 @@ const char* phase_layer_type(Phase p) {
     case Phase::kGmm1:
     case Phase::kGmm2:
     case Phase::kCombine:
+    case Phase::kSharedExpert:
       return "moe";
+    case Phase::kDnProj:
+    case Phase::kDnConv:
+    case Phase::kDeltaRule:
+    case Phase::kDnNorm:
+      return "linear";
     case Phase::kEmbed:
     case Phase::kLmHead:
       return "head";

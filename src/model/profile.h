@@ -14,18 +14,23 @@ enum class Phase : int {
   kQkv,        // the packed q/k/v projection
   kAttention,  // q/k norms, RoPE, the KV cache write and attention over the cache
   kOProj,
-  kDenseMlp,  // gate/up, SwiGLU and down of dense layers
-  kRouter,    // gate projection, softmax and top-k
-  kDispatch,  // permutation by expert with the fused activation quantization
-  kGmm1,      // gate/up grouped GEMM with the SwiGLU + requantization epilogue
-  kGmm2,      // down grouped GEMM
-  kCombine,   // weighted un-permute
-  kLmHead,    // final norm and lm_head
+  kDenseMlp,      // gate/up, SwiGLU and down of dense layers
+  kRouter,        // gate projection, softmax and top-k
+  kDispatch,      // permutation by expert with the fused activation quantization
+  kGmm1,          // gate/up grouped GEMM with the SwiGLU + requantization epilogue
+  kGmm2,          // down grouped GEMM
+  kCombine,       // weighted un-permute
+  kLmHead,        // final norm and lm_head
+  kSharedExpert,  // the MoE shared expert and its sigmoid gate
+  kDnProj,        // DeltaNet in_proj_qkvz, in_proj_ba and out_proj
+  kDnConv,        // causal conv1d + SiLU, q/k L2 norms, beta and decay gates
+  kDeltaRule,     // the gated delta rule over the recurrent state
+  kDnNorm,        // the gated RMSNorm with silu(z)
   kCount
 };
 
 const char* phase_name(Phase p);
-// The layer type a phase belongs to: "all", "dense", "moe" or "head".
+// The layer type a phase belongs to: "all", "dense", "moe", "linear" (DeltaNet) or "head".
 const char* phase_layer_type(Phase p);
 
 struct ForwardProfile {

@@ -6,7 +6,7 @@ namespace mx {
 
 Status build_qwen3_layer(const WeightLoader& w, const ModelConfig& c, int64_t layer,
                          DecoderLayer* out) {
-  const std::string p = "model.layers." + std::to_string(layer);
+  const std::string p = c.weight_prefix + "layers." + std::to_string(layer);
   MX_RETURN_IF_ERROR(load_norms(w, c, p, out));
   MX_RETURN_IF_ERROR(load_attention(w, c, p + ".self_attn", &out->attn));
   out->mlp = std::make_unique<DenseMlp>();

@@ -172,9 +172,9 @@ Result<std::unique_ptr<Linear>> WeightLoader::linear(const std::vector<std::stri
 Result<std::unique_ptr<Linear>> WeightLoader::router(const std::string& module, int64_t experts,
                                                      int64_t hidden) const {
   MX_ASSIGN_OR_RETURN(StoredWeight w, src_.weight(module, experts, hidden));
-  if (w.encoding == WeightEncoding::kMx) {
-    return make_bf16_linear({dequantize_weight(mx_of(w))}, module);
-  }
+  // A gate the checkpoint quantized runs in its scheme, activations quantized as for any MX
+  // linear (what the exporter's fake-quant reference computes), never read without its scales.
+  if (w.encoding == WeightEncoding::kMx) return make_mx_linear(mx_of(w), plan_.rule);
   if (native({w})) return make_ggml_linear({ggml_of(w)}, module);
   return make_bf16_linear(floats_of({w}), module);
 }
@@ -224,12 +224,12 @@ Result<std::unique_ptr<ExpertBank>> WeightLoader::experts(const std::string& pre
   return make_mx_expert_bank(std::move(w13), std::move(w2), plan_.rule, packed);
 }
 
-Status WeightLoader::embedding(int64_t vocab, int64_t hidden, Embedding* out) const {
-  MX_ASSIGN_OR_RETURN(StoredWeight w, src_.weight("model.embed_tokens", vocab, hidden));
+Status WeightLoader::embedding(const std::string& module, int64_t vocab, int64_t hidden,
+                               Embedding* out) const {
+  MX_ASSIGN_OR_RETURN(StoredWeight w, src_.weight(module, vocab, hidden));
   out->hidden = hidden;
   if (w.encoding == WeightEncoding::kMx) {
-    return unimplemented("model.embed_tokens.weight is stored as " + w.type_name() +
-                         "; embeddings must be FLOAT");
+    return unimplemented(w.name + " is stored as " + w.type_name() + "; embeddings must be FLOAT");
   }
   if (native({w})) {
     const GgmlWeight g = ggml_of(w);
@@ -237,7 +237,7 @@ Status WeightLoader::embedding(int64_t vocab, int64_t hidden, Embedding* out) co
     out->ggml = g.type;
     return Status::ok();
   }
-  MX_ASSIGN_OR_RETURN(out->table, stack_rows_bf16(floats_of({w}), "model.embed_tokens"));
+  MX_ASSIGN_OR_RETURN(out->table, stack_rows_bf16(floats_of({w}), module));
   return Status::ok();
 }
 

@@ -43,15 +43,15 @@ class WeightLoader {
                                          const std::vector<int64_t>& out_dims, int64_t in,
                                          const std::string& packed_name,
                                          bool keep_float = false) const;
-  // The router gate [experts, hidden]: FP32/BF16 compute as stored (a quantized gate is
-  // dequantized with its scales, never read without them).
+  // The router gate [experts, hidden], FP32 logits: computed as stored, or in the MX scheme a
+  // checkpoint quantized it to (never read without its scales).
   Result<std::unique_ptr<Linear>> router(const std::string& module, int64_t experts,
                                          int64_t hidden) const;
   // The expert bank of `prefix` ("model.layers.3.mlp"): experts.E.{gate,up,down}_proj.
   Result<std::unique_ptr<ExpertBank>> experts(const std::string& prefix, int64_t num_experts,
                                               int64_t inter, int64_t hidden) const;
   // The token embedding [vocab, hidden]: BF16, or ggml blocks dequantized a row at a time.
-  Status embedding(int64_t vocab, int64_t hidden, Embedding* out) const;
+  Status embedding(const std::string& module, int64_t vocab, int64_t hidden, Embedding* out) const;
 
  private:
   Result<std::vector<StoredWeight>> parts_of(const std::vector<std::string>& modules,

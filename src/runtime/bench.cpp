@@ -65,11 +65,26 @@ ModelCost model_cost(const DecoderModel& m, int64_t batch, int64_t prompt, int64
   const ModelConfig& c = m.config();
   ModelCost cost;
   double bytes = 0, macs = 0;
+  double attn_layers = 0, state_bytes = 0;
   for (const DecoderLayer& l : m.layers) {
-    bytes += static_cast<double>(l.attn.qkv->weight_bytes() + l.attn.o->weight_bytes());
-    macs += static_cast<double>(c.hidden_size) *
-            static_cast<double>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim +
-                                c.num_heads * c.head_dim);
+    bytes += static_cast<double>(l.mixer_weight_bytes());
+    if (l.deltanet) {
+      const double nv = static_cast<double>(c.linear_num_value_heads);
+      const double state = nv * static_cast<double>(c.linear_key_head_dim) *
+                           static_cast<double>(c.linear_value_head_dim);
+      macs += static_cast<double>(l.deltanet->qkvz->in_features()) *
+                  static_cast<double>(l.deltanet->qkvz->out_features() +
+                                      l.deltanet->ba->out_features()) +
+              static_cast<double>(l.deltanet->out->in_features() * c.hidden_size) +
+              static_cast<double>(l.deltanet->conv_w.numel()) +
+              4.0 * state;  // decay, S^T k, the rank-1 update, S^T q
+      // Each decode step reads and writes every sequence's recurrent state once.
+      state_bytes += 2.0 * 4.0 * (state + static_cast<double>(l.deltanet->conv_w.numel()));
+    } else {
+      attn_layers += 1;
+      macs += static_cast<double>(c.hidden_size) *
+              static_cast<double>(l.attn.qkv->out_features() + c.num_heads * c.head_dim);
+    }
     if (l.mlp) {
       bytes += static_cast<double>(l.mlp->gate_up->weight_bytes() + l.mlp->down->weight_bytes());
       macs += 3.0 * static_cast<double>(c.hidden_size) *
@@ -84,6 +99,13 @@ ModelCost model_cost(const DecoderModel& m, int64_t batch, int64_t prompt, int64
                touched * static_cast<double>(l.moe->experts->weight_bytes()) / e;
       macs += static_cast<double>(c.hidden_size) *
               (e + k * 3.0 * static_cast<double>(l.moe->experts->inter()));
+      if (l.moe->shared) {
+        bytes += static_cast<double>(l.moe->shared->gate_up->weight_bytes() +
+                                     l.moe->shared->down->weight_bytes() +
+                                     l.moe->shared_gate->weight_bytes());
+        macs += static_cast<double>(c.hidden_size) *
+                (1.0 + 3.0 * static_cast<double>(l.moe->shared->down->in_features()));
+      }
     }
   }
   const double head_bytes = static_cast<double>(m.lm_head->weight_bytes());
@@ -91,12 +113,12 @@ ModelCost model_cost(const DecoderModel& m, int64_t batch, int64_t prompt, int64
   // Keys and values read at the mean decode context, per sequence.
   const double ctx = static_cast<double>(prompt) + static_cast<double>(gen) / 2;
   const double kv_elem = m.kv_dtype() == KvDtype::kBF16 ? 2.0 : 4.0;
-  const double kv = 2.0 * static_cast<double>(c.num_layers * c.num_kv_heads * c.head_dim) *
-                    kv_elem * ctx * static_cast<double>(batch);
-  cost.decode_bytes_per_step = bytes + head_bytes + kv;
+  const double kv = 2.0 * attn_layers * static_cast<double>(c.num_kv_heads * c.head_dim) * kv_elem *
+                    ctx * static_cast<double>(batch);
+  cost.decode_bytes_per_step = bytes + head_bytes + kv + state_bytes * static_cast<double>(batch);
   // Prefill: every linear per token, lm_head once per prompt, attention over the mean
   // causal context (QK and PV).
-  const double attn_macs = 2.0 * static_cast<double>(c.num_layers * c.num_heads * c.head_dim) *
+  const double attn_macs = 2.0 * attn_layers * static_cast<double>(c.num_heads * c.head_dim) *
                            (static_cast<double>(prompt) + 1) / 2;
   cost.prefill_flops_per_token = 2.0 * (macs + attn_macs + head_macs / static_cast<double>(prompt));
   return cost;

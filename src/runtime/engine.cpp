@@ -18,7 +18,8 @@ Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig&
     : model_(model),
       tok_(tok),
       config_(config),
-      kv_(model.config(), config.num_blocks, config.block_size, model.kv_dtype()),
+      kv_(model.config(), config.num_blocks, config.block_size, model.kv_dtype(),
+          config.max_running_requests),
       sched_(config) {
   stats_.kv_blocks_total = config.num_blocks;
   thread_ = std::thread([this] { loop(); });
@@ -141,6 +142,7 @@ void Engine::step_once() {
       s.count = item.count;
       s.start = item.start;
       s.blocks = info->table.blocks.data();
+      s.slot = info->slot;
       s.logits = item.samples ? SeqSlice::Logits::kLast : SeqSlice::Logits::kNone;
       slices.push_back(s);
       if (item.samples) samplers.push_back(item.id);

@@ -14,6 +14,7 @@ int64_t BatchPlan::tokens() const {
 
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config), alloc_(config.num_blocks, config.block_size) {
+  for (int32_t s = config.max_running_requests - 1; s >= 0; --s) free_slots_.push_back(s);
   MX_CHECK(config.max_running_requests > 0 && config.chunked_prefill_size > 0);
 }
 
@@ -47,6 +48,8 @@ void Scheduler::preempt(uint64_t id) {
   MX_CHECK(s.table.release(&alloc_).is_ok());
   s.computed = 0;
   ++s.preemptions;
+  free_slots_.push_back(s.slot);
+  s.slot = -1;
   running_.erase(std::find(running_.begin(), running_.end(), id));
   // Back to waiting in arrival order, so it is readmitted before anything that came later.
   auto pos = std::find_if(waiting_.begin(), waiting_.end(),
@@ -100,6 +103,9 @@ BatchPlan Scheduler::schedule() {
          static_cast<int32_t>(running_.size()) < config_.max_running_requests) {
     SeqInfo& s = seqs_.at(waiting_.front());
     if (!prefill(s)) break;  // no KV room: admit nothing out of order
+    MX_CHECK(!free_slots_.empty());
+    s.slot = free_slots_.back();
+    free_slots_.pop_back();
     running_.push_back(s.id);
     std::sort(running_.begin(), running_.end(),
               [&](uint64_t a, uint64_t b) { return seqs_.at(a).arrival < seqs_.at(b).arrival; });
@@ -112,6 +118,7 @@ void Scheduler::retire(uint64_t id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
   MX_CHECK(it->second.table.release(&alloc_).is_ok());
+  if (it->second.slot >= 0) free_slots_.push_back(it->second.slot);
   running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
   seqs_.erase(it);

@@ -1,7 +1,8 @@
 // Continuous batching as pure logic: requests in, a batch plan out, no model and no clock.
 // Each step runs the decode token of every running request first, then prefill chunks of the
 // rest (requests still prefilling, then waiting ones in arrival order) within
-// chunked_prefill_size tokens, max_running_requests and the KV block budget. When a decode
+// chunked_prefill_size tokens, max_running_requests and the KV block budget. A running
+// request holds one of max_running_requests recurrent-state slots (hybrid models). When a decode
 // step finds no free block, the most recently arrived running request is preempted: its
 // blocks are freed and it waits again, keeping its place by arrival, to recompute its prompt
 // and generated tokens later.
@@ -49,6 +50,9 @@ struct SeqInfo {
   int64_t generated = 0;  // tokens sampled so far
   int64_t computed = 0;   // leading tokens whose KV is cached
   int32_t preemptions = 0;
+  // The recurrent-state slot (hybrid models) while running; -1 while waiting. There are
+  // max_running_requests slots, so an admitted request always finds one.
+  int32_t slot = -1;
   BlockTable table;
   int64_t known() const { return prompt_len + generated; }
 };
@@ -84,6 +88,7 @@ class Scheduler {
   std::map<uint64_t, SeqInfo> seqs_;
   std::vector<uint64_t> running_;  // arrival order
   std::deque<uint64_t> waiting_;   // arrival order
+  std::vector<int32_t> free_slots_;
 };
 
 }  // namespace mx

@@ -1,0 +1,148 @@
+// Gated DeltaNet linear attention of one layer over the batch (Qwen3.5): the projections run
+// over every row at once; the conv1d and the delta rule run per sequence, over its state in
+// its slot of the cache (kernels/deltanet.h), chunked for prefill and token by token for
+// decode; then the gated RMSNorm with z and out_proj.
+#include <cmath>
+#include <cstring>
+
+#include "formats/half.h"
+#include "kernels/deltanet.h"
+#include "model/blocks.h"
+
+namespace mx {
+namespace {
+
+struct Dims {
+  int64_t nk, nv, dk, dv, kernel, key, value, conv;  // key = nk * dk, conv = 2 key + value
+};
+
+Dims dims_of(const ModelConfig& c) {
+  Dims d{c.linear_num_key_heads,
+         c.linear_num_value_heads,
+         c.linear_key_head_dim,
+         c.linear_value_head_dim,
+         c.linear_conv_kernel_dim,
+         0,
+         0,
+         0};
+  d.key = d.nk * d.dk;
+  d.value = d.nv * d.dv;
+  d.conv = 2 * d.key + d.value;
+  return d;
+}
+
+// A float tensor of any stored float type as FP32, same shape.
+Result<Tensor> as_f32(const Tensor& t, const std::string& name) {
+  if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16) {
+    return invalid_argument("tensor '" + name + "' is " + t.describe() + ", not a float tensor");
+  }
+  const Tensor c = t.is_contiguous() ? t : t.contiguous_copy();
+  Tensor out = Tensor::empty(DType::kF32, c.shape());
+  float* o = out.mutable_data_as<float>();
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    o[i] = c.dtype() == DType::kF32    ? c.data_as<float>()[i]
+           : c.dtype() == DType::kBF16 ? bf16_to_float(c.data_as<uint16_t>()[i])
+                                       : fp16_to_float(c.data_as<uint16_t>()[i]);
+  }
+  return out;
+}
+
+Result<Tensor> f32_param(const WeightLoader& w, const std::string& name, const Shape& shape) {
+  MX_ASSIGN_OR_RETURN(Tensor t, w.get(name, shape));
+  return as_f32(t, name);
+}
+
+// One sequence's rows [r0, r0 + count) through conv, norms, gates and the delta rule.
+void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, int64_t li,
+                  const SeqSlice& sq, int64_t r0, float* proj, int64_t ld, const float* ba,
+                  float* o, std::vector<float>& gates, std::vector<float>& scratch) {
+  const DeltaNetKernels& k = deltanet_kernels();
+  const int64_t t = sq.count;
+  float* conv_state = ctx.kv.conv_state(li, sq.slot);
+  float* state = ctx.kv.delta_state(li, sq.slot);
+  if (sq.start == 0) {
+    // A sequence that starts (or restarts after preemption) has no history.
+    std::memset(conv_state, 0, sizeof(float) * static_cast<size_t>((d.kernel - 1) * d.conv));
+    std::memset(state, 0, sizeof(float) * static_cast<size_t>(d.nv * d.dk * d.dv));
+  }
+  PhaseTimer t_conv(ctx.profile, Phase::kDnConv);
+  float* x = proj + r0 * ld;
+  k.conv_silu({x, dn.conv_w.data_as<float>(), conv_state, x, t, d.conv, d.kernel, ld, ld});
+  k.l2_norm(x, t, d.nk, d.dk, ld, 1.0f / std::sqrt(static_cast<float>(d.dk)));
+  k.l2_norm(x + d.key, t, d.nk, d.dk, ld, 1.0f);
+  gates.resize(static_cast<size_t>(2 * t * d.nv));
+  float* g = gates.data();
+  float* beta = g + t * d.nv;
+  const float* brow = ba + r0 * 2 * d.nv;
+  k.decay_gate(brow + d.nv, 2 * d.nv, dn.dt_bias.data_as<float>(), dn.a_log.data_as<float>(), t,
+               d.nv, g);
+  for (int64_t r = 0; r < t; ++r) k.sigmoid(brow + r * 2 * d.nv, d.nv, beta + r * d.nv);
+  t_conv.stop();
+  PhaseTimer t_rule(ctx.profile, Phase::kDeltaRule);
+  const DeltaRuleArgs a{x,  x + d.key, x + 2 * d.key, g,    beta, state, o + r0 * d.value,
+                        t,  d.nk,      d.nv,          d.dk, d.dv, ld,    ld,
+                        ld, d.nv,      d.value};
+  if (t == 1) {
+    k.delta_rule_recurrent(a);
+  } else {
+    scratch.resize(static_cast<size_t>(delta_rule_chunked_scratch_floats(t, d.nv, d.dk, d.dv)));
+    k.delta_rule_chunked(a, scratch.data());
+  }
+}
+
+}  // namespace
+
+Status load_deltanet(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
+                     DeltaNetBlock* out) {
+  const Dims d = dims_of(c);
+  const int64_t h = c.hidden_size;
+  MX_ASSIGN_OR_RETURN(out->qkvz, w.linear({prefix + ".in_proj_qkv", prefix + ".in_proj_z"},
+                                          {d.conv, d.value}, h, prefix + ".in_proj_qkvz"));
+  // b and a feed per-head gates: kept as stored, like the router.
+  MX_ASSIGN_OR_RETURN(out->ba, w.linear({prefix + ".in_proj_b", prefix + ".in_proj_a"},
+                                        {d.nv, d.nv}, h, prefix + ".in_proj_ba",
+                                        /*keep_float=*/true));
+  MX_ASSIGN_OR_RETURN(out->out,
+                      w.linear({prefix + ".out_proj"}, {h}, d.value, prefix + ".out_proj"));
+  auto conv = f32_param(w, prefix + ".conv1d.weight", {d.conv, 1, d.kernel});
+  if (!conv.is_ok()) {
+    return conv.status().with_context("linear_conv_kernel_dim is " + std::to_string(d.kernel));
+  }
+  if (d.kernel > kConvMaxKernel) {
+    return unimplemented(prefix + ": conv1d kernel width " + std::to_string(d.kernel) +
+                         " exceeds " + std::to_string(kConvMaxKernel));
+  }
+  out->conv_w = conv->reshape({d.conv, d.kernel});
+  MX_ASSIGN_OR_RETURN(out->a_log, f32_param(w, prefix + ".A_log", {d.nv}));
+  MX_ASSIGN_OR_RETURN(out->dt_bias, f32_param(w, prefix + ".dt_bias", {d.nv}));
+  MX_ASSIGN_OR_RETURN(out->norm, f32_param(w, prefix + ".norm.weight", {d.dv}));
+  return Status::ok();
+}
+
+void deltanet_forward(const DeltaNetBlock& dn, int64_t li, ForwardContext& ctx, float* h) {
+  const Dims d = dims_of(ctx.config);
+  const int64_t n = ctx.rows, ld = d.conv + d.value;
+  std::vector<float> proj(static_cast<size_t>(n * ld)), ba(static_cast<size_t>(n * 2 * d.nv));
+  std::vector<float> o(static_cast<size_t>(n * d.value)), gates, scratch;
+  PhaseTimer t_proj(ctx.profile, Phase::kDnProj);
+  dn.qkvz->forward(h, n, proj.data(), ctx.pool);
+  dn.ba->forward(h, n, ba.data(), ctx.pool);
+  t_proj.stop();
+  int64_t r0 = 0;
+  for (const SeqSlice& sq : ctx.seqs) {
+    run_sequence(dn, d, ctx, li, sq, r0, proj.data(), ld, ba.data(), o.data(), gates, scratch);
+    r0 += sq.count;
+  }
+  PhaseTimer t_norm(ctx.profile, Phase::kDnNorm);
+  const DeltaNetKernels& k = deltanet_kernels();
+  for (int64_t r = 0; r < n; ++r) {
+    float* orow = o.data() + r * d.value;
+    k.gated_rms_norm(orow, proj.data() + r * ld + d.conv, dn.norm.data_as<float>(), d.nv, d.dv,
+                     static_cast<float>(ctx.config.rms_norm_eps), orow);
+  }
+  t_norm.stop();
+  PhaseTimer t_out(ctx.profile, Phase::kDnProj);
+  dn.out->forward(o.data(), n, h, ctx.pool);
+}
+
+}  // namespace mx

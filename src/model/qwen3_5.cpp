@@ -1,0 +1,33 @@
+// Qwen3_5ForConditionalGeneration and Qwen3_5MoeForConditionalGeneration, text only: the
+// language model under model.language_model.*. Each layer mixes tokens with gated DeltaNet
+// (linear_attention) or gated full attention with partial rotary (full_attention), as
+// ModelConfig::layer_kinds says, then a dense MLP or a MoE with a sigmoid-gated shared
+// expert. Norms are zero-centred, (1 + w), applied at load.
+#include "model/blocks.h"
+
+namespace mx {
+
+Status build_qwen3_5_layer(const WeightLoader& w, const ModelConfig& c, int64_t layer,
+                           DecoderLayer* out) {
+  const std::string p = c.weight_prefix + "layers." + std::to_string(layer);
+  MX_RETURN_IF_ERROR(load_norms(w, c, p, out));
+  if (c.is_linear_attention(layer)) {
+    out->deltanet = std::make_unique<DeltaNetBlock>();
+    MX_RETURN_IF_ERROR(load_deltanet(w, c, p + ".linear_attn", out->deltanet.get()));
+  } else {
+    MX_RETURN_IF_ERROR(load_attention(w, c, p + ".self_attn", &out->attn));
+  }
+  if (c.is_moe_layer(layer)) {
+    out->moe = std::make_unique<MoeBlock>();
+    return load_moe(w, c, p + ".mlp", out->moe.get());
+  }
+  out->mlp = std::make_unique<DenseMlp>();
+  return load_dense_mlp(w, c, p + ".mlp", c.intermediate_size, out->mlp.get());
+}
+
+void qwen3_5_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                           float* h) {
+  prenorm_layer_forward(layer, li, ctx, x, h);
+}
+
+}  // namespace mx
