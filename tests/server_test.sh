@@ -10,8 +10,8 @@ trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -f "${logs[@]}"' EXIT
 
 . "$(dirname "$0")/start_server.sh"
 
-# The same suite against the bundled model, then against a GGUF file alone (weights, tokenizer
-# and chat template all from the file), each with its own golden.
+# The same suite against the bundled model, a GGUF file alone (weights, tokenizer and chat
+# template all from the file) and a Qwen3.5 hybrid, each with its own golden.
 run_suite() {
   local golden=$1 served=$2 main_url busy_url
   start_server main_url --api-key test-key --max-running-requests 16
@@ -24,3 +24,6 @@ run_suite "$shared/fixtures/tiny-qwen3-moe/golden/golden.json" tiny-qwen3-moe
 model=$shared/fixtures/gguf/tiny-qwen3-moe-allmoe.Q8_0.gguf
 run_suite "$shared/fixtures/gguf/golden/tiny-qwen3-moe-allmoe.Q8_0.golden.json" \
   tiny-qwen3-moe-allmoe.Q8_0
+# A hybrid model: each running request's recurrent state in its own slot.
+model=$shared/fixtures/tiny-qwen3_5-moe
+run_suite "$model/golden/golden.json" tiny-qwen3_5-moe

@@ -277,7 +277,8 @@ OJson LogprobsJson::add(const std::vector<TokenLogprob>& lps) {
       (*o)["top_logprobs"].push_back(top);
       (*o)["text_offset"].push_back(offset_);
     }
-    offset_ += static_cast<int64_t>(tok_.token_bytes(lp.token).size());
+    // Offsets count characters of the text shown, as vLLM's do, not bytes.
+    for (unsigned char ch : text) offset_ += (ch & 0xC0) != 0x80 ? 1 : 0;
   }
   return part;
 }
