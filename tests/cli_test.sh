@@ -85,7 +85,7 @@ check "bench --json --profile: speeds, roofline fractions, kernel shares" $?
 grep -qE '^decode: .* tok/s .*% of the bandwidth roofline' "$tmp/out" && grep -qE '^machine: [0-9.]+ GB/s read' "$tmp/out"
 check "bench: text report" $?
 expect_fail "bench: prompt past the context" "exceeds the context length of 1024" "$bin" bench -m "$model" -p 1000 -n 100
-expect_fail "synth: unknown model shape" "unknown model 'llama-7b' \\(known: qwen3-30b-a3b, qwen3-8b\\)" "$bin" synth --like llama-7b -o "$tmp/synth"
+expect_fail "synth: unknown model shape" "unknown model 'llama-7b' \\(known: qwen3-30b-a3b, qwen3-8b, qwen3.5-35b-a3b\\)" "$bin" synth --like llama-7b -o "$tmp/synth"
 
 # GGUF: a file alone serves every command (weights, config, tokenizer, chat template).
 gguf=$shared/fixtures/gguf

@@ -60,6 +60,37 @@ OJson config_like(const std::string& like, int64_t layers) {
             {"tie_word_embeddings", false},
             {"torch_dtype", "bfloat16"}};
   }
+  if (like == "qwen3.5-35b-a3b") {
+    // Qwen3.5-35B-A3B's text model (Qwen3_5MoeTextConfig defaults): three DeltaNet layers to
+    // each gated full-attention one, 256 experts with a shared expert.
+    OJson t = {{"model_type", "qwen3_5_moe_text"},
+               {"vocab_size", 248320},
+               {"hidden_size", 2048},
+               {"num_hidden_layers", layers},
+               {"num_attention_heads", 16},
+               {"num_key_value_heads", 2},
+               {"head_dim", 256},
+               {"attn_output_gate", true},
+               {"full_attention_interval", 4},
+               {"linear_conv_kernel_dim", 4},
+               {"linear_key_head_dim", 128},
+               {"linear_value_head_dim", 128},
+               {"linear_num_key_heads", 16},
+               {"linear_num_value_heads", 32},
+               {"moe_intermediate_size", 512},
+               {"shared_expert_intermediate_size", 512},
+               {"num_experts", 256},
+               {"num_experts_per_tok", 8},
+               {"partial_rotary_factor", 0.25},
+               {"rope_parameters", {{"rope_theta", 10000000.0}, {"partial_rotary_factor", 0.25}}},
+               {"max_position_embeddings", 262144},
+               {"rms_norm_eps", 1e-6},
+               {"tie_word_embeddings", false}};
+    return {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+            {"model_type", "qwen3_5_moe"},
+            {"text_config", t},
+            {"tie_word_embeddings", false}};
+  }
   return {};
 }
 
@@ -129,30 +160,82 @@ Status write_tokenizer(const std::string& src, const std::string& out, int64_t v
   return Status::ok();
 }
 
+// One Qwen3.5 layer after its two norms: DeltaNet or gated attention, then the MoE with its
+// shared expert; routed experts fused as the published checkpoints store them.
+template <typename Add>
+Status add_qwen3_5_layer(const OJson& t, int64_t l, const std::string& p, float sd, Add& add,
+                         SafetensorsWriter& w, int64_t s) {
+  const int64_t hid = t["hidden_size"], nq = t["num_attention_heads"],
+                nkv = t["num_key_value_heads"], hd = t["head_dim"];
+  const int64_t nk = t["linear_num_key_heads"], nv = t["linear_num_value_heads"],
+                dk = t["linear_key_head_dim"], dv = t["linear_value_head_dim"],
+                kernel = t["linear_conv_kernel_dim"], every = t["full_attention_interval"];
+  if ((l + 1) % every != 0) {
+    const std::string a = p + "linear_attn.";
+    const int64_t conv = 2 * nk * dk + nv * dv;
+    MX_RETURN_IF_ERROR(add(w, s, a + "in_proj_qkv.weight", {conv, hid}, sd, 0.0f));
+    MX_RETURN_IF_ERROR(add(w, s, a + "in_proj_z.weight", {nv * dv, hid}, sd, 0.0f));
+    MX_RETURN_IF_ERROR(add(w, s, a + "in_proj_b.weight", {nv, hid}, sd, 0.0f));
+    MX_RETURN_IF_ERROR(add(w, s, a + "in_proj_a.weight", {nv, hid}, sd, 0.0f));
+    MX_RETURN_IF_ERROR(add(w, s, a + "conv1d.weight", {conv, 1, kernel}, 0.3f, 0.0f));
+    MX_RETURN_IF_ERROR(add(w, s, a + "dt_bias", {nv}, 0.0f, 1.0f));
+    MX_RETURN_IF_ERROR(add(w, s, a + "A_log", {nv}, 0.0f, 0.5f));
+    MX_RETURN_IF_ERROR(add(w, s, a + "norm.weight", {dv}, 0.0f, 1.0f));
+    MX_RETURN_IF_ERROR(add(w, s, a + "out_proj.weight", {hid, nv * dv}, sd, 0.0f));
+  } else {
+    const std::string a = p + "self_attn.";
+    MX_RETURN_IF_ERROR(add(w, s, a + "q_proj.weight", {2 * nq * hd, hid}, sd, 0.0f));
+    MX_RETURN_IF_ERROR(add(w, s, a + "k_proj.weight", {nkv * hd, hid}, sd, 0.0f));
+    MX_RETURN_IF_ERROR(add(w, s, a + "v_proj.weight", {nkv * hd, hid}, sd, 0.0f));
+    MX_RETURN_IF_ERROR(add(w, s, a + "o_proj.weight", {hid, nq * hd}, sd, 0.0f));
+    MX_RETURN_IF_ERROR(add(w, s, a + "q_norm.weight", {hd}, 0.0f, 0.0f));
+    MX_RETURN_IF_ERROR(add(w, s, a + "k_norm.weight", {hd}, 0.0f, 0.0f));
+  }
+  const int64_t ne = t["num_experts"], inter = t["moe_intermediate_size"],
+                shared = t["shared_expert_intermediate_size"];
+  const std::string m = p + "mlp.";
+  MX_RETURN_IF_ERROR(add(w, s, m + "gate.weight", {ne, hid}, sd, 0.0f));
+  MX_RETURN_IF_ERROR(add(w, s, m + "experts.gate_up_proj", {ne, 2 * inter, hid}, sd, 0.0f));
+  MX_RETURN_IF_ERROR(add(w, s, m + "experts.down_proj", {ne, hid, inter}, sd, 0.0f));
+  MX_RETURN_IF_ERROR(add(w, s, m + "shared_expert.gate_proj.weight", {shared, hid}, sd, 0.0f));
+  MX_RETURN_IF_ERROR(add(w, s, m + "shared_expert.up_proj.weight", {shared, hid}, sd, 0.0f));
+  MX_RETURN_IF_ERROR(add(w, s, m + "shared_expert.down_proj.weight", {hid, shared}, sd, 0.0f));
+  return add(w, s, m + "shared_expert_gate.weight", {1, hid}, sd, 0.0f);
+}
+
 }  // namespace
 
-std::vector<std::string> synth_model_names() { return {"qwen3-30b-a3b", "qwen3-8b"}; }
+std::vector<std::string> synth_model_names() {
+  return {"qwen3-30b-a3b", "qwen3-8b", "qwen3.5-35b-a3b"};
+}
 
 Result<SynthSummary> write_synthetic_model(const SynthOptions& opt, const std::string& out_dir) {
   OJson c = config_like(opt.like, opt.layers);
   if (c.empty()) {
-    return invalid_argument("unknown model '" + opt.like + "' (known: qwen3-30b-a3b, qwen3-8b)");
+    return invalid_argument("unknown model '" + opt.like +
+                            "' (known: qwen3-30b-a3b, qwen3-8b, qwen3.5-35b-a3b)");
   }
   if (opt.layers < 1) return invalid_argument("--layers must be at least 1");
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return io_error(out_dir + ": " + ec.message());
-  const int64_t vocab = c["vocab_size"], hid = c["hidden_size"], nq = c["num_attention_heads"],
-                nkv = c["num_key_value_heads"], hd = c["head_dim"];
-  const bool moe = c["model_type"] == "qwen3_moe";
+  const bool hybrid = c.contains("text_config");
+  const OJson& t = hybrid ? c["text_config"] : c;
+  const int64_t vocab = t["vocab_size"], hid = t["hidden_size"], nq = t["num_attention_heads"],
+                nkv = t["num_key_value_heads"], hd = t["head_dim"];
+  const bool moe = t.contains("num_experts");
+  // Qwen3.5: the language model under model.language_model., zero-centred norms (stored 0).
+  const std::string pre = hybrid ? "model.language_model." : "model.";
+  const float norm_one = hybrid ? 0.0f : 1.0f;
   MX_RETURN_IF_ERROR(write_tokenizer(opt.tokenizer_dir, out_dir, vocab));
   // Special token ids as the tokenizer has them.
   MX_ASSIGN_OR_RETURN(std::string gen_text,
                       read_text_file(opt.tokenizer_dir + "/generation_config.json"));
   const OJson gen = OJson::parse(gen_text, nullptr, false);
   if (gen.is_object()) {
-    if (gen.contains("bos_token_id")) c["bos_token_id"] = gen["bos_token_id"];
-    if (gen.contains("eos_token_id")) c["eos_token_id"] = gen["eos_token_id"];
+    OJson& ids = hybrid ? c["text_config"] : c;
+    if (gen.contains("bos_token_id")) ids["bos_token_id"] = gen["bos_token_id"];
+    if (gen.contains("eos_token_id")) ids["eos_token_id"] = gen["eos_token_id"];
     std::ofstream(out_dir + "/generation_config.json") << gen.dump(2) << "\n";
   }
   std::ofstream(out_dir + "/config.json") << c.dump(2) << "\n";
@@ -184,17 +267,22 @@ Result<SynthSummary> write_synthetic_model(const SynthOptions& opt, const std::s
   };
   {
     SafetensorsWriter w;
-    MX_RETURN_IF_ERROR(add(w, 0, "model.embed_tokens.weight", {vocab, hid}, stdev));
-    MX_RETURN_IF_ERROR(add(w, 0, "model.norm.weight", {hid}, 0.0f, 1.0f));
+    MX_RETURN_IF_ERROR(add(w, 0, pre + "embed_tokens.weight", {vocab, hid}, stdev));
+    MX_RETURN_IF_ERROR(add(w, 0, pre + "norm.weight", {hid}, 0.0f, norm_one));
     MX_RETURN_IF_ERROR(add(w, 0, "lm_head.weight", {vocab, hid}, stdev));
     MX_RETURN_IF_ERROR(flush(w, 0));
   }
   for (int64_t l = 0; l < opt.layers; ++l) {
     SafetensorsWriter w;
     const int64_t s = l + 1;
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    MX_RETURN_IF_ERROR(add(w, s, p + "input_layernorm.weight", {hid}, 0.0f, 1.0f));
-    MX_RETURN_IF_ERROR(add(w, s, p + "post_attention_layernorm.weight", {hid}, 0.0f, 1.0f));
+    const std::string p = pre + "layers." + std::to_string(l) + ".";
+    MX_RETURN_IF_ERROR(add(w, s, p + "input_layernorm.weight", {hid}, 0.0f, norm_one));
+    MX_RETURN_IF_ERROR(add(w, s, p + "post_attention_layernorm.weight", {hid}, 0.0f, norm_one));
+    if (hybrid) {
+      MX_RETURN_IF_ERROR(add_qwen3_5_layer(t, l, p, stdev, add, w, s));
+      MX_RETURN_IF_ERROR(flush(w, s));
+      continue;
+    }
     MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.q_proj.weight", {nq * hd, hid}, stdev));
     MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.k_proj.weight", {nkv * hd, hid}, stdev));
     MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.v_proj.weight", {nkv * hd, hid}, stdev));
