@@ -96,24 +96,25 @@ int64_t run_concurrent(Fixture& f, const SchedulerConfig& cfg) {
   return preemptions;
 }
 
-TEST(Engine, ConcurrentGreedyEqualsOneAtATime) {
-  Fixture f = make_fixture();
+// 16 running requests; with `tight` blocks (384 slots for ~1,900 needed) requests get
+// preempted and recomputed.
+SchedulerConfig concurrency(bool tight) {
   SchedulerConfig cfg;
   cfg.max_running_requests = 16;
-  cfg.chunked_prefill_size = 128;
-  cfg.num_blocks = 256;
+  cfg.chunked_prefill_size = tight ? 64 : 128;
+  cfg.num_blocks = tight ? 24 : 256;
   cfg.block_size = 16;
-  EXPECT_EQ(run_concurrent(f, cfg), 0);
+  return cfg;
+}
+
+TEST(Engine, ConcurrentGreedyEqualsOneAtATime) {
+  Fixture f = make_fixture();
+  EXPECT_EQ(run_concurrent(f, concurrency(false)), 0);
 }
 
 TEST(Engine, PreemptionKeepsResultsExact) {
   Fixture f = make_fixture();
-  SchedulerConfig cfg;
-  cfg.max_running_requests = 16;
-  cfg.chunked_prefill_size = 64;
-  cfg.num_blocks = 24;  // 384 slots for ~1,900 needed: requests get preempted and recomputed
-  cfg.block_size = 16;
-  EXPECT_GT(run_concurrent(f, cfg), 0);
+  EXPECT_GT(run_concurrent(f, concurrency(true)), 0);
 }
 
 // Qwen3.5: each running request's recurrent state in its own slot, carried across prefill
@@ -122,22 +123,12 @@ std::string qwen3_5_dir() { return test::shared_dir() + "/fixtures/tiny-qwen3_5-
 
 TEST(Engine, HybridConcurrentGreedyEqualsOneAtATime) {
   Fixture f = make_fixture(qwen3_5_dir());
-  SchedulerConfig cfg;
-  cfg.max_running_requests = 16;
-  cfg.chunked_prefill_size = 128;
-  cfg.num_blocks = 256;
-  cfg.block_size = 16;
-  EXPECT_EQ(run_concurrent(f, cfg), 0);
+  EXPECT_EQ(run_concurrent(f, concurrency(false)), 0);
 }
 
 TEST(Engine, HybridPreemptionKeepsResults) {
   Fixture f = make_fixture(qwen3_5_dir());
-  SchedulerConfig cfg;
-  cfg.max_running_requests = 16;
-  cfg.chunked_prefill_size = 64;
-  cfg.num_blocks = 24;
-  cfg.block_size = 16;
-  EXPECT_GT(run_concurrent(f, cfg), 0);
+  EXPECT_GT(run_concurrent(f, concurrency(true)), 0);
 }
 
 TEST(Engine, CancelFreesBlocksAndFullQueueRefuses) {

@@ -24,4 +24,7 @@ std::string temp_dir(const std::string& tag);
 // look like after a residual add.
 std::vector<float> activation_like(size_t n, uint32_t seed);
 
+// The UTF-8 encoding of one code point (no validation: surrogates encode as given).
+std::string utf8(uint32_t cp);
+
 }  // namespace mx::test
