@@ -16,6 +16,7 @@
 #include "loader/safetensors.h"
 #include "model/export.h"
 #include "model/model.h"
+#include "model/packed_modules.h"
 #include "test_util.h"
 
 namespace mx {
@@ -190,6 +191,18 @@ TEST(Hybrid, PackedShardsOfTwoTypesAreNamed) {
                    "types"),
             std::string::npos)
       << e;
+}
+
+// The architecture's packed modules merge with the generic ones; its entry replaces a generic
+// one only under the same key.
+TEST(Hybrid, PackedModulesMergeWithTheGenericTable) {
+  const PackedModules merged = merge_packed_modules(
+      {{"in_proj_qkvz", {"in_proj_qkv", "in_proj_z"}}, {"gate_up_proj", {"w1", "w3"}}});
+  EXPECT_EQ(merged.at("in_proj_qkvz"), (std::vector<std::string>{"in_proj_qkv", "in_proj_z"}));
+  EXPECT_EQ(merged.at("qkv_proj"), (std::vector<std::string>{"q_proj", "k_proj", "v_proj"}));
+  EXPECT_EQ(merged.at("gate_up_proj"), (std::vector<std::string>{"w1", "w3"}));
+  EXPECT_EQ(generic_packed_modules().at("gate_up_proj"),
+            (std::vector<std::string>{"gate_proj", "up_proj"}));
 }
 
 }  // namespace

@@ -84,9 +84,7 @@ Status load_attention(const WeightLoader& w, const ModelConfig& c, const std::st
   out->output_gate = c.attn_output_gate;
   const int64_t q_rows = (c.attn_output_gate ? 2 : 1) * c.num_heads * d;
   MX_ASSIGN_OR_RETURN(
-      out->qkv,
-      w.linear({prefix + ".q_proj", prefix + ".k_proj", prefix + ".v_proj"},
-               {q_rows, c.num_kv_heads * d, c.num_kv_heads * d}, h, prefix + ".qkv_proj"));
+      out->qkv, w.packed(prefix, "qkv_proj", {q_rows, c.num_kv_heads * d, c.num_kv_heads * d}, h));
   MX_ASSIGN_OR_RETURN(out->o,
                       w.linear({prefix + ".o_proj"}, {h}, c.num_heads * d, prefix + ".o_proj"));
   return Status::ok();
@@ -95,8 +93,7 @@ Status load_attention(const WeightLoader& w, const ModelConfig& c, const std::st
 Status load_dense_mlp(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
                       int64_t width, DenseMlp* out) {
   const int64_t h = c.hidden_size;
-  MX_ASSIGN_OR_RETURN(out->gate_up, w.linear({prefix + ".gate_proj", prefix + ".up_proj"},
-                                             {width, width}, h, prefix + ".gate_up_proj"));
+  MX_ASSIGN_OR_RETURN(out->gate_up, w.packed(prefix, "gate_up_proj", {width, width}, h));
   MX_ASSIGN_OR_RETURN(out->down,
                       w.linear({prefix + ".down_proj"}, {h}, width, prefix + ".down_proj"));
   return Status::ok();

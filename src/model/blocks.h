@@ -73,7 +73,9 @@ struct ArchImpl {
   Arch arch;
   LayerBuilder build;
   LayerForward forward;
+  const PackedModules* packed;  // the architecture's own packed modules (null: none)
 };
+extern const PackedModules kQwen3_5PackedModules;
 // Null for an architecture without an implementation (config parsing rejects those first).
 const ArchImpl* arch_impl(Arch arch);
 

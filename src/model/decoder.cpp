@@ -237,7 +237,12 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   m->scale_rule_ = options.scale_rule;
   m->kv_dtype_ = options.kv_dtype;
   m->pool_ = std::make_unique<ThreadPool>(std::max(1, options.threads));
+  const ArchImpl* arch = arch_impl(config.arch);
+  if (arch == nullptr) {
+    return unimplemented(dir + ": architecture " + config.hf_class + " has no implementation");
+  }
   WeightPlan plan;
+  if (arch->packed != nullptr) plan.packed = merge_packed_modules(*arch->packed);
   plan.online = offline ? std::nullopt : options.quantization;
   plan.gguf_dequant_bf16 = options.gguf_dequant_bf16;
   plan.rule = options.scale_rule;
@@ -246,9 +251,6 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   const std::optional<Scheme> head_scheme =
       options.quantize_lm_head && !offline ? options.quantization : std::nullopt;
   MX_RETURN_IF_ERROR(load_embeddings_and_head(w, config, head_scheme, options.scale_rule, m.get()));
-  const ArchImpl* arch = arch_impl(config.arch);
-  if (arch == nullptr)
-    return unimplemented(dir + ": architecture " + config.hf_class + " has no implementation");
   const LayerBuilder build = arch->build;
   m->layers.resize(static_cast<size_t>(config.num_layers));
   for (int64_t i = 0; i < config.num_layers; ++i) {

@@ -96,12 +96,10 @@ Status load_deltanet(const WeightLoader& w, const ModelConfig& c, const std::str
                      DeltaNetBlock* out) {
   const Dims d = dims_of(c);
   const int64_t h = c.hidden_size;
-  MX_ASSIGN_OR_RETURN(out->qkvz, w.linear({prefix + ".in_proj_qkv", prefix + ".in_proj_z"},
-                                          {d.conv, d.value}, h, prefix + ".in_proj_qkvz"));
+  MX_ASSIGN_OR_RETURN(out->qkvz, w.packed(prefix, "in_proj_qkvz", {d.conv, d.value}, h));
   // b and a feed per-head gates: kept as stored, like the router.
-  MX_ASSIGN_OR_RETURN(out->ba, w.linear({prefix + ".in_proj_b", prefix + ".in_proj_a"},
-                                        {d.nv, d.nv}, h, prefix + ".in_proj_ba",
-                                        /*keep_float=*/true));
+  MX_ASSIGN_OR_RETURN(out->ba,
+                      w.packed(prefix, "in_proj_ba", {d.nv, d.nv}, h, /*keep_float=*/true));
   MX_ASSIGN_OR_RETURN(out->out,
                       w.linear({prefix + ".out_proj"}, {h}, d.value, prefix + ".out_proj"));
   auto conv = f32_param(w, prefix + ".conv1d.weight", {d.conv, 1, d.kernel});

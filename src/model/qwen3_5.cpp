@@ -7,6 +7,12 @@
 
 namespace mx {
 
+// DeltaNet's projections that run as one matmul each (SGLang's and vLLM-Ascend's names).
+const PackedModules kQwen3_5PackedModules = {
+    {"in_proj_qkvz", {"in_proj_qkv", "in_proj_z"}},
+    {"in_proj_ba", {"in_proj_b", "in_proj_a"}},
+};
+
 Status build_qwen3_5_layer(const WeightLoader& w, const ModelConfig& c, int64_t layer,
                            DecoderLayer* out) {
   const std::string p = c.weight_prefix + "layers." + std::to_string(layer);

@@ -6,10 +6,12 @@ namespace mx {
 
 const ArchImpl* arch_impl(Arch arch) {
   static const ArchImpl kArchs[] = {
-      {Arch::kQwen3, build_qwen3_layer, qwen3_layer_forward},             // qwen3.cpp
-      {Arch::kQwen3Moe, build_qwen3_moe_layer, qwen3_moe_layer_forward},  // qwen3_moe.cpp
-      {Arch::kQwen3_5, build_qwen3_5_layer, qwen3_5_layer_forward},       // qwen3_5.cpp
-      {Arch::kQwen3_5Moe, build_qwen3_5_layer, qwen3_5_layer_forward},    // qwen3_5.cpp
+      {Arch::kQwen3, build_qwen3_layer, qwen3_layer_forward, nullptr},             // qwen3.cpp
+      {Arch::kQwen3Moe, build_qwen3_moe_layer, qwen3_moe_layer_forward, nullptr},  // qwen3_moe.cpp
+      {Arch::kQwen3_5, build_qwen3_5_layer, qwen3_5_layer_forward,
+       &kQwen3_5PackedModules},  // qwen3_5.cpp
+      {Arch::kQwen3_5Moe, build_qwen3_5_layer, qwen3_5_layer_forward,
+       &kQwen3_5PackedModules},  // qwen3_5.cpp
   };
   for (const ArchImpl& a : kArchs) {
     if (a.arch == arch) return &a;

@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include "core/check.h"
 #include "formats/half.h"
 #include "model/model.h"
 
@@ -167,6 +168,17 @@ Result<std::unique_ptr<Linear>> WeightLoader::linear(const std::vector<std::stri
   }
   MX_ASSIGN_OR_RETURN(MxWeights all, stack_mx_weights(mx, packed_name));
   return make_mx_linear(std::move(all), plan_.rule);
+}
+
+Result<std::unique_ptr<Linear>> WeightLoader::packed(const std::string& prefix,
+                                                     const std::string& name,
+                                                     const std::vector<int64_t>& out_dims,
+                                                     int64_t in, bool keep_float) const {
+  auto it = plan_.packed.find(name);
+  MX_CHECK(it != plan_.packed.end() && it->second.size() == out_dims.size());
+  std::vector<std::string> modules;
+  for (const std::string& shard : it->second) modules.push_back(prefix + "." + shard);
+  return linear(modules, out_dims, in, prefix + "." + name, keep_float);
 }
 
 Result<std::unique_ptr<Linear>> WeightLoader::router(const std::string& module, int64_t experts,

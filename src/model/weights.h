@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loader/weight_source.h"
+#include "model/packed_modules.h"
 #include "quant/linear.h"
 
 namespace mx {
@@ -24,6 +25,8 @@ struct WeightPlan {
   bool gguf_dequant_bf16 = false;
   ScaleRule rule = ScaleRule::kFloor;
   ThreadPool* pool = nullptr;  // splits online quantization across threads (may be null)
+  // Which shards each packed module stacks (the architecture's table merged with the generic).
+  PackedModules packed = generic_packed_modules();
 };
 
 class WeightLoader {
@@ -42,6 +45,11 @@ class WeightLoader {
   Result<std::unique_ptr<Linear>> linear(const std::vector<std::string>& modules,
                                          const std::vector<int64_t>& out_dims, int64_t in,
                                          const std::string& packed_name,
+                                         bool keep_float = false) const;
+  // The packed module `name` of `prefix` ("...self_attn", "qkv_proj") from its shards as the
+  // plan's table lists them, shard i with out_dims[i] rows.
+  Result<std::unique_ptr<Linear>> packed(const std::string& prefix, const std::string& name,
+                                         const std::vector<int64_t>& out_dims, int64_t in,
                                          bool keep_float = false) const;
   // The router gate [experts, hidden], FP32 logits: computed as stored, or in the MX scheme a
   // checkpoint quantized it to (never read without its scales).
