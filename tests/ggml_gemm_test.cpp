@@ -260,7 +260,7 @@ TEST(GgmlGemm, EveryVariantOnOddShapesWithinTheSummationBound) {
 // rows against rows in pieces) than the single row does.
 TEST(GgmlGemm, ResultsDoNotDependOnBatchOrColumnRange) {
   uint32_t seed = 777;
-  for (GgmlType t : {GgmlType::kF32, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kMXFP4}) {
+  for (GgmlType t : kTypes) {
     const int64_t b = ggml_type_info(t).block;
     for (int64_t k : {b == 1 ? int64_t{31} : 2 * b, (1100 + b - 1) / b * b}) {
       const Case c{t, 11, 11, k, seed++};
@@ -283,6 +283,37 @@ TEST(GgmlGemm, ResultsDoNotDependOnBatchOrColumnRange) {
           for (int64_t i = 0; i < c.m; ++i) {
             EXPECT_EQ(std::bit_cast<uint32_t>(col[i * p.ldy + r]), bits(i, r))
                 << "column " << r << " alone, row " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Batches of 2..9 rows, which the AVX2 kernel tiles differently (four rows by one weight row,
+// pairs by two, a last one or three, the scratch path past eight): each row gets the bits it
+// gets alone. n = 11 leaves a last group of three weight rows.
+TEST(GgmlGemm, SmallBatchesGiveEveryRowItsBitsAlone) {
+  uint32_t seed = 4242;
+  for (GgmlType t : kTypes) {
+    const int64_t b = ggml_type_info(t).block;
+    const int64_t k = b == 1 ? 45 : 2 * b;
+    for (int64_t m = 2; m <= 9; ++m) {
+      const Case c{t, m, 11, k, seed++};
+      SCOPED_TRACE(describe(c));
+      const Problem p = make_problem(c);
+      for (const GgmlGemmKernels* kern : variants()) {
+        SCOPED_TRACE(std::string("isa=") + std::string(isa_name(kern->isa)));
+        const std::vector<float> full = run(*kern, c, p, c.m, p.x.data(), 0, c.n);
+        for (int64_t i = 0; i < c.m; ++i) {
+          const std::vector<float> one = run(*kern, c, p, 1, p.x.data() + i * p.ldx, 0, c.n);
+          for (int64_t r = 0; r < c.n; ++r) {
+            const double want = p.exact[i * c.n + r];
+            const double tol =
+                static_cast<double>(c.k) * (0x1p-23 * p.abs_sum[i * c.n + r] + 0x1p-149);
+            EXPECT_LE(std::fabs(full[i * p.ldy + r] - want), tol) << "y[" << i << "," << r << "]";
+            EXPECT_EQ(std::bit_cast<uint32_t>(full[i * p.ldy + r]), std::bit_cast<uint32_t>(one[r]))
+                << "row " << i << " of " << m << ", column " << r;
           }
         }
       }

@@ -1,10 +1,12 @@
-// AVX2 dequantizers for the ggml types that loading and the GGUF GEMM spend their time on:
-// Q8_0, Q4_K, Q5_K, Q6_K, MXFP4, F16 (F16C) and BF16. Each performs the reference's FP32
+// AVX2 dequantizers of every supported ggml type but F32 (a copy): the GGUF GEMM dequantizes
+// through them whenever it has no fused path, so a type left to its scalar reference makes
+// decode on its files several times slower. Each performs the reference's FP32
 // operations in the same order, lane by lane, so the results are the reference's bit for bit.
 // Compiled with AVX2 flags: nothing inline from shared headers here (see ggml_types.h).
 #include <immintrin.h>
 
 #include <bit>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 
@@ -49,16 +51,24 @@ inline __m256 mul_rounded(__m256 a, __m256 b) {
 inline __m256 i8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
 inline __m256 u8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
 
-// 32 unsigned bytes q to y[l] = d * q[l] - m.
-inline void affine32(__m256i q, float d, float m, float* y) {
-  const __m256 dv = _mm256_set1_ps(d);
-  const __m256 mv = _mm256_set1_ps(m);
+// 32 unsigned bytes q to y[l] = d[l / 8] * q[l] - m[l / 8], or + m[l / 8] with kAdd (Q4_1
+// and Q5_1 add their min, the K-quants subtract theirs); the product rounded first.
+template <bool kAdd = false>
+inline void affine32(__m256i q, const __m256 d[4], const __m256 m[4], float* y) {
   const __m128i lo = _mm256_castsi256_si128(q);
   const __m128i hi = _mm256_extracti128_si256(q, 1);
-  _mm256_storeu_ps(y, _mm256_sub_ps(mul_rounded(dv, u8_to_ps(lo)), mv));
-  _mm256_storeu_ps(y + 8, _mm256_sub_ps(mul_rounded(dv, u8_to_ps(_mm_srli_si128(lo, 8))), mv));
-  _mm256_storeu_ps(y + 16, _mm256_sub_ps(mul_rounded(dv, u8_to_ps(hi)), mv));
-  _mm256_storeu_ps(y + 24, _mm256_sub_ps(mul_rounded(dv, u8_to_ps(_mm_srli_si128(hi, 8))), mv));
+  const __m256 v[4] = {u8_to_ps(lo), u8_to_ps(_mm_srli_si128(lo, 8)), u8_to_ps(hi),
+                       u8_to_ps(_mm_srli_si128(hi, 8))};
+  for (int i = 0; i < 4; ++i) {
+    const __m256 p = mul_rounded(d[i], v[i]);
+    _mm256_storeu_ps(y + 8 * i, kAdd ? _mm256_add_ps(p, m[i]) : _mm256_sub_ps(p, m[i]));
+  }
+}
+
+inline void affine32(__m256i q, float d, float m, float* y) {
+  const __m256 dv[4] = {_mm256_set1_ps(d), _mm256_set1_ps(d), _mm256_set1_ps(d), _mm256_set1_ps(d)};
+  const __m256 mv[4] = {_mm256_set1_ps(m), _mm256_set1_ps(m), _mm256_set1_ps(m), _mm256_set1_ps(m)};
+  affine32(q, dv, mv, y);
 }
 
 // 32 signed bytes q to y[l] = s[l / 8] * q[l].
@@ -91,6 +101,140 @@ void bf16(const uint8_t* blocks, float* out, int64_t n) {
     uint16_t h;
     std::memcpy(&h, blocks + 2 * i, 2);
     out[i] = std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+  }
+}
+
+// The 32 codes of a 32-block whose element j is the low nibble of qs[j] and element j + 16
+// the high one (Q4_0, Q4_1, Q5_0, Q5_1), in element order.
+inline __m256i split_nibbles(const uint8_t* qs) {
+  const __m128i nibble = _mm_set1_epi8(0x0F);
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), nibble), _mm_and_si128(q, nibble));
+}
+
+// Byte j = 0x10 where bit j of the little-endian qh is set: the fifth bits of Q5_0 / Q5_1.
+inline __m256i fifth_bits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                          _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                           2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i select = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+// Q4_0 and Q5_0: (q - bias) * d, one product per value.
+template <bool kFifthBit>
+void q4_5_0(const uint8_t* blocks, float* out, int64_t n) {
+  using Block = std::conditional_t<kFifthBit, GgmlBlockQ5_0, GgmlBlockQ4_0>;
+  const __m256i bias = _mm256_set1_epi8(kFifthBit ? 16 : 8);
+  for (int64_t b = 0; b < n / kGgmlQK; ++b) {
+    const uint8_t* p = blocks + b * static_cast<int64_t>(sizeof(Block));
+    const __m256 d = _mm256_set1_ps(load_half(p));
+    __m256i q = split_nibbles(p + offsetof(Block, qs));
+    if constexpr (kFifthBit) q = _mm256_or_si256(q, fifth_bits(p + offsetof(Block, qh)));
+    const __m256 s[4] = {d, d, d, d};
+    scaled32(_mm256_sub_epi8(q, bias), s, out + b * kGgmlQK);
+  }
+}
+
+// Q4_1 and Q5_1: q * d rounded, then + m.
+template <bool kFifthBit>
+void q4_5_1(const uint8_t* blocks, float* out, int64_t n) {
+  using Block = std::conditional_t<kFifthBit, GgmlBlockQ5_1, GgmlBlockQ4_1>;
+  for (int64_t b = 0; b < n / kGgmlQK; ++b) {
+    const uint8_t* p = blocks + b * static_cast<int64_t>(sizeof(Block));
+    __m256i q = split_nibbles(p + offsetof(Block, qs));
+    if constexpr (kFifthBit) q = _mm256_or_si256(q, fifth_bits(p + offsetof(Block, qh)));
+    const __m256 d = _mm256_set1_ps(load_half(p));
+    const __m256 m = _mm256_set1_ps(load_half(p + 2));
+    const __m256 dv[4] = {d, d, d, d};
+    const __m256 mv[4] = {m, m, m, m};
+    affine32<true>(q, dv, mv, out + b * kGgmlQK);
+  }
+}
+
+// 16 byte-sized scales times d (exactly the reference's d * float(scale), one rounding), into
+// out[0..15]; kSigned for Q3_K's unbiased scales.
+template <bool kSigned>
+inline void scale16(__m128i sc, float d, float* out) {
+  const __m256 dv = _mm256_set1_ps(d);
+  const __m128i hi = _mm_srli_si128(sc, 8);
+  _mm256_store_ps(out, _mm256_mul_ps(dv, kSigned ? i8_to_ps(sc) : u8_to_ps(sc)));
+  _mm256_store_ps(out + 8, _mm256_mul_ps(dv, kSigned ? i8_to_ps(hi) : u8_to_ps(hi)));
+}
+
+// Q2_K: per 16 values dl = d * (scale & 15), ml = dmin * (scale >> 4), then dl * q - ml. Value
+// 128 * half + 32 * pass + l is the 2-bit field at bit 2 * pass of qs[32 * half + l].
+void q2_k(const uint8_t* blocks, float* out, int64_t n) {
+  const __m128i nibble = _mm_set1_epi8(0x0F);
+  const __m256i two = _mm256_set1_epi8(0x03);
+  for (int64_t b = 0; b < n / kGgmlQK_K; ++b) {
+    const uint8_t* p = blocks + b * static_cast<int64_t>(sizeof(GgmlBlockQ2_K));
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    alignas(32) float dl[16], ml[16];
+    scale16<false>(_mm_and_si128(sc, nibble), load_half(p + offsetof(GgmlBlockQ2_K, d)), dl);
+    scale16<false>(_mm_and_si128(_mm_srli_epi16(sc, 4), nibble),
+                   load_half(p + offsetof(GgmlBlockQ2_K, dmin)), ml);
+    float* y = out + b * kGgmlQK_K;
+    for (int half = 0; half < 2; ++half) {
+      const __m256i qs = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(p + offsetof(GgmlBlockQ2_K, qs) + 32 * half));
+      for (int pass = 0; pass < 4; ++pass) {
+        const int g = 8 * half + 2 * pass;  // the scale of the first 16 of these 32 values
+        const __m256 d0 = _mm256_broadcast_ss(dl + g), d1 = _mm256_broadcast_ss(dl + g + 1);
+        const __m256 m0 = _mm256_broadcast_ss(ml + g), m1 = _mm256_broadcast_ss(ml + g + 1);
+        const __m256 dv[4] = {d0, d0, d1, d1};
+        const __m256 mv[4] = {m0, m0, m1, m1};
+        affine32(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * pass), two), dv, mv,
+                 y + 128 * half + 32 * pass);
+      }
+    }
+  }
+}
+
+// Q3_K: dl = d * scale per 16 values, then dl * q with q = field - 4 where the hmask bit is
+// clear. Fields are walked as in Q2_K; the hmask bit of value 128 * half + 32 * pass + l is
+// bit 4 * half + pass of hmask[l].
+void q3_k(const uint8_t* blocks, float* out, int64_t n) {
+  const __m128i nibble = _mm_set1_epi8(0x0F);
+  const __m256i two = _mm256_set1_epi8(0x03);
+  const __m256i one = _mm256_set1_epi8(0x01);
+  const __m256i four = _mm256_set1_epi8(0x04);
+  for (int64_t b = 0; b < n / kGgmlQK_K; ++b) {
+    const uint8_t* p = blocks + b * static_cast<int64_t>(sizeof(GgmlBlockQ3_K));
+    // Scale j: low four bits in nibble j / 8 of byte j % 8, top two at bit 2 * (j / 4) of
+    // byte 8 + j % 4: the 32-bit word of bytes 8-11 shifted by 2 * (j / 4) has them in byte
+    // j % 4.
+    const uint8_t* s = p + offsetof(GgmlBlockQ3_K, scales);
+    const __m128i l8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
+    const __m128i low =
+        _mm_unpacklo_epi64(_mm_and_si128(l8, nibble), _mm_and_si128(_mm_srli_epi16(l8, 4), nibble));
+    uint32_t top;
+    std::memcpy(&top, s + 8, 4);
+    const __m128i w = _mm_set1_epi32(static_cast<int>(top));
+    const __m128i high =
+        _mm_and_si128(_mm_srlv_epi32(w, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(0x03));
+    const __m128i sc = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+    alignas(32) float dl[16];
+    scale16<true>(sc, load_half(p + offsetof(GgmlBlockQ3_K, d)), dl);
+    const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    float* y = out + b * kGgmlQK_K;
+    for (int half = 0; half < 2; ++half) {
+      const __m256i qs = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(p + offsetof(GgmlBlockQ3_K, qs) + 32 * half));
+      for (int pass = 0; pass < 4; ++pass) {
+        const __m256i field = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * pass), two);
+        const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * half + pass), one);
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(field, _mm256_slli_epi16(bit, 2)), four);
+        const int g = 8 * half + 2 * pass;
+        const __m256 d0 = _mm256_broadcast_ss(dl + g), d1 = _mm256_broadcast_ss(dl + g + 1);
+        const __m256 sv[4] = {d0, d0, d1, d1};
+        scaled32(q, sv, y + 128 * half + 32 * pass);
+      }
+    }
   }
 }
 
@@ -195,13 +339,13 @@ constexpr GgmlKernels make_avx2_kernels() {
   set(GgmlType::kF32, ref_f32);  // a copy: memcpy is as fast as it gets
   set(GgmlType::kF16, f16);
   set(GgmlType::kBF16, bf16);
-  set(GgmlType::kQ4_0, ref_q4_0);
-  set(GgmlType::kQ4_1, ref_q4_1);
-  set(GgmlType::kQ5_0, ref_q5_0);
-  set(GgmlType::kQ5_1, ref_q5_1);
+  set(GgmlType::kQ4_0, q4_5_0<false>);
+  set(GgmlType::kQ4_1, q4_5_1<false>);
+  set(GgmlType::kQ5_0, q4_5_0<true>);
+  set(GgmlType::kQ5_1, q4_5_1<true>);
   set(GgmlType::kQ8_0, q8_0);
-  set(GgmlType::kQ2_K, ref_q2_k);
-  set(GgmlType::kQ3_K, ref_q3_k);
+  set(GgmlType::kQ2_K, q2_k);
+  set(GgmlType::kQ3_K, q3_k);
   set(GgmlType::kQ4_K, k4<false>);
   set(GgmlType::kQ5_K, k4<true>);
   set(GgmlType::kQ6_K, q6_k);

@@ -1,8 +1,10 @@
 // AVX2 GEMM over ggml blocks (ggml_gemm.h): kGgmlGemmRows weight rows at a time are
 // dequantized by the AVX2 dequantizers (bit for bit the reference's values) into the L1
-// scratch, then every activation row takes its dots with those rows in FMA chains. For
-// decode (m == 1) of Q8_0 and Q4_K the weights are dequantized in registers instead, by the
-// same FP32 operations, and go straight into the chains.
+// scratch, then every activation row takes its dots with those rows in FMA chains (F32 rows
+// are read in place for small m). For decode (m == 1) of every other type, and for small
+// batches of the block types, the weights are dequantized in registers (or through a block's
+// worth of int8 codes in L1) instead, by the same FP32 operations, and go straight into the
+// chains of every activation row of the batch.
 //
 // Every output sees one fixed sequence of operations, whatever m, the row's place in the
 // batch, the column range or the path: element j < 8 * floor(k / 8) goes to lane j % 8 of
@@ -12,10 +14,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/ggml_gemm.h"
 
@@ -246,17 +250,395 @@ void q4_k_decode(const GgmlGemmArgs& a, int64_t n0) {
   store_dots<1, R>(acc, a.y + n0, a.ldy);
 }
 
+// The other block types share one fused kernel. A codec unpacks a block into its codes, as
+// int8 in element order, and its FP32 scales (and mins) per kGroup values, computed by the
+// reference's FP32 operations; then weight j is d * q_j (kMin == 0), d * q_j - m (kMin < 0)
+// or d * q_j + m (kMin > 0). Where a min is applied, d * q_j is exact (at most 11 + 6 + 5
+// significant bits, never subnormal: FP16 scales are FP32 normals), so a contraction of the
+// two into one FMA rounds as the reference does.
+inline __m256i split_nibbles(const uint8_t* qs) {  // element j low nibble, j + 16 high
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
+}
+
+// Byte j = 0x10 where bit j of the little-endian 32-bit qh is set (Q5_0, Q5_1).
+inline __m256i fifth_bits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, sizeof bits);
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                          _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                           2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i select = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+inline void store32(int8_t* q, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(q), v); }
+
+// 16 byte scales times d, as the reference's d * float(scale).
+template <bool kSigned>
+inline void scale16(__m128i sc, float d, float* out) {
+  const __m256 dv = _mm256_set1_ps(d);
+  const __m128i hi = _mm_srli_si128(sc, 8);
+  const auto widen = [](__m128i v) {
+    return _mm256_cvtepi32_ps(kSigned ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
+  };
+  _mm256_store_ps(out, _mm256_mul_ps(dv, widen(sc)));
+  _mm256_store_ps(out + 8, _mm256_mul_ps(dv, widen(hi)));
+}
+
+// Q4_0, Q5_0 (kMin 0, codes q - bias) and Q4_1, Q5_1 (kMin 1).
+template <bool kFifthBit, bool kOffset>
+struct Codec32 {
+  using Block =
+      std::conditional_t<kFifthBit, std::conditional_t<kOffset, GgmlBlockQ5_1, GgmlBlockQ5_0>,
+                         std::conditional_t<kOffset, GgmlBlockQ4_1, GgmlBlockQ4_0>>;
+  static constexpr int64_t kBlock = kGgmlQK, kBytes = sizeof(Block);
+  static constexpr int kGroup = 32, kMin = kOffset ? 1 : 0;
+  static void unpack(const uint8_t* p, int8_t* q, float* d, float* m) {
+    __m256i v = split_nibbles(p + offsetof(Block, qs));
+    if constexpr (kFifthBit) v = _mm256_or_si256(v, fifth_bits(p + offsetof(Block, qh)));
+    if constexpr (!kOffset) v = _mm256_sub_epi8(v, _mm256_set1_epi8(kFifthBit ? 16 : 8));
+    store32(q, v);
+    d[0] = half_scale(p);
+    if constexpr (kOffset) m[0] = half_scale(p + 2);
+  }
+};
+
+// Q8_0 and Q4_K keep their own m == 1 kernels above; these codecs serve them for 2 <= m.
+struct CodecQ8_0 {
+  static constexpr int64_t kBlock = kGgmlQK, kBytes = sizeof(GgmlBlockQ8_0);
+  static constexpr int kGroup = 32, kMin = 0;
+  static void unpack(const uint8_t* p, int8_t* q, float* d, float*) {
+    store32(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)));
+    d[0] = half_scale(p);
+  }
+};
+
+struct CodecQ4K {
+  static constexpr int64_t kBlock = kGgmlQK_K, kBytes = sizeof(GgmlBlockQ4_K);
+  static constexpr int kGroup = 32, kMin = -1;
+  static void unpack(const uint8_t* p, int8_t* q, float* d, float* m) {
+    q4_k_scales(p, d, m);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int g = 0; g < 4; ++g) {  // sub-blocks 2g (low nibbles) and 2g + 1 (high)
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * g));
+      store32(q + 64 * g, _mm256_and_si256(v, low4));
+      store32(q + 64 * g + 32, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+    }
+  }
+};
+
+struct CodecMxfp4 {
+  static constexpr int64_t kBlock = kGgmlQK, kBytes = sizeof(GgmlBlockMxfp4);
+  static constexpr int kGroup = 32, kMin = 0;
+  static void unpack(const uint8_t* p, int8_t* q, float* d, float*) {
+    // Twice the E2M1 values, by code; d = 2^(e - 128) (FP32 subnormals for e = 0 and 1).
+    const __m256i table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                           0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    store32(q, _mm256_shuffle_epi8(table, split_nibbles(p + 1)));
+    const uint32_t e = p[0];
+    d[0] = std::bit_cast<float>(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+  }
+};
+
+struct CodecQ5K {
+  static constexpr int64_t kBlock = kGgmlQK_K, kBytes = sizeof(GgmlBlockQ5_K);
+  static constexpr int kGroup = 32, kMin = -1;
+  static void unpack(const uint8_t* p, int8_t* q, float* d, float* m) {
+    static_assert(offsetof(GgmlBlockQ5_K, scales) == offsetof(GgmlBlockQ4_K, scales));
+    q4_k_scales(p, d, m);  // the same d, dmin and scale packing as Q4_K
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bit = _mm256_set1_epi8(0x10);
+    __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+    for (int g = 0; g < 4; ++g) {  // sub-blocks 2g, 2g + 1: bits 2g, 2g + 1 of qh
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 48 + 32 * g));
+      store32(q + 64 * g, _mm256_or_si256(_mm256_and_si256(v, low4),
+                                          _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit)));
+      store32(q + 64 * g + 32, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4),
+                                               _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit)));
+      qh = _mm256_srli_epi16(qh, 2);
+    }
+  }
+};
+
+struct CodecQ6K {
+  static constexpr int64_t kBlock = kGgmlQK_K, kBytes = sizeof(GgmlBlockQ6_K);
+  static constexpr int kGroup = 16, kMin = 0;
+  static void unpack(const uint8_t* p, int8_t* q, float* d, float*) {
+    scale16<true>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)), half_scale(p + 208),
+                  d);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x03);
+    for (int half = 0; half < 2; ++half) {
+      // Quarter r of the half: nibble r / 2 of ql[64 half + 32 (r % 2) + l], and bits 2r, 2r + 1
+      // of qh[32 half + l] above it; minus 32.
+      const uint8_t* ql = p + 64 * half;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * half));
+      const __m256i low[4] = {_mm256_and_si256(l0, low4), _mm256_and_si256(l1, low4),
+                              _mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                              _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4)};
+      for (int r = 0; r < 4; ++r) {
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), two);
+        const __m256i v = _mm256_or_si256(low[r], _mm256_slli_epi16(high, 4));
+        store32(q + 128 * half + 32 * r, _mm256_sub_epi8(v, _mm256_set1_epi8(32)));
+      }
+    }
+  }
+};
+
+// Q2_K (kMin -1) and Q3_K: value 128 half + 32 pass + l is the 2-bit field at bit 2 pass of
+// qs[32 half + l]; Q3_K subtracts 4 where bit 4 half + pass of hmask[l] is clear.
+template <bool kQ3>
+struct CodecK2 {
+  using Block = std::conditional_t<kQ3, GgmlBlockQ3_K, GgmlBlockQ2_K>;
+  static constexpr int64_t kBlock = kGgmlQK_K, kBytes = sizeof(Block);
+  static constexpr int kGroup = 16, kMin = kQ3 ? 0 : -1;
+  static void unpack(const uint8_t* p, int8_t* q, float* d, float* m) {
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    if constexpr (kQ3) {
+      // Scale j: low bits in nibble j / 8 of byte j % 8, top two at bit 2 (j / 4) of byte
+      // 8 + j % 4, biased by 32.
+      const uint8_t* s = p + offsetof(Block, scales);
+      const __m128i l8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
+      const __m128i low =
+          _mm_unpacklo_epi64(_mm_and_si128(l8, low4), _mm_and_si128(_mm_srli_epi16(l8, 4), low4));
+      uint32_t top;
+      std::memcpy(&top, s + 8, sizeof top);
+      const __m128i high = _mm_and_si128(
+          _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(top)), _mm_setr_epi32(0, 2, 4, 6)),
+          _mm_set1_epi8(0x03));
+      const __m128i sc =
+          _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+      scale16<true>(sc, half_scale(p + offsetof(Block, d)), d);
+    } else {
+      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      scale16<false>(_mm_and_si128(sc, low4), half_scale(p + offsetof(Block, d)), d);
+      scale16<false>(_mm_and_si128(_mm_srli_epi16(sc, 4), low4),
+                     half_scale(p + offsetof(Block, dmin)), m);
+    }
+    const __m256i two = _mm256_set1_epi8(0x03);
+    for (int half = 0; half < 2; ++half) {
+      const __m256i qs =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + offsetof(Block, qs) + 32 * half));
+      for (int pass = 0; pass < 4; ++pass) {
+        __m256i v = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * pass), two);
+        if constexpr (kQ3) {
+          const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+          const __m256i bit =
+              _mm256_and_si256(_mm256_srli_epi16(hm, 4 * half + pass), _mm256_set1_epi8(1));
+          v = _mm256_sub_epi8(_mm256_or_si256(v, _mm256_slli_epi16(bit, 2)), _mm256_set1_epi8(4));
+        }
+        store32(q + 128 * half + 32 * pass, v);
+      }
+    }
+  }
+};
+
+// Codes 8v..8v+7 of a block, sign-extended. A 32-block's codes are read back whole (a load
+// the store forwards to) and widened in registers; for 256 values, straight from memory.
+template <int64_t kBlock>
+inline __m256i codes8(const int8_t* q, int v) {
+  if constexpr (kBlock == 32) {
+    const __m256i all = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
+    const __m128i half = v < 2 ? _mm256_castsi256_si128(all) : _mm256_extracti128_si256(all, 1);
+    return _mm256_cvtepi8_epi32(v % 2 == 0 ? half : _mm_srli_si128(half, 8));
+  } else {
+    return load8_i8(reinterpret_cast<const uint8_t*>(q + 8 * v));
+  }
+}
+
+// One pass over R rows of blocks for MR activation rows (MR * R <= 4: eight chains): each
+// block of every weight row is unpacked once, then its values go through the FMA chains of
+// all MR rows eight at a time, the R weight rows interleaved.
+template <class C, int MR, int R>
+void codec_rows(const GgmlGemmArgs& a, const float* x, float* y, int64_t n0) {
+  constexpr int64_t kGroups = C::kBlock / C::kGroup < 8 ? 8 : C::kBlock / C::kGroup;
+  const uint8_t* w = a.w + n0 * a.row_bytes;
+  __m256 acc[MR][R][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[i][r][0] = acc[i][r][1] = _mm256_setzero_ps();
+  }
+  alignas(32) int8_t q[R][C::kBlock];
+  alignas(32) float d[R][kGroups], m[R][kGroups];
+  for (int64_t b = 0; b < a.k / C::kBlock; ++b) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) C::unpack(w + r * a.row_bytes + b * C::kBytes, q[r], d[r], m[r]);
+    const float* xb = x + b * C::kBlock;
+#pragma GCC unroll 4
+    for (int v = 0; v < C::kBlock / 8; ++v) {
+      __m256 xv[MR];
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(xb + i * a.ldx + 8 * v);
+      const int g = 8 * v / C::kGroup;
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256 qv = _mm256_cvtepi32_ps(codes8<C::kBlock>(q[r], v));
+        __m256 wv = _mm256_mul_ps(_mm256_broadcast_ss(&d[r][g]), qv);
+        if constexpr (C::kMin < 0) wv = _mm256_sub_ps(wv, _mm256_broadcast_ss(&m[r][g]));
+        if constexpr (C::kMin > 0) wv = _mm256_add_ps(wv, _mm256_broadcast_ss(&m[r][g]));
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; ++i)
+          acc[i][r][v % 2] = _mm256_fmadd_ps(xv[i], wv, acc[i][r][v % 2]);
+      }
+    }
+  }
+  store_dots<MR, R>(acc, y + n0, a.ldy);
+}
+
+template <class C, int R>
+void codec_decode(const GgmlGemmArgs& a, int64_t n0) {
+  codec_rows<C, 1, R>(a, a.x, a.y, n0);
+}
+
+// 2 <= m: activation rows four at a time against one weight row each (the weights are
+// unpacked once per group of four rows), then a last pair against two weight rows at a time,
+// or a last row or three against one.
+template <class C>
+void codec_small_m(const GgmlGemmArgs& a, int64_t n0, int64_t rows) {
+  int64_t i = 0;
+  for (; i + 4 <= a.m; i += 4) {
+    for (int64_t r = 0; r < rows; ++r)
+      codec_rows<C, 4, 1>(a, a.x + i * a.ldx, a.y + i * a.ldy, n0 + r);
+  }
+  const float* x = a.x + i * a.ldx;
+  float* y = a.y + i * a.ldy;
+  switch (a.m - i) {
+    case 3:
+      for (int64_t r = 0; r < rows; ++r) codec_rows<C, 3, 1>(a, x, y, n0 + r);
+      break;
+    case 2: {
+      int64_t r = 0;
+      for (; r + 2 <= rows; r += 2) codec_rows<C, 2, 2>(a, x, y, n0 + r);
+      if (r < rows) codec_rows<C, 2, 1>(a, x, y, n0 + r);
+      break;
+    }
+    case 1: {
+      int64_t r = 0;
+      for (; r + 2 <= rows; r += 2) codec_rows<C, 1, 2>(a, x, y, n0 + r);
+      if (r < rows) codec_rows<C, 1, 1>(a, x, y, n0 + r);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+// F16 (F16C, NaNs made the codec's default NaN as the dequantizer does) and BF16 rows, in the
+// element order of dots(): sixteen at a time, then eight, then the masked tail, whose lanes
+// past k are +0 in both paths.
+template <bool kBf16>
+inline __m256 half8(const uint8_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (kBf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  const __m256 f = _mm256_cvtph_ps(h);
+  const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+  if (_mm256_testz_ps(nan, nan)) return f;
+  const __m256 canonical = _mm256_or_ps(_mm256_and_ps(f, _mm256_set1_ps(-0.0f)),
+                                        _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)));
+  return _mm256_blendv_ps(f, canonical, nan);
+}
+
+template <bool kBf16, int R>
+void half_decode(const GgmlGemmArgs& a, int64_t n0) {
+  const uint8_t* w = a.w + n0 * a.row_bytes;
+  __m256 acc[1][R][2];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[0][r][0] = acc[0][r][1] = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= a.k; j += 16) {
+    const __m256 x0 = _mm256_loadu_ps(a.x + j), x1 = _mm256_loadu_ps(a.x + j + 8);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* row = w + r * a.row_bytes + 2 * j;
+      acc[0][r][0] = _mm256_fmadd_ps(x0, half8<kBf16>(row), acc[0][r][0]);
+      acc[0][r][1] = _mm256_fmadd_ps(x1, half8<kBf16>(row + 16), acc[0][r][1]);
+    }
+  }
+  for (; j < a.k; j += 8) {  // at most two passes: eight, then the tail
+    const int64_t len = std::min<int64_t>(8, a.k - j);
+    const __m256 xv = _mm256_maskload_ps(a.x + j, tail_mask(len));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      alignas(16) uint8_t h[16] = {};
+      std::memcpy(h, w + r * a.row_bytes + 2 * j, static_cast<size_t>(2 * len));
+      acc[0][r][0] = _mm256_fmadd_ps(xv, half8<kBf16>(h), acc[0][r][0]);
+    }
+  }
+  store_dots<1, R>(acc, a.y + n0, a.ldy);
+}
+
 using DecodeFn = void (*)(const GgmlGemmArgs& a, int64_t n0);
+using DecodeRows = std::array<DecodeFn, 4>;  // for 1..4 weight rows
+
+template <class C>
+constexpr DecodeRows kCodec = {codec_decode<C, 1>, codec_decode<C, 2>, codec_decode<C, 3>,
+                               codec_decode<C, 4>};
+template <bool kBf16>
+constexpr DecodeRows kHalf = {half_decode<kBf16, 1>, half_decode<kBf16, 2>, half_decode<kBf16, 3>,
+                              half_decode<kBf16, 4>};
+
+// The fused decode kernels by type id; empty rows where the scratch path serves (F32, whose
+// rows the scratch path reads in place).
+constexpr std::array<DecodeRows, 40> make_decode_table() {
+  std::array<DecodeRows, 40> t{};
+  auto set = [&t](GgmlType type, const DecodeRows& rows) { t[static_cast<uint32_t>(type)] = rows; };
+  set(GgmlType::kQ8_0, {q8_0_decode<1>, q8_0_decode<2>, q8_0_decode<3>, q8_0_decode<4>});
+  set(GgmlType::kQ4_K, {q4_k_decode<1>, q4_k_decode<2>, q4_k_decode<3>, q4_k_decode<4>});
+  set(GgmlType::kQ5_K, kCodec<CodecQ5K>);
+  set(GgmlType::kQ6_K, kCodec<CodecQ6K>);
+  set(GgmlType::kMXFP4, kCodec<CodecMxfp4>);
+  set(GgmlType::kQ2_K, kCodec<CodecK2<false>>);
+  set(GgmlType::kQ3_K, kCodec<CodecK2<true>>);
+  set(GgmlType::kQ4_0, kCodec<Codec32<false, false>>);
+  set(GgmlType::kQ4_1, kCodec<Codec32<false, true>>);
+  set(GgmlType::kQ5_0, kCodec<Codec32<true, false>>);
+  set(GgmlType::kQ5_1, kCodec<Codec32<true, true>>);
+  set(GgmlType::kF16, kHalf<false>);
+  set(GgmlType::kBF16, kHalf<true>);
+  return t;
+}
+constexpr std::array<DecodeRows, 40> kDecode = make_decode_table();
+
+using SmallMFn = void (*)(const GgmlGemmArgs& a, int64_t n0, int64_t rows);
+struct SmallM {
+  SmallMFn fn = nullptr;
+  int64_t max_m = 0;  // the scratch path serves larger m
+};
+
+// Where the weights unpacked once per group of activation rows beat one dequantization into
+// the scratch shared by all rows (measured at n = k = 2048): up to m = 8 for the 32-blocks,
+// only m = 2 (two weight rows per pass) for the super-blocks, whose R = 1 passes lose.
+template <class C>
+constexpr SmallM kSmall = {codec_small_m<C>, C::kBlock == kGgmlQK ? 8 : 2};
+
+// The fused kernels for 2 <= m by type id; empty where the scratch path serves.
+constexpr std::array<SmallM, 40> make_small_m_table() {
+  std::array<SmallM, 40> t{};
+  auto set = [&t](GgmlType type, SmallM f) { t[static_cast<uint32_t>(type)] = f; };
+  set(GgmlType::kQ8_0, kSmall<CodecQ8_0>);
+  set(GgmlType::kQ4_K, kSmall<CodecQ4K>);
+  set(GgmlType::kQ5_K, kSmall<CodecQ5K>);
+  set(GgmlType::kQ6_K, kSmall<CodecQ6K>);
+  set(GgmlType::kMXFP4, kSmall<CodecMxfp4>);
+  set(GgmlType::kQ2_K, kSmall<CodecK2<false>>);
+  set(GgmlType::kQ3_K, kSmall<CodecK2<true>>);
+  set(GgmlType::kQ4_0, kSmall<Codec32<false, false>>);
+  set(GgmlType::kQ4_1, kSmall<Codec32<false, true>>);
+  set(GgmlType::kQ5_0, kSmall<Codec32<true, false>>);
+  set(GgmlType::kQ5_1, kSmall<Codec32<true, true>>);
+  return t;
+}
+constexpr std::array<SmallM, 40> kSmallM = make_small_m_table();
 
 // The fused decode kernel of a type for 1..4 rows; null where the scratch path serves.
 DecodeFn decode_kernel(GgmlType t, int64_t rows) {
-  static constexpr DecodeFn kQ8_0[4] = {q8_0_decode<1>, q8_0_decode<2>, q8_0_decode<3>,
-                                        q8_0_decode<4>};
-  static constexpr DecodeFn kQ4_K[4] = {q4_k_decode<1>, q4_k_decode<2>, q4_k_decode<3>,
-                                        q4_k_decode<4>};
-  if (t == GgmlType::kQ8_0) return kQ8_0[rows - 1];
-  if (t == GgmlType::kQ4_K) return kQ4_K[rows - 1];
-  return nullptr;
+  const auto id = static_cast<uint32_t>(t);
+  return id < kDecode.size() ? kDecode[id][static_cast<size_t>(rows - 1)] : nullptr;
 }
 
 void gemm_avx2(const GgmlGemmArgs& a, int64_t n_begin, int64_t n_end, float* scratch) {
@@ -272,22 +654,32 @@ void gemm_avx2(const GgmlGemmArgs& a, int64_t n_begin, int64_t n_end, float* scr
         fused(a, n0);
         continue;
       }
+    } else if (id < kSmallM.size() && a.m <= kSmallM[id].max_m) {
+      kSmallM[id].fn(a, n0, rows);
+      continue;
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      dequant(a.w + (n0 + r) * a.row_bytes, scratch + r * a.k, a.k);
+    // F32 rows are already what the dots read (row_bytes is 4k). Up to m = 8 they are read in
+    // place; past that, the copy into the scratch is worth it (measured at n = k = 2048).
+    const float* w = scratch;
+    if (a.type == GgmlType::kF32 && a.m <= 8) {
+      w = reinterpret_cast<const float*>(a.w + n0 * a.row_bytes);
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        dequant(a.w + (n0 + r) * a.row_bytes, scratch + r * a.k, a.k);
+      }
     }
     switch (rows) {
       case 4:
-        rows_against<4>(a, scratch, n0);
+        rows_against<4>(a, w, n0);
         break;
       case 3:
-        rows_against<3>(a, scratch, n0);
+        rows_against<3>(a, w, n0);
         break;
       case 2:
-        rows_against<2>(a, scratch, n0);
+        rows_against<2>(a, w, n0);
         break;
       default:
-        rows_against<1>(a, scratch, n0);
+        rows_against<1>(a, w, n0);
         break;
     }
   }
