@@ -160,6 +160,38 @@ Status write_tokenizer(const std::string& src, const std::string& out, int64_t v
   return Status::ok();
 }
 
+// One Qwen3 / Qwen3-MoE layer after its two norms: attention, then the dense MLP or the
+// per-expert MoE.
+template <typename Add>
+Status add_qwen3_layer(const OJson& c, const std::string& p, float sd, Add& add,
+                       SafetensorsWriter& w, int64_t s) {
+  const int64_t hid = c["hidden_size"], nq = c["num_attention_heads"],
+                nkv = c["num_key_value_heads"], hd = c["head_dim"];
+  const bool moe = c.contains("num_experts");
+  MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.q_proj.weight", {nq * hd, hid}, sd));
+  MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.k_proj.weight", {nkv * hd, hid}, sd));
+  MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.v_proj.weight", {nkv * hd, hid}, sd));
+  MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.o_proj.weight", {hid, nq * hd}, sd));
+  MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.q_norm.weight", {hd}, 0.0f, 1.0f));
+  MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.k_norm.weight", {hd}, 0.0f, 1.0f));
+  if (moe) {
+    const int64_t ne = c["num_experts"], inter = c["moe_intermediate_size"];
+    MX_RETURN_IF_ERROR(add(w, s, p + "mlp.gate.weight", {ne, hid}, sd));
+    for (int64_t e = 0; e < ne; ++e) {
+      const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+      MX_RETURN_IF_ERROR(add(w, s, q + "gate_proj.weight", {inter, hid}, sd));
+      MX_RETURN_IF_ERROR(add(w, s, q + "up_proj.weight", {inter, hid}, sd));
+      MX_RETURN_IF_ERROR(add(w, s, q + "down_proj.weight", {hid, inter}, sd));
+    }
+  } else {
+    const int64_t inter = c["intermediate_size"];
+    MX_RETURN_IF_ERROR(add(w, s, p + "mlp.gate_proj.weight", {inter, hid}, sd));
+    MX_RETURN_IF_ERROR(add(w, s, p + "mlp.up_proj.weight", {inter, hid}, sd));
+    MX_RETURN_IF_ERROR(add(w, s, p + "mlp.down_proj.weight", {hid, inter}, sd));
+  }
+  return Status::ok();
+}
+
 // One Qwen3.5 layer after its two norms: DeltaNet or gated attention, then the MoE with its
 // shared expert; routed experts fused as the published checkpoints store them.
 template <typename Add>
@@ -221,9 +253,7 @@ Result<SynthSummary> write_synthetic_model(const SynthOptions& opt, const std::s
   if (ec) return io_error(out_dir + ": " + ec.message());
   const bool hybrid = c.contains("text_config");
   const OJson& t = hybrid ? c["text_config"] : c;
-  const int64_t vocab = t["vocab_size"], hid = t["hidden_size"], nq = t["num_attention_heads"],
-                nkv = t["num_key_value_heads"], hd = t["head_dim"];
-  const bool moe = t.contains("num_experts");
+  const int64_t vocab = t["vocab_size"], hid = t["hidden_size"];
   // Qwen3.5: the language model under model.language_model., zero-centred norms (stored 0).
   const std::string pre = hybrid ? "model.language_model." : "model.";
   const float norm_one = hybrid ? 0.0f : 1.0f;
@@ -283,27 +313,7 @@ Result<SynthSummary> write_synthetic_model(const SynthOptions& opt, const std::s
       MX_RETURN_IF_ERROR(flush(w, s));
       continue;
     }
-    MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.q_proj.weight", {nq * hd, hid}, stdev));
-    MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.k_proj.weight", {nkv * hd, hid}, stdev));
-    MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.v_proj.weight", {nkv * hd, hid}, stdev));
-    MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.o_proj.weight", {hid, nq * hd}, stdev));
-    MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.q_norm.weight", {hd}, 0.0f, 1.0f));
-    MX_RETURN_IF_ERROR(add(w, s, p + "self_attn.k_norm.weight", {hd}, 0.0f, 1.0f));
-    if (moe) {
-      const int64_t ne = c["num_experts"], inter = c["moe_intermediate_size"];
-      MX_RETURN_IF_ERROR(add(w, s, p + "mlp.gate.weight", {ne, hid}, stdev));
-      for (int64_t e = 0; e < ne; ++e) {
-        const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
-        MX_RETURN_IF_ERROR(add(w, s, q + "gate_proj.weight", {inter, hid}, stdev));
-        MX_RETURN_IF_ERROR(add(w, s, q + "up_proj.weight", {inter, hid}, stdev));
-        MX_RETURN_IF_ERROR(add(w, s, q + "down_proj.weight", {hid, inter}, stdev));
-      }
-    } else {
-      const int64_t inter = c["intermediate_size"];
-      MX_RETURN_IF_ERROR(add(w, s, p + "mlp.gate_proj.weight", {inter, hid}, stdev));
-      MX_RETURN_IF_ERROR(add(w, s, p + "mlp.up_proj.weight", {inter, hid}, stdev));
-      MX_RETURN_IF_ERROR(add(w, s, p + "mlp.down_proj.weight", {hid, inter}, stdev));
-    }
+    MX_RETURN_IF_ERROR(add_qwen3_layer(c, p, stdev, add, w, s));
     MX_RETURN_IF_ERROR(flush(w, s));
   }
   const OJson index = {{"metadata", {{"total_size", sum.bytes}}}, {"weight_map", weight_map}};
