@@ -106,6 +106,30 @@ TEST(Hybrid, QuantizeThenOfflineEqualsOnline) {
   fs::remove_all(out);
 }
 
+// The shipped msmodelslim export (router quantized too) against quantize of the BF16 fixture
+// with the same choices: the same codes, so the same logits.
+TEST(Hybrid, ShippedOfflineExportEqualsQuantize) {
+  const std::string out = test::temp_dir("q35gate");
+  ExportOptions eo;
+  eo.scheme = Scheme::kW8A8Mxfp8;
+  eo.quantize_router_gate = true;
+  ASSERT_TRUE(export_msmodelslim(fixture("tiny-qwen3_5-moe"), out, eo).is_ok());
+  LoadOptions opt;
+  opt.threads = 2;
+  auto mine = load_model(out, opt);
+  ASSERT_TRUE(mine.is_ok()) << mine.status().to_string();
+  auto shipped = load_model(fixture("tiny-qwen3_5-moe-w8a8-mxfp8"), opt);
+  ASSERT_TRUE(shipped.is_ok()) << shipped.status().to_string();
+  const std::vector<int32_t> ids = {1277, 278, 258, 1105, 4017, 603, 3652, 1176, 11, 330};
+  const auto a = logits_of(**mine, ids), b = logits_of(**shipped, ids);
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+  std::printf("quantize vs the shipped export: max |dlogit| %.3e\n", diff);
+  EXPECT_EQ(diff, 0.0);
+  fs::remove_all(out);
+}
+
 // A copy of the dense Qwen3.5 fixture with its weights rewritten by `edit` (which may drop a
 // tensor by returning false, or replace it).
 std::string damaged(const std::string& tag,
