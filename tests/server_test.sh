@@ -13,10 +13,12 @@ trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -f "${logs[@]}"' EXIT
 # The same suite against the bundled model, a GGUF file alone (weights, tokenizer and chat
 # template all from the file) and a Qwen3.5 hybrid, each with its own golden.
 run_suite() {
-  local golden=$1 served=$2 main_url busy_url
+  local golden=$1 served=$2 main_url busy_url tight_url
   start_server main_url --api-key test-key --max-running-requests 16
   start_server busy_url --max-running-requests 1 --max-queued-requests 1
-  (cd "$src" && BASE_URL="$main_url" BUSY_URL="$busy_url" API_KEY=test-key MXSERVE="$bin" \
+  start_server tight_url --max-running-requests 16 --max-total-tokens 160
+  (cd "$src" && BASE_URL="$main_url" BUSY_URL="$busy_url" TIGHT_URL="$tight_url" \
+    API_KEY=test-key MXSERVE="$bin" \
     MODEL_DIR="$model" GOLDEN_FILE="$golden" SERVED_MODEL="$served" \
     node --test tests/e2e/openai.test.mjs) || exit 1
 }

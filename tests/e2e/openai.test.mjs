@@ -87,18 +87,31 @@ test("stop strings end the text before the stop", async () => {
   assert.equal(r.choices[0].text, text.slice(0, cut));
 });
 
-test("16 concurrent greedy streams equal the same requests one at a time", async () => {
+async function sixteenStreams(c) {
   const prompts = Array.from({ length: 16 }, (_, i) => `Chapter ${i + 1}. The ${["house", "sea", "king", "law"][i % 4]} was`);
   const one = async (p) => {
-    const s = await client.completions.create({ model: MODEL, prompt: p, max_tokens: 16, temperature: 0, stream: true });
+    const s = await c.completions.create({ model: MODEL, prompt: p, max_tokens: 16, temperature: 0, stream: true });
     let t = "";
-    for await (const c of s) t += c.choices[0]?.text ?? "";
+    for await (const chunk of s) t += chunk.choices[0]?.text ?? "";
     return t;
   };
   const sequential = [];
   for (const p of prompts) sequential.push(await one(p));
   const concurrent = await Promise.all(prompts.map(one));
   assert.deepEqual(concurrent, sequential);
+}
+
+test("16 concurrent greedy streams equal the same requests one at a time", async () => {
+  await sixteenStreams(client);
+});
+
+test("16 concurrent greedy streams under preemption equal the same requests one at a time", async () => {
+  // A KV cache smaller than 16 requests need: some are preempted and recomputed.
+  const tight = new OpenAI({ baseURL: process.env.TIGHT_URL + "/v1", apiKey: "x", maxRetries: 0 });
+  await sixteenStreams(tight);
+  const text = await (await fetch(process.env.TIGHT_URL + "/metrics")).text();
+  const line = text.split("\n").find((l) => l.startsWith("mxserve_preemptions_total "));
+  assert.ok(Number(line.split(" ")[1]) > 0, line);
 });
 
 test("a client that disconnects mid-stream frees its KV blocks; the server stays healthy", async () => {
