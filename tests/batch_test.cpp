@@ -120,6 +120,23 @@ void check_scheme(std::optional<Scheme> scheme,
 }
 
 TEST(Batch, BatchedEqualsAloneBf16) { check_scheme(std::nullopt); }
+
+// Each sequence of a hybrid batch needs its own recurrent-state slot.
+TEST(Batch, HybridSlotsMustBeDistinctAndInRange) {
+  auto m = load_model(test::shared_dir() + "/fixtures/tiny-qwen3_5-dense", LoadOptions{});
+  ASSERT_TRUE(m.is_ok());
+  PagedKv kv((*m)->config(), 4, 8, KvDtype::kF32, 2);
+  const std::vector<int32_t> tok = {1277, 278};
+  const int32_t b0 = 0, b1 = 1;
+  std::vector<float> logits(static_cast<size_t>(2 * (*m)->config().vocab_size));
+  SeqSlice a{tok.data(), 2, 0, &b0, SeqSlice::Logits::kLast, 0};
+  SeqSlice b{tok.data(), 2, 0, &b1, SeqSlice::Logits::kLast, 0};
+  EXPECT_FALSE((*m)->forward_batch({a, b}, kv, logits.data()).is_ok());
+  b.slot = 2;
+  EXPECT_FALSE((*m)->forward_batch({a, b}, kv, logits.data()).is_ok());
+  b.slot = 1;
+  EXPECT_TRUE((*m)->forward_batch({a, b}, kv, logits.data()).is_ok());
+}
 TEST(Batch, HybridBatchedEqualsAlone) {
   const std::string dir = test::shared_dir() + "/fixtures/tiny-qwen3_5-moe";
   check_scheme(std::nullopt, dir, true);

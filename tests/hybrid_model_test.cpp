@@ -191,6 +191,15 @@ TEST(Hybrid, BadLayerScheduleIsNamed) {
   EXPECT_NE(e.find("linear_num_value_heads (3) is not a multiple of linear_num_key_heads (2)"),
             std::string::npos)
       << e;
+  e = config_error([](Json& t) { t["num_hidden_layers"] = int64_t{1} << 40; });
+  EXPECT_NE(e.find("num_hidden_layers"), std::string::npos) << e;
+  e = config_error([](Json& t) {
+    t["linear_key_head_dim"] = int64_t{1} << 20;
+    t["linear_value_head_dim"] = int64_t{1} << 23;
+  });
+  EXPECT_NE(e.find("exceeds 2^40 state values"), std::string::npos) << e;
+  e = config_error([](Json& t) { t["rope_parameters"]["rope_type"] = "yarn"; });
+  EXPECT_NE(e.find("rope_type 'yarn' is not supported"), std::string::npos) << e;
   e = config_error([](Json& t) {
     t.erase("layer_types");
     t["full_attention_interval"] = 2;

@@ -89,7 +89,7 @@ struct DeltaNetKernels {
   void (*l2_norm)(float* x, int64_t t, int64_t heads, int64_t dim, int64_t ld, float scale);
   // RMSNormGated over `rows` contiguous rows of `dim`: y = w * (x * rsqrt(mean(x^2) + eps)) *
   // silu(z), plain w (not 1 + w), in FP32. y may alias x. (The zero-centred (1 + w) norms of
-  // Qwen3.5 are rms_norm(..., gemma_offset = true) in kernels/ops.h.)
+  // Qwen3.5 are ordinary RMSNorms once the model adds the 1 to their weights at load.)
   void (*gated_rms_norm)(const float* x, const float* z, const float* w, int64_t rows, int64_t dim,
                          float eps, float* y);
   // y = 1 / (1 + exp(-x)); y may alias x.

@@ -75,7 +75,9 @@ class GgufSource : public WeightSource {
   explicit GgufSource(std::shared_ptr<const GgufFile> f) : file_(std::move(f)) {
     for (const GgufTensorInfo& t : file_->tensors()) {
       const Mapped m = map_name(t.name);
-      if (!m.expert_bank || t.ne.size() != 3) {
+      // A bank of more experts than any model has is left under its own name (and fails the
+      // load as a tensor no module reads) rather than expanded into views.
+      if (!m.expert_bank || t.ne.size() != 3 || t.ne[2] > kMaxExperts) {
         entries_[m.hf + m.suffix] = {&t, -1};
         continue;
       }
@@ -182,9 +184,9 @@ Result<int64_t> int_or(const GgufFile& f, const std::string& key, int64_t fallba
 }
 
 Status check_positive(const GgufFile& f, const std::string& key, int64_t v) {
-  if (v <= 0) {
-    return invalid_argument(f.path() + ": " + key + " must be positive (got " + std::to_string(v) +
-                            ")");
+  if (v <= 0 || v > kMaxConfigSize) {
+    return invalid_argument(f.path() + ": " + key + " must be between 1 and " +
+                            std::to_string(kMaxConfigSize) + " (got " + std::to_string(v) + ")");
   }
   return Status::ok();
 }
@@ -238,11 +240,16 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& f) {
   c.model_type = info->model_type;
   const std::string p = arch + ".";
   MX_ASSIGN_OR_RETURN(c.num_layers, f.get_int(p + "block_count"));
+  if (c.num_layers > kMaxLayers) {
+    return invalid_argument(f.path() + ": " + p + "block_count " + std::to_string(c.num_layers) +
+                            " exceeds " + std::to_string(kMaxLayers));
+  }
   MX_ASSIGN_OR_RETURN(c.hidden_size, f.get_int(p + "embedding_length"));
   MX_ASSIGN_OR_RETURN(c.num_heads, f.get_int(p + "attention.head_count"));
   MX_ASSIGN_OR_RETURN(c.num_kv_heads, int_or(f, p + "attention.head_count_kv", c.num_heads));
   MX_ASSIGN_OR_RETURN(c.intermediate_size, int_or(f, p + "feed_forward_length", 0));
-  MX_ASSIGN_OR_RETURN(c.max_position_embeddings, int_or(f, p + "context_length", 0));
+  MX_ASSIGN_OR_RETURN(c.max_position_embeddings, f.get_int(p + "context_length"));
+  MX_RETURN_IF_ERROR(check_positive(f, p + "context_length", c.max_position_embeddings));
   for (const char* k :
        {"block_count", "embedding_length", "attention.head_count", "attention.head_count_kv"}) {
     MX_ASSIGN_OR_RETURN(int64_t v, f.get_int(p + k));

@@ -29,9 +29,9 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
 namespace {
 
 Status positive(const std::string& what, const char* key, int64_t v) {
-  if (v <= 0) {
-    return invalid_argument(what + ": field '" + key + "' must be positive (got " +
-                            std::to_string(v) + ")");
+  if (v <= 0 || v > kMaxConfigSize) {
+    return invalid_argument(what + ": field '" + key + "' must be between 1 and " +
+                            std::to_string(kMaxConfigSize) + " (got " + std::to_string(v) + ")");
   }
   return Status::ok();
 }
@@ -105,8 +105,14 @@ Status parse_qwen3_5_fields(const Json& j, const std::string& what, ModelConfig*
   c->zero_centered_norms = true;
   MX_ASSIGN_OR_RETURN(c->attn_output_gate, json_bool_or(j, "attn_output_gate", true, what));
   MX_RETURN_IF_ERROR(parse_layer_kinds(j, what, c));
-  double partial = 1.0;
+  // Qwen3.5's default: RoPE on a quarter of each head.
+  double partial = 0.25;
   if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object()) {
+    if (auto rt = rp->find("rope_type");
+        rt != rp->end() && rt->is_string() && *rt != "default" && *rt != "mrope") {
+      return unimplemented(what + ": rope_type '" + rt->get<std::string>() +
+                           "' is not supported (default RoPE only)");
+    }
     MX_ASSIGN_OR_RETURN(c->rope_theta, json_number_or(*rp, "rope_theta", c->rope_theta, what));
     MX_ASSIGN_OR_RETURN(partial, json_number_or(*rp, "partial_rotary_factor", partial, what));
   }
@@ -128,6 +134,13 @@ Status parse_qwen3_5_fields(const Json& j, const std::string& what, ModelConfig*
                          Field{"linear_conv_kernel_dim", &c->linear_conv_kernel_dim}}) {
     MX_ASSIGN_OR_RETURN(*f.out, json_int(j, f.key, what));
     MX_RETURN_IF_ERROR(positive(what, f.key, *f.out));
+  }
+  // The recurrent state of one layer, nv x dk x dv floats, must stay addressable.
+  if (c->linear_num_value_heads * c->linear_key_head_dim >
+      (int64_t{1} << 40) / c->linear_value_head_dim) {
+    return invalid_argument(what +
+                            ": linear_num_value_heads x linear_key_head_dim x "
+                            "linear_value_head_dim exceeds 2^40 state values per layer");
   }
   if (c->linear_num_value_heads % c->linear_num_key_heads != 0) {
     return invalid_argument(what + ": linear_num_value_heads (" +
@@ -162,6 +175,10 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   MX_RETURN_IF_ERROR(positive(what, "vocab_size", c.vocab_size));
   MX_RETURN_IF_ERROR(positive(what, "hidden_size", c.hidden_size));
   MX_RETURN_IF_ERROR(positive(what, "num_hidden_layers", c.num_layers));
+  if (c.num_layers > kMaxLayers) {
+    return invalid_argument(what + ": num_hidden_layers " + std::to_string(c.num_layers) +
+                            " exceeds " + std::to_string(kMaxLayers));
+  }
   MX_RETURN_IF_ERROR(positive(what, "num_attention_heads", c.num_heads));
   MX_ASSIGN_OR_RETURN(c.num_kv_heads, json_int_or(j, "num_key_value_heads", c.num_heads, what));
   MX_RETURN_IF_ERROR(positive(what, "num_key_value_heads", c.num_kv_heads));
@@ -216,6 +233,12 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     MX_ASSIGN_OR_RETURN(c.decoder_sparse_step, json_int_or(j, "decoder_sparse_step", 1, what));
     MX_RETURN_IF_ERROR(positive(what, "decoder_sparse_step", c.decoder_sparse_step));
     MX_ASSIGN_OR_RETURN(c.mlp_only_layers, json_int_list_or(j, "mlp_only_layers", what));
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      if (!c.is_moe_layer(i) && c.intermediate_size <= 0) {
+        return invalid_argument(what + ": layer " + std::to_string(i) +
+                                " is dense but intermediate_size is not given");
+      }
+    }
     if (c.arch == Arch::kQwen3_5Moe) {
       // The Qwen3.5 router always renormalizes its top-k.
       c.norm_topk_prob = true;

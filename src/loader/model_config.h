@@ -77,6 +77,11 @@ struct ModelConfig {
   bool has_moe() const { return arch == Arch::kQwen3Moe || arch == Arch::kQwen3_5Moe; }
 };
 
+// The largest value a size field may take (widths, heads, vocabulary), so that products of two
+// sizes cannot overflow, and the most layers a model may have.
+inline constexpr int64_t kMaxConfigSize = int64_t{1} << 24;
+inline constexpr int64_t kMaxLayers = 4096;
+
 // `what` names the source in errors.
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& what);
 Result<ModelConfig> load_model_config(const std::string& model_dir);

@@ -87,7 +87,7 @@ class SafetensorsSource : public WeightSource {
   void index_fused_experts() {
     for (const std::string& n : ck_.names()) {
       const TensorInfo* t = ck_.find(n);
-      if (t->shape.size() != 3) continue;
+      if (t->shape.size() != 3 || t->shape[0] > kMaxExperts) continue;
       const bool gate_up = ends_with(n, ".experts.gate_up_proj");
       if (!gate_up && !ends_with(n, ".experts.down_proj")) continue;
       const std::string base = n.substr(0, n.rfind('.') + 1);  // "...experts."

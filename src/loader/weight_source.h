@@ -79,6 +79,9 @@ class WeightSource {
   mutable std::set<std::string> used_;
 };
 
+// The most experts a bank may have for its fused tensor to be seen as per-expert views.
+inline constexpr int64_t kMaxExperts = 4096;
+
 // Whether a tensor name is one that a text-only model knowingly leaves unread.
 bool is_skippable_tensor(const std::string& name);
 

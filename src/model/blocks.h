@@ -24,7 +24,7 @@ struct ForwardContext {
   const std::vector<SeqSlice>& seqs;
   const std::vector<int64_t>& row_seq;  // each row's slice
   const std::vector<int64_t>& row_pos;  // each row's position in its sequence
-  const float* rope;                    // per row: head_dim / 2 cosines, then as many sines
+  const float* rope;                    // per row: rotary_dim / 2 cosines, then as many sines
   PagedKv& kv;
   int64_t rows;
   std::vector<float> scratch;  // reused by blocks within the pass

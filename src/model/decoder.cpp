@@ -126,6 +126,18 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
   }
   const int64_t n = static_cast<int64_t>(row_seq.size());
   if (n == 0) return invalid_argument("forward: no tokens");
+  if (kv.slot_bytes() > 0) {
+    // Each sequence's recurrent state is read and written in place: one slot per sequence.
+    std::vector<char> taken(static_cast<size_t>(kv.slots()), 0);
+    for (const SeqSlice& sq : seqs) {
+      if (sq.slot < 0 || sq.slot >= kv.slots() || taken[static_cast<size_t>(sq.slot)]) {
+        return invalid_argument("forward: recurrent-state slot " + std::to_string(sq.slot) +
+                                " is out of range or used twice (" + std::to_string(kv.slots()) +
+                                " slots)");
+      }
+      taken[static_cast<size_t>(sq.slot)] = 1;
+    }
+  }
   const int64_t rot = c.rotary_dim;
   if (inv_freq_.empty()) {
     inv_freq_.resize(static_cast<size_t>(rot / 2));

@@ -96,6 +96,10 @@ Status load_deltanet(const WeightLoader& w, const ModelConfig& c, const std::str
                      DeltaNetBlock* out) {
   const Dims d = dims_of(c);
   const int64_t h = c.hidden_size;
+  if (d.kernel > kConvMaxKernel) {
+    return unimplemented(prefix + ": conv1d kernel width " + std::to_string(d.kernel) +
+                         " exceeds " + std::to_string(kConvMaxKernel));
+  }
   MX_ASSIGN_OR_RETURN(out->qkvz, w.packed(prefix, "in_proj_qkvz", {d.conv, d.value}, h));
   // b and a feed per-head gates: kept as stored, like the router.
   MX_ASSIGN_OR_RETURN(out->ba,
@@ -105,10 +109,6 @@ Status load_deltanet(const WeightLoader& w, const ModelConfig& c, const std::str
   auto conv = f32_param(w, prefix + ".conv1d.weight", {d.conv, 1, d.kernel});
   if (!conv.is_ok()) {
     return conv.status().with_context("linear_conv_kernel_dim is " + std::to_string(d.kernel));
-  }
-  if (d.kernel > kConvMaxKernel) {
-    return unimplemented(prefix + ": conv1d kernel width " + std::to_string(d.kernel) +
-                         " exceeds " + std::to_string(kConvMaxKernel));
   }
   out->conv_w = conv->reshape({d.conv, d.kernel});
   MX_ASSIGN_OR_RETURN(out->a_log, f32_param(w, prefix + ".A_log", {d.nv}));

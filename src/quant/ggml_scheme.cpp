@@ -55,7 +55,7 @@ void run_segments(const std::vector<Segment>& segs, const float* x, int64_t m, i
       run_segment(segs[si], x, m, k, y, ldy, c0, std::min(segs[si].cols, c0 + kUnit));
     }
   };
-  const int64_t work = m * k * segs.back().col0;
+  const int64_t work = m * k * (segs.back().col0 + segs.back().cols);
   if (pool == nullptr || pool->num_threads() == 1 || work < (1 << 15)) {
     body(0, first.back(), 0);
   } else {

@@ -152,7 +152,8 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
   r.cost = model_cost(model, opt.batch, opt.prompt, opt.gen);
   const int32_t bs = 16;
   const int64_t per_seq = (opt.prompt + opt.gen + bs - 1) / bs;
-  PagedKv kv(c, static_cast<int32_t>(opt.batch * per_seq), bs, model.kv_dtype());
+  PagedKv kv(c, static_cast<int32_t>(opt.batch * per_seq), bs, model.kv_dtype(),
+             static_cast<int32_t>(opt.batch));
   std::mt19937_64 rng(opt.seed);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
   std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(opt.batch));
@@ -168,7 +169,8 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
   for (int64_t rep = 0; rep < opt.reps; ++rep) {
     std::vector<SeqSlice> prefill;
     for (size_t b = 0; b < seqs.size(); ++b) {
-      prefill.push_back({seqs[b].data(), opt.prompt, 0, tables[b].data(), SeqSlice::Logits::kLast});
+      prefill.push_back({seqs[b].data(), opt.prompt, 0, tables[b].data(), SeqSlice::Logits::kLast,
+                         static_cast<int32_t>(b)});
     }
     model.set_profile(opt.profile ? &r.prefill_profile : nullptr);
     auto t0 = Clock::now();
@@ -185,7 +187,7 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
         seqs[b][static_cast<size_t>(opt.prompt + step)] =
             static_cast<int32_t>(std::max_element(row, row + c.vocab_size) - row);
         slices.push_back({seqs[b].data() + opt.prompt + step, 1, opt.prompt + step,
-                          tables[b].data(), SeqSlice::Logits::kLast});
+                          tables[b].data(), SeqSlice::Logits::kLast, static_cast<int32_t>(b)});
       }
       MX_RETURN_IF_ERROR(model.forward_batch(slices, kv, logits.data()));
     }

@@ -37,6 +37,13 @@ Engine::~Engine() {
 Result<uint64_t> Engine::submit(EngineRequest req) {
   const int64_t n = static_cast<int64_t>(req.prompt.size());
   if (n == 0) return invalid_argument("the prompt is empty");
+  // Checked here, not only by the model: a bad id found in a batch would end the whole batch.
+  for (int32_t t : req.prompt) {
+    if (t < 0 || t >= model_.config().vocab_size) {
+      return invalid_argument("token id " + std::to_string(t) + " is outside the model's " +
+                              std::to_string(model_.config().vocab_size) + "-token vocabulary");
+    }
+  }
   const int64_t ctx = model_.config().max_position_embeddings;
   if (n + req.params.max_tokens > ctx) {
     return invalid_argument("the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
