@@ -119,6 +119,44 @@ TEST(GgufModel, Mxfp4MovesIntoW4a8WithNoLoss) {
   fs::remove_all(dir);
 }
 
+// k-quants and 8-bit blocks requantized into every MX scheme (--quantization on a GGUF): the
+// schemes are in use and their KL against the dequantized-at-load golden is recorded.
+TEST(GgufModel, KQuantsMoveIntoEveryScheme) {
+  const std::string file = gguf_dir() + "/tiny-qwen3-moe-allmoe.Q4_K_M.gguf";
+  const std::string golden = gguf_dir() + "/golden/tiny-qwen3-moe-allmoe.Q4_K_M.golden.json";
+  auto ref =
+      SafetensorsFile::open(gguf_dir() + "/golden/tiny-qwen3-moe-allmoe.Q4_K_M.logits.safetensors");
+  ASSERT_TRUE(ref.is_ok());
+  auto r = ref->tensor("prompt0.logits");
+  ASSERT_TRUE(r.is_ok());
+  const std::vector<int32_t> ids = prompt_ids(golden, 0);
+  for (Scheme s :
+       {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4, Scheme::kW4A4Mxfp4Dual}) {
+    LoadOptions opt;
+    opt.threads = 2;
+    opt.quantization = s;
+    auto m = load_model(file, opt);
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    EXPECT_NE((*m)->scheme_summary().find(scheme_info(s).name), std::string::npos);
+    const int64_t vocab = (*m)->config().vocab_size;
+    const auto q = logits_of(**m, ids);
+    std::vector<float> lr(static_cast<size_t>(vocab)), lq(lr.size());
+    double kl = 0;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      log_softmax(r->data_as<float>() + t * vocab, vocab, lr.data());
+      log_softmax(q.data() + t * vocab, vocab, lq.data());
+      for (int64_t v = 0; v < vocab; ++v) kl += std::exp(lr[v]) * (lr[v] - lq[v]);
+    }
+    kl /= static_cast<double>(ids.size());
+    std::printf("moe Q4_K_M -> %s: mean KL against the golden %.4f\n",
+                std::string(scheme_info(s).name).c_str(), kl);
+    EXPECT_TRUE(std::isfinite(kl));
+    if (s == Scheme::kW8A8Mxfp8) {
+      EXPECT_LT(kl, 0.1);
+    }
+  }
+}
+
 TEST(GgufModel, Mxfp4RefusesAnotherWeightFormat) {
   LoadOptions opt;
   opt.quantization = Scheme::kW8A8Mxfp8;
