@@ -30,10 +30,10 @@ constexpr int64_t kGgmlGemmRows = 4;
 
 struct GgmlGemmArgs {
   GgmlType type;
-  const uint8_t* w;   // [n] rows of row_bytes = ggml_row_bytes(type, k)
+  const uint8_t* w;  // [n] rows of row_bytes = ggml_row_bytes(type, k)
   int64_t row_bytes;
-  const float* x;     // [m, k], row stride ldx
-  float* y;           // [m, n], row stride ldy
+  const float* x;  // [m, k], row stride ldx
+  float* y;        // [m, n], row stride ldy
   int64_t m, k;
   int64_t ldx, ldy;
 };
