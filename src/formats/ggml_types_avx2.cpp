@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "formats/ggml_avx2.h"
 #include "formats/ggml_types.h"
 
 namespace mx::ggml_detail {
@@ -285,9 +286,6 @@ void k4(const uint8_t* blocks, float* out, int64_t n) {
 }
 
 void q6_k(const uint8_t* blocks, float* out, int64_t n) {
-  const __m256i nibble = _mm256_set1_epi8(0x0F);
-  const __m256i two = _mm256_set1_epi8(0x03);
-  const __m256i bias = _mm256_set1_epi8(32);
   for (int64_t b = 0; b < n / kGgmlQK_K; ++b) {
     const uint8_t* p = blocks + b * static_cast<int64_t>(sizeof(GgmlBlockQ6_K));
     const float d = load_half(p + 208);
@@ -296,18 +294,10 @@ void q6_k(const uint8_t* blocks, float* out, int64_t n) {
     for (int i = 0; i < 16; ++i) ds[i] = _mm256_set1_ps(d * static_cast<float>(scales[i]));
     float* y = out + b * kGgmlQK_K;
     for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = p + 64 * half;
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * half));
-      const __m256i low[4] = {_mm256_and_si256(l0, nibble), _mm256_and_si256(l1, nibble),
-                              _mm256_and_si256(_mm256_srli_epi16(l0, 4), nibble),
-                              _mm256_and_si256(_mm256_srli_epi16(l1, 4), nibble)};
+      __m256i codes[4];
+      avx2::q6_k_half_codes(p, half, codes);
       for (int r = 0; r < 4; ++r) {
-        // Bits 2r..2r+1 of qh (masked per byte after the 16-bit shift) above the nibble.
-        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), two);
-        const __m256i q =
-            _mm256_sub_epi8(_mm256_or_si256(low[r], _mm256_slli_epi16(high, 4)), bias);
+        const __m256i q = codes[r];
         const int g = 8 * half + 2 * r;  // scale of the first 16 of these 32 values
         const __m256 s[4] = {ds[g], ds[g], ds[g + 1], ds[g + 1]};
         scaled32(q, s, y + 128 * half + 32 * r);

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "formats/ggml_avx2.h"
 #include "kernels/ggml_gemm.h"
 
 namespace mx::ggml_gemm_detail {
@@ -369,22 +370,10 @@ struct CodecQ6K {
   static void unpack(const uint8_t* p, int8_t* q, float* d, float*) {
     scale16<true>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)), half_scale(p + 208),
                   d);
-    const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x03);
     for (int half = 0; half < 2; ++half) {
-      // Quarter r of the half: nibble r / 2 of ql[64 half + 32 (r % 2) + l], and bits 2r, 2r + 1
-      // of qh[32 half + l] above it; minus 32.
-      const uint8_t* ql = p + 64 * half;
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * half));
-      const __m256i low[4] = {_mm256_and_si256(l0, low4), _mm256_and_si256(l1, low4),
-                              _mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                              _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4)};
-      for (int r = 0; r < 4; ++r) {
-        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), two);
-        const __m256i v = _mm256_or_si256(low[r], _mm256_slli_epi16(high, 4));
-        store32(q + 128 * half + 32 * r, _mm256_sub_epi8(v, _mm256_set1_epi8(32)));
-      }
+      __m256i codes[4];
+      avx2::q6_k_half_codes(p, half, codes);
+      for (int r = 0; r < 4; ++r) store32(q + 128 * half + 32 * r, codes[r]);
     }
   }
 };
