@@ -237,9 +237,11 @@ bool is_skippable_tensor(const std::string& name) {
   return name.size() >= inv.size() && name.compare(name.size() - inv.size(), inv.size(), inv) == 0;
 }
 
-Status WeightSource::check_all_used(std::vector<std::string>* skipped) const {
+Status WeightSource::check_all_used(
+    std::vector<std::string>* skipped,
+    const std::function<bool(const std::string&)>& elsewhere) const {
   for (const std::string& n : names()) {
-    if (used_.count(n) != 0) continue;
+    if (used_.count(n) != 0 || (elsewhere && elsewhere(n))) continue;
     if (is_skippable_tensor(n)) {
       if (skipped != nullptr) skipped->push_back(n);
       continue;

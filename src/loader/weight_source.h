@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -70,7 +71,9 @@ class WeightSource {
 
   // Fails naming the first tensor that no module consumed and no skip rule covers (mtp.*,
   // vision towers: a text-only model never reads them). `skipped` gets the names skipped.
-  Status check_all_used(std::vector<std::string>* skipped = nullptr) const;
+  // `elsewhere`: tensors another process loads (expert parallelism), neither used nor skipped.
+  Status check_all_used(std::vector<std::string>* skipped = nullptr,
+                        const std::function<bool(const std::string&)>& elsewhere = {}) const;
 
  protected:
   void mark_used(const std::string& name) const { used_.insert(name); }

@@ -105,6 +105,7 @@ Status load_moe(const WeightLoader& w, const ModelConfig& c, const std::string& 
   MX_ASSIGN_OR_RETURN(out->router, w.router(prefix + ".gate", c.num_experts, c.hidden_size));
   MX_ASSIGN_OR_RETURN(out->experts,
                       w.experts(prefix, c.num_experts, c.moe_intermediate_size, c.hidden_size));
+  out->num_experts = c.num_experts;
   out->top_k = c.num_experts_per_tok;
   out->norm_topk_prob = c.norm_topk_prob;
   if (c.shared_expert_intermediate_size > 0) {

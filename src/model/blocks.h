@@ -27,6 +27,9 @@ struct ForwardContext {
   const float* rope;                    // per row: rotary_dim / 2 cosines, then as many sines
   PagedKv& kv;
   int64_t rows;
+  MoeDispatcher& dispatcher;
+  bool has_prefill;            // a slice holds more than one token
+  uint64_t step;               // forward passes of the model so far
   std::vector<float> scratch;  // reused by blocks within the pass
 };
 

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -13,13 +14,21 @@ namespace mx {
 
 const char* kv_dtype_name(KvDtype d) { return d == KvDtype::kBF16 ? "bf16" : "fp32"; }
 
+namespace {
+uint64_t next_kv_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+}  // namespace
+
 PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size, KvDtype dtype,
                  int32_t slots)
     : num_blocks_(num_blocks),
       block_size_(block_size),
       row_(c.num_kv_heads * c.head_dim),
       dtype_(dtype),
-      slots_(slots) {
+      slots_(slots),
+      id_(next_kv_id()) {
   bool hybrid = false;
   for (LayerKind k : c.layer_kinds) hybrid = hybrid || k == LayerKind::kLinearAttention;
   if (hybrid) {
@@ -143,8 +152,11 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
     inv_freq_.resize(static_cast<size_t>(rot / 2));
     rope_inv_freq(rot, c.rope_theta, inv_freq_.data());
   }
+  if (step_hook_) step_hook_(seqs, kv);
   router_trace_.clear();
   if (profile_) ++profile_->forwards;
+  bool has_prefill = false;
+  for (const SeqSlice& sq : seqs) has_prefill = has_prefill || sq.count > 1;
   PhaseTimer t_embed(profile_, Phase::kEmbed);
   std::vector<float> x(static_cast<size_t>(n * hid)), h(x.size());
   for (int64_t r = 0, sidx = 0; sidx < static_cast<int64_t>(seqs.size()); ++sidx) {
@@ -174,6 +186,9 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
                      rope.data(),
                      kv,
                      n,
+                     *dispatcher_,
+                     has_prefill,
+                     steps_++,
                      {}};
   const LayerForward layer_forward = arch_impl(c.arch)->forward;
   for (int64_t li = 0; li < c.num_layers; ++li) {
@@ -234,6 +249,21 @@ Status check_quantization_request(const WeightSource& src, const LoadOptions& o)
   return Status::ok();
 }
 
+// A routed expert's tensor ("...mlp.experts.17.up_proj.weight") that another rank loads.
+bool placed_elsewhere(const std::string& name, int64_t experts, int rank, int size) {
+  if (size <= 1) return false;
+  const size_t at = name.find(".experts.");
+  if (at == std::string::npos) return false;
+  size_t i = at + 9;
+  int64_t e = 0;
+  const size_t digits = i;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9' && e <= experts)
+    e = e * 10 + (name[i++] - '0');
+  if (i == digits || i >= name.size() || name[i] != '.') return false;
+  const ExpertRange mine = expert_range(experts, rank, size);
+  return e < experts && (e < mine.first || e >= mine.first + mine.count);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
@@ -259,6 +289,13 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   plan.gguf_dequant_bf16 = options.gguf_dequant_bf16;
   plan.rule = options.scale_rule;
   plan.pool = m->pool_.get();
+  if (options.ep.comm != nullptr) {
+    plan.ep_rank = options.ep.comm->rank();
+    plan.ep_size = options.ep.comm->size();
+    m->dispatcher_ = make_ep_dispatcher(options.ep);
+  } else {
+    m->dispatcher_ = make_local_dispatcher();
+  }
   const WeightLoader w(src, plan);
   const std::optional<Scheme> head_scheme =
       options.quantize_lm_head && !offline ? options.quantization : std::nullopt;
@@ -270,7 +307,9 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
     if (options.progress) options.progress(i + 1, config.num_layers);
   }
   std::vector<std::string> skipped;
-  MX_RETURN_IF_ERROR(src.check_all_used(&skipped));
+  MX_RETURN_IF_ERROR(src.check_all_used(&skipped, [&](const std::string& name) {
+    return placed_elsewhere(name, config.num_experts, plan.ep_rank, plan.ep_size);
+  }));
   if (!skipped.empty()) {
     MX_LOG_INFO(dir + ": skipped " + std::to_string(skipped.size()) +
                 " tensors a text-only model does not read (the first: " + skipped[0] + ")");

@@ -16,6 +16,7 @@
 #include "formats/ggml_types.h"
 #include "loader/model_config.h"
 #include "model/profile.h"
+#include "parallel/dispatch.h"
 #include "quant/linear.h"
 
 namespace mx {
@@ -52,6 +53,8 @@ class PagedKv {
   }
   float* delta_state(int64_t layer, int32_t slot) { return conv_state(layer, slot) + conv_row_; }
   uint64_t slot_bytes() const;  // recurrent state of one sequence, all layers
+  // Unique in the process: an expert-parallel step names the cache its replicas follow.
+  uint64_t id() const { return id_; }
 
  private:
   size_t offset(int64_t layer, int32_t block) const {
@@ -61,6 +64,7 @@ class PagedKv {
   int64_t row_;
   KvDtype dtype_;
   int32_t slots_;
+  uint64_t id_;
   int64_t conv_row_ = 0, rec_row_ = 0;  // floats per (layer, slot)
   int64_t layers_ = 0;                  // linear-attention layers
   std::unique_ptr<float[]> rec_;
@@ -125,8 +129,9 @@ struct DenseMlp {
 };
 
 struct MoeBlock {
-  std::unique_ptr<Linear> router;  // [E, H], FP32 logits
-  std::unique_ptr<ExpertBank> experts;
+  std::unique_ptr<Linear> router;       // [E, H], FP32 logits
+  std::unique_ptr<ExpertBank> experts;  // this rank's share of the experts
+  int64_t num_experts = 0;              // of the layer, over all ranks
   int64_t top_k = 0;
   bool norm_topk_prob = false;
   // Optional shared expert, added as sigmoid(shared_gate(x)) * shared(x).
@@ -169,6 +174,9 @@ struct LoadOptions {
   bool quantize_lm_head = false;
   // How the runtime's KV caches store keys and values (DecoderModel::kv_dtype()).
   KvDtype kv_dtype = KvDtype::kF32;
+  // Expert parallelism (--ep-size): the experts split over ep.comm's ranks, each rank loading
+  // only its own share; null comm: one process.
+  EpOptions ep;
   // Called after each layer loads (done, total), e.g. to draw a progress bar.
   std::function<void(int64_t, int64_t)> progress;
 };
@@ -205,6 +213,13 @@ class DecoderModel {
   // forward() follows whatever cache it is given.
   KvDtype kv_dtype() const { return kv_dtype_; }
 
+  // The MoE dispatcher: local in one process, expert-parallel under --ep-size.
+  MoeDispatcher& dispatcher() { return *dispatcher_; }
+  // Called by forward_batch with each valid step before it runs (rank 0 broadcasts the step
+  // to the other ranks of an expert-parallel job from here).
+  using StepHook = std::function<void(const std::vector<SeqSlice>&, const PagedKv&)>;
+  void set_step_hook(StepHook hook) { step_hook_ = std::move(hook); }
+
   // When set, every forward adds the time of each phase to `prof` (null: off).
   void set_profile(ForwardProfile* prof) { profile_ = prof; }
 
@@ -229,6 +244,9 @@ class DecoderModel {
   friend Result<std::unique_ptr<DecoderModel>> load_model(const std::string&, const LoadOptions&);
   std::vector<RouterTrace> router_trace_;
   std::vector<float> inv_freq_;
+  std::unique_ptr<MoeDispatcher> dispatcher_;
+  StepHook step_hook_;
+  uint64_t steps_ = 0;
 };
 
 Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,

@@ -38,6 +38,8 @@ const char* phase_name(Phase p) {
       return "delta_rule";
     case Phase::kDnNorm:
       return "dn_gated_norm";
+    case Phase::kEpWait:
+      return "ep_wait";
     case Phase::kCount:
       break;
   }
@@ -54,6 +56,7 @@ const char* phase_layer_type(Phase p) {
     case Phase::kGmm2:
     case Phase::kCombine:
     case Phase::kSharedExpert:
+    case Phase::kEpWait:
       return "moe";
     case Phase::kDnProj:
     case Phase::kDnConv:

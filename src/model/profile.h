@@ -26,6 +26,7 @@ enum class Phase : int {
   kDnConv,        // causal conv1d + SiLU, q/k L2 norms, beta and decay gates
   kDeltaRule,     // the gated delta rule over the recurrent state
   kDnNorm,        // the gated RMSNorm with silu(z)
+  kEpWait,        // expert parallelism: inside collectives (counts, rows, outputs, gather)
   kCount
 };
 

@@ -196,7 +196,13 @@ Result<std::unique_ptr<ExpertBank>> WeightLoader::experts(const std::string& pre
                                                           int64_t hidden) const {
   std::vector<StoredWeight> g, u, d;
   const std::string packed = prefix + ".experts";
-  for (int64_t e = 0; e < num_experts; ++e) {
+  const ExpertRange mine = expert_range(num_experts, plan_.ep_rank, plan_.ep_size);
+  if (mine.count == 0) {
+    return invalid_argument(packed + ": " + std::to_string(num_experts) +
+                            " experts cannot be split over " + std::to_string(plan_.ep_size) +
+                            " ranks (each needs one at least)");
+  }
+  for (int64_t e = mine.first; e < mine.first + mine.count; ++e) {
     const std::string ep = packed + "." + std::to_string(e);
     MX_ASSIGN_OR_RETURN(StoredWeight ge, src_.weight(ep + ".gate_proj", inter, hidden));
     MX_ASSIGN_OR_RETURN(StoredWeight ue, src_.weight(ep + ".up_proj", inter, hidden));

@@ -11,6 +11,7 @@
 
 #include "loader/weight_source.h"
 #include "model/packed_modules.h"
+#include "parallel/dispatch.h"
 #include "quant/linear.h"
 
 namespace mx {
@@ -27,6 +28,8 @@ struct WeightPlan {
   ThreadPool* pool = nullptr;  // splits online quantization across threads (may be null)
   // Which shards each packed module stacks (the architecture's table merged with the generic).
   PackedModules packed = generic_packed_modules();
+  // Expert parallelism: this rank loads only its contiguous share of each bank's experts.
+  int ep_rank = 0, ep_size = 1;
 };
 
 class WeightLoader {
@@ -55,7 +58,8 @@ class WeightLoader {
   // checkpoint quantized it to (never read without its scales).
   Result<std::unique_ptr<Linear>> router(const std::string& module, int64_t experts,
                                          int64_t hidden) const;
-  // The expert bank of `prefix` ("model.layers.3.mlp"): experts.E.{gate,up,down}_proj.
+  // The expert bank of `prefix` ("model.layers.3.mlp"): experts.E.{gate,up,down}_proj, only
+  // the experts of this rank's share (all of them in one process).
   Result<std::unique_ptr<ExpertBank>> experts(const std::string& prefix, int64_t num_experts,
                                               int64_t inter, int64_t hidden) const;
   // The token embedding [vocab, hidden]: BF16, or ggml blocks dequantized a row at a time.

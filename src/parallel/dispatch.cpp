@@ -1,0 +1,119 @@
+// Routing, placement and the one-process dispatcher.
+#include "parallel/dispatch.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace mx {
+
+const char* ep_dispatch_name(EpDispatch d) {
+  switch (d) {
+    case EpDispatch::kNormal:
+      return "normal";
+    case EpDispatch::kLowLatency:
+      return "low_latency";
+    case EpDispatch::kAuto:
+      return "auto";
+  }
+  return "auto";
+}
+
+bool parse_ep_dispatch(const std::string& text, EpDispatch* out) {
+  for (EpDispatch d : {EpDispatch::kNormal, EpDispatch::kLowLatency, EpDispatch::kAuto}) {
+    if (text == ep_dispatch_name(d)) {
+      *out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+ExpertRange expert_range(int64_t experts, int rank, int size) {
+  const int64_t first = experts * rank / size;
+  return {first, experts * (rank + 1) / size - first};
+}
+
+void route_top_k(float* probs, int64_t rows, int64_t experts, int64_t k, bool norm, int32_t* ids,
+                 float* wts) {
+  std::vector<int32_t> order(static_cast<size_t>(experts));
+  for (int64_t t = 0; t < rows; ++t) {
+    float* p = probs + t * experts;
+    softmax(p, experts);
+    std::iota(order.begin(), order.end(), 0);
+    // Highest probability first; ties to the lower expert id.
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) sum += p[order[j]];
+    for (int64_t j = 0; j < k; ++j) {
+      ids[t * k + j] = order[j];
+      wts[t * k + j] = norm ? p[order[j]] / sum : p[order[j]];
+    }
+  }
+}
+
+namespace {
+
+class LocalDispatcher final : public MoeDispatcher {
+ public:
+  void run(const MoeArgs& a) override {
+    ActRows rows;
+    std::vector<float> outs;
+    const int64_t n = a.rows, hid = a.hidden, k = a.top_k, ne = a.num_experts;
+    MoeClock clock(a.times);
+    route_top_k(a.probs, n, ne, k, a.norm_topk_prob, a.ids, a.wts);
+    clock.lap(&MoeTimes::route);
+    // Rows sorted by expert, written straight into the format the expert kernel declares.
+    // Each token row is quantized once, into its first slot, and copied to the rest: the
+    // quantization is part of the permutation, not a pass of its own.
+    std::vector<int64_t> offsets(static_cast<size_t>(ne + 1), 0);
+    for (int64_t i = 0; i < n * k; ++i) ++offsets[static_cast<size_t>(a.ids[i]) + 1];
+    for (int64_t e = 0; e < ne; ++e) offsets[e + 1] += offsets[e];
+    std::vector<int64_t> slot(static_cast<size_t>(n * k));
+    {
+      std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
+      for (int64_t i = 0; i < n * k; ++i)
+        slot[static_cast<size_t>(i)] = fill[static_cast<size_t>(a.ids[i])]++;
+    }
+    const Scheme decl = a.fused ? a.experts->input_scheme(DispatchMode::kLocal) : Scheme::kBf16;
+    act_rows_init(decl, hid, a.rule, &rows);
+    rows.resize(n * k);
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t first = slot[static_cast<size_t>(t * k)];
+      act_rows_quantize(a.h + t * hid, first, a.rule, &rows);
+      for (int64_t j = 1; j < k; ++j)
+        act_rows_copy(rows, first, &rows, slot[static_cast<size_t>(t * k + j)]);
+    }
+    outs.resize(static_cast<size_t>(n * k * hid));
+    clock.lap(&MoeTimes::dispatch);
+    ExpertTimes et;
+    a.experts->run(rows, offsets.data(), outs.data(), a.pool, a.times ? &et : nullptr);
+    if (a.times) {
+      a.times->gmm1 += et.gmm1;
+      a.times->gmm2 += et.gmm2;
+    }
+    clock.skip();
+    // The weighted un-permute back to token order.
+    for (int64_t t = 0; t < n; ++t) {
+      float* dst = a.x + t * hid;
+      for (int64_t j = 0; j < k; ++j) {
+        const float wj = a.wts[t * k + j];
+        const float* o = outs.data() + slot[static_cast<size_t>(t * k + j)] * hid;
+        for (int64_t d = 0; d < hid; ++d) dst[d] += wj * o[d];
+      }
+    }
+    clock.lap(&MoeTimes::combine);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<MoeDispatcher> make_local_dispatcher() {
+  return std::make_unique<LocalDispatcher>();
+}
+
+}  // namespace mx
