@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 apt_packages=(
   cmake ninja-build g++ make pkg-config python3 curl
   libgtest-dev libbenchmark-dev libdnnl-dev
+  libopenmpi-dev openmpi-bin iproute2
   nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev libcpp-httplib-dev libssl-dev
   nodejs npm
 )

@@ -197,7 +197,8 @@ Result<std::unique_ptr<ExpertBank>> WeightLoader::experts(const std::string& pre
   std::vector<StoredWeight> g, u, d;
   const std::string packed = prefix + ".experts";
   const ExpertRange mine = expert_range(num_experts, plan_.ep_rank, plan_.ep_size);
-  if (mine.count == 0) {
+  // Every rank refuses alike (each holds at least one expert), so none is left waiting.
+  if (num_experts < plan_.ep_size) {
     return invalid_argument(packed + ": " + std::to_string(num_experts) +
                             " experts cannot be split over " + std::to_string(plan_.ep_size) +
                             " ranks (each needs one at least)");

@@ -2,7 +2,8 @@
 // each is the source of a contiguous share of the tokens and the owner of a contiguous range
 // of experts. Per MoE layer: per-(rank, expert) row counts travel first, then the rows in
 // the format the bank declares for the mode, each behind a 4-byte header (its source token
-// and top-k slot); the owners run their experts and return BF16 rows in the order received;
+// and top-k slot); the owners run their experts and return rows in the order received, in
+// the format the bank declares (BF16 in normal mode);
 // each source applies the weights in a fixed order and the combined rows are gathered, so no
 // result depends on arrival order or on the number of ranks.
 #include <algorithm>
@@ -53,6 +54,8 @@ class EpDispatcher final : public MoeDispatcher {
     const Scheme wire = a.experts->input_scheme(low_latency ? DispatchMode::kEpLowLatency
                                                             : DispatchMode::kEpNormal);
     wire_.init(wire, a.hidden, a.rule);
+    out_f32_ = a.experts->combine_format(low_latency ? DispatchMode::kEpLowLatency
+                                                     : DispatchMode::kEpNormal) == RowFloat::kF32;
     place(a.num_experts);
     pack_rows(a);
     clock.lap(&MoeTimes::dispatch);
@@ -262,16 +265,21 @@ class EpDispatcher final : public MoeDispatcher {
     outs_.resize(static_cast<size_t>(total * hid));
   }
 
-  // Expert outputs as BF16, in each source's order.
+  // Expert outputs in the bank's combine format, in each source's order.
   void pack_outputs(const MoeArgs& a) {
     const int n = comm_.size(), me = comm_.rank();
-    const int64_t hid = a.hidden, out_row = 2 * hid;
+    const int64_t hid = a.hidden, out_row = out_row_bytes(hid);
     const int64_t total = static_cast<int64_t>(bank_row_.size());
-    back_send_.resize(static_cast<size_t>(total * hid));
+    back_send_.resize(static_cast<size_t>(total * out_row));
     for (int64_t i = 0; i < total; ++i) {
       const float* o = outs_.data() + bank_row_[static_cast<size_t>(i)] * hid;
-      uint16_t* dst = back_send_.data() + i * hid;
-      for (int64_t d = 0; d < hid; ++d) dst[d] = float_to_bf16(o[d]);
+      uint8_t* dst = back_send_.data() + i * out_row;
+      if (out_f32_) {
+        std::memcpy(dst, o, static_cast<size_t>(out_row));
+        continue;
+      }
+      uint16_t* v = reinterpret_cast<uint16_t*>(dst);
+      for (int64_t d = 0; d < hid; ++d) v[d] = float_to_bf16(o[d]);
     }
     const int64_t row = wire_.row();
     back_send_bytes_.resize(static_cast<size_t>(n));
@@ -280,21 +288,24 @@ class EpDispatcher final : public MoeDispatcher {
     back_recv_offsets_.resize(static_cast<size_t>(n));
     int64_t off = 0;
     for (int q = 0; q < n; ++q) {
-      const int64_t got = recv_bytes_[static_cast<size_t>(q)] / row;
-      back_send_bytes_[static_cast<size_t>(q)] = got * out_row;
-      back_send_offsets_[static_cast<size_t>(q)] = off * out_row;
+      const size_t sq = static_cast<size_t>(q);
+      const int64_t got = recv_bytes_[sq] / row;
+      back_send_bytes_[sq] = got * out_row;
+      back_send_offsets_[sq] = off * out_row;
       off += got;
-      back_recv_bytes_[static_cast<size_t>(q)] =
-          send_bytes_[static_cast<size_t>(q)] / row * out_row;
-      back_recv_offsets_[static_cast<size_t>(q)] =
-          send_offsets_[static_cast<size_t>(q)] / row * out_row;
+      back_recv_bytes_[sq] = send_bytes_[sq] / row * out_row;
+      back_recv_offsets_[sq] = send_offsets_[sq] / row * out_row;
       if (q != me) stats_.combine_bytes_sent += static_cast<uint64_t>(got * out_row);
     }
   }
 
+  int64_t out_row_bytes(int64_t hid) const {
+    return hid * static_cast<int64_t>(out_f32_ ? sizeof(float) : sizeof(uint16_t));
+  }
+
   void return_outputs(const MoeArgs& a) {
     const int64_t rows = static_cast<int64_t>(send_.size()) / wire_.row();
-    back_recv_.resize(static_cast<size_t>(rows * a.hidden));
+    back_recv_.resize(static_cast<size_t>(rows * out_row_bytes(a.hidden)));
     call(comm_.all_to_all_v(back_send_.data(), back_send_bytes_.data(), back_send_offsets_.data(),
                             back_recv_.data(), back_recv_bytes_.data(), back_recv_offsets_.data()),
          "combine");
@@ -303,15 +314,21 @@ class EpDispatcher final : public MoeDispatcher {
   // Weights applied at the source, slot by slot, as one process does.
   void combine(const MoeArgs& a) {
     const int me = comm_.rank();
-    const int64_t k = a.top_k, hid = a.hidden;
+    const int64_t k = a.top_k, hid = a.hidden, out_row = out_row_bytes(hid);
     const int64_t t0 = token_begin(a.rows, me), t1 = token_begin(a.rows, me + 1);
     for (int64_t t = t0; t < t1; ++t) {
       float* dst = a.x + t * hid;
       for (int64_t j = 0; j < k; ++j) {
         const float wj = a.wts[t * k + j];
-        const uint16_t* o =
-            back_recv_.data() + send_pos_[static_cast<size_t>((t - t0) * k + j)] * hid;
-        for (int64_t d = 0; d < hid; ++d) dst[d] += wj * bf16_to_float(o[d]);
+        const uint8_t* o =
+            back_recv_.data() + send_pos_[static_cast<size_t>((t - t0) * k + j)] * out_row;
+        if (out_f32_) {
+          const float* f = reinterpret_cast<const float*>(o);
+          for (int64_t d = 0; d < hid; ++d) dst[d] += wj * f[d];
+        } else {
+          const uint16_t* v = reinterpret_cast<const uint16_t*>(o);
+          for (int64_t d = 0; d < hid; ++d) dst[d] += wj * bf16_to_float(v[d]);
+        }
       }
     }
   }
@@ -351,7 +368,8 @@ class EpDispatcher final : public MoeDispatcher {
   std::vector<int64_t> bank_offsets_, bank_row_;
   ActRows rows_;
   std::vector<float> outs_;
-  std::vector<uint16_t> back_send_, back_recv_;
+  bool out_f32_ = false;  // combine rows FP32 (else BF16), as the bank declares
+  std::vector<uint8_t> back_send_, back_recv_;
   std::vector<int64_t> back_send_bytes_, back_send_offsets_, back_recv_bytes_, back_recv_offsets_;
   std::vector<float> gather_send_;
 };

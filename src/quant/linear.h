@@ -44,6 +44,8 @@ Result<Tensor> stack_rows_bf16(const std::vector<Tensor>& parts, const std::stri
 
 // How routed rows reach the experts (ARCHITECTURE.md section 4).
 enum class DispatchMode { kLocal, kEpLowLatency, kEpNormal };
+// Floating-point rows on the wire.
+enum class RowFloat { kF32, kBf16 };
 
 // Seconds spent in each grouped GEMM of a run() call, for profiles.
 struct ExpertTimes {
@@ -117,8 +119,12 @@ class ExpertBank {
   virtual std::string scheme_name() const = 0;
   virtual uint64_t weight_bytes() const = 0;
   // The activation format gmm1 consumes in `mode`; the dispatcher writes rows in exactly this
-  // format (kBf16: FP32 rows).
+  // format (kBf16: FP32 rows in one process, BF16 rows on the wire between ranks).
   virtual Scheme input_scheme(DispatchMode mode) const = 0;
+  // The format expert outputs travel back in between ranks (one process keeps FP32).
+  virtual RowFloat combine_format(DispatchMode mode) const {
+    return mode == DispatchMode::kLocal ? RowFloat::kF32 : RowFloat::kBf16;
+  }
   // Rows grouped by expert: expert e owns rows [offsets[e], offsets[e+1]). Rows in the
   // declared format go straight to gmm1; FP32 rows are quantized by gmm1 itself (counted in
   // gmm1_quantize_passes). out: [rows, H] FP32, unweighted.

@@ -174,11 +174,21 @@ class MxExpertBank final : public ExpertBank {
       case DispatchMode::kLocal:
         return w13_.scheme();
       case DispatchMode::kEpLowLatency:
-        return Scheme::kW8A8Mxfp8;  // MXFP8 on the wire
+        // The local fused format: MXFP8 for W8A8 and W4A8, MXFP4 for W4A4 (SGLang's DeepEP
+        // dtypes), quantized once by the sender.
+        return w13_.scheme();
       case DispatchMode::kEpNormal:
         return Scheme::kBf16;  // gmm1 quantizes on arrival
     }
     return w13_.scheme();
+  }
+
+  // Low latency returns the local FP32 rows: with the local fused rows on the way out, one
+  // process and any number of ranks then compute the same bits. BF16 outputs would not: a
+  // 2^-9 change moves later MX roundings, and the offline fake-quant fixture goes from 23 to
+  // 304 of 304 positions off by more than 1e-3.
+  RowFloat combine_format(DispatchMode mode) const override {
+    return mode == DispatchMode::kEpNormal ? RowFloat::kBf16 : RowFloat::kF32;
   }
 
   void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
