@@ -244,7 +244,9 @@ TEST(ExpertParallel, Bf16RowsOnTheWireKeepGreedyTokens) {
     // W4A4 rounds activations to E2M1 (one mantissa bit): requantizing BF16-rounded rows
     // flips codes a full step at a time, so its normal mode is measured, not held (SGLang's
     // DeepEP sends W4A4 rows as MXFP4, low latency here).
-    if (std::string(c.flag).rfind("w4a4", 0) != 0) EXPECT_EQ(agree, steps);
+    if (std::string(c.flag).rfind("w4a4", 0) != 0) {
+      EXPECT_EQ(agree, steps);
+    }
     if (!*c.flag) {
       EXPECT_LE(d, 2e-2);
     }
