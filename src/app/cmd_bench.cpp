@@ -15,6 +15,7 @@ struct BenchArgs {
 int bench(const BenchArgs& a) {
   auto model = load_model_or_report(a.m, "bench");
   if (!model) return 1;
+  if (int code = 0; ep_worker_takes_over(*model, &code)) return code;
   auto r = run_bench(*model, a.opt);
   if (!r.is_ok()) {
     std::fprintf(stderr, "mxserve bench: %s\n", r.status().to_string().c_str());

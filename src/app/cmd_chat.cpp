@@ -22,6 +22,7 @@ struct ChatArgs {
 int chat(ChatArgs& a) {
   auto model = load_model_or_report(a.m, "chat");
   if (!model) return 1;
+  if (int code = 0; ep_worker_takes_over(*model, &code)) return code;
   auto tok = load_model_tokenizer(a.m.model);
   auto tmpl = load_model_chat_template(a.m.model);
   if (!tok.is_ok() || !tmpl.is_ok()) {

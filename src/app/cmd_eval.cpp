@@ -30,6 +30,7 @@ int eval(EvalArgs& a) {
   }
   auto model = load_model_or_report(a.m, "eval");
   if (!model) return 1;
+  if (int code = 0; ep_worker_takes_over(*model, &code)) return code;
   std::unique_ptr<DecoderModel> ref;
   if (a.compare_bf16) {
     if (model->offline_quantized) {
@@ -41,7 +42,7 @@ int eval(EvalArgs& a) {
     }
     ModelArgs r = a.m;
     r.quantization.clear();
-    ref = load_model_or_report(r, "eval");
+    ref = load_model_or_report(r, "eval", false);
     if (!ref) return 1;
   }
   auto tok = load_model_tokenizer(a.m.model);

@@ -23,6 +23,7 @@ int run(RunArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   auto model = load_model_or_report(a.m, "run");
   if (!model) return 1;
+  if (int code = 0; ep_worker_takes_over(*model, &code)) return code;
   auto tok = load_model_tokenizer(a.m.model);
   if (!tok.is_ok()) {
     std::fprintf(stderr, "mxserve run: %s\n", tok.status().to_string().c_str());

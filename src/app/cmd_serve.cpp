@@ -29,6 +29,7 @@ OpenAiServer* g_server = nullptr;
 int serve(ServeArgs& a) {
   auto model = load_model_or_report(a.m, "serve");
   if (!model) return 1;
+  if (int code = 0; ep_worker_takes_over(*model, &code)) return code;
   auto tok = load_model_tokenizer(a.m.model);
   if (!tok.is_ok()) {
     std::fprintf(stderr, "mxserve serve: %s\n", tok.status().to_string().c_str());

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "model/model.h"
+#include "parallel/comm.h"
 #include "runtime/sampler.h"
 
 namespace mx::app {
@@ -34,11 +35,25 @@ struct ModelArgs {
   bool quantize_lm_head = false;
   std::string kv_cache_dtype = "auto";
   std::string gguf_dequant = "none";
+  int ep_size = 1;
+  std::string ep_dispatch = "auto";
+  int64_t ep_max_dispatch_tokens = 128;
 };
 void add_model_flags(CLI::App* cmd, ModelArgs* a);
 
-// Loads a model with a progress bar on a terminal; prints the error and returns null on failure.
-std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const char* command);
+// Loads a model with a progress bar on a terminal; prints the error and returns null on
+// failure. With --ep-size N (under mpirun) this rank loads its share of the experts, unless
+// `expert_parallel` is false (a reference model rank 0 runs alone).
+std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const char* command,
+                                                   bool expert_parallel = true);
+// Expert parallelism, after the model loaded: on ranks 1.. replays rank 0's steps until rank 0
+// ends the job and returns true (the command is done, *exit_code says how it ended); on rank 0
+// (or one process) arranges for every step to reach the other ranks and returns false.
+bool ep_worker_takes_over(DecoderModel& model, int* exit_code);
+// Rank 0 ends the workers (or, after an error, the whole job); every rank finalizes MPI.
+int ep_finish(int exit_code);
+// Whether this process is rank 0 of an expert-parallel job, and the job's communicator.
+Comm* ep_comm();
 
 void register_inspect(CLI::App& app, int& exit_code);
 void register_run(CLI::App& app, int& exit_code);

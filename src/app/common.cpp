@@ -5,6 +5,8 @@
 #include <thread>
 
 #include "app/commands.h"
+#include "core/log.h"
+#include "runtime/ep_runtime.h"
 
 namespace mx::app {
 
@@ -87,11 +89,108 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a) {
                   "the memory and reads)")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
       ->capture_default_str();
+  cmd->add_option("--ep-size", a->ep_size,
+                  "Expert parallelism: split each layer's experts over N processes, started as "
+                  "mpirun -np N mxserve ... --ep-size N")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--ep-dispatch", a->ep_dispatch,
+                  "How routed rows travel between ranks: normal (BF16), low_latency (the expert "
+                  "kernel's format, fixed receive slots) or auto (normal for steps with prefill)")
+      ->check(CLI::IsMember({"normal", "low_latency", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--ep-max-dispatch-tokens", a->ep_max_dispatch_tokens,
+                  "Tokens per rank a low-latency step may carry (its receive slots); more go in "
+                  "normal mode")
+      ->check(CLI::Range(int64_t{1}, kMaxEpDispatchTokens))
+      ->capture_default_str();
 }
 
-std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const char* command) {
+namespace {
+
+Comm* g_ep = nullptr;
+bool g_workers_running = false;
+
+int world_size_from_launcher() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  }
+  return 1;
+}
+
+// The communicator of --ep-size, or an error naming what is wrong with the launch.
+Result<Comm*> ep_setup(const ModelArgs& a) {
+  const int launched = launched_by_mpi() ? world_size_from_launcher() : 1;
+  if (a.ep_size == 1) {
+    if (launched > 1) {
+      return invalid_argument("mpirun started " + std::to_string(launched) +
+                              " processes but --ep-size is 1; pass --ep-size " +
+                              std::to_string(launched));
+    }
+    return static_cast<Comm*>(nullptr);
+  }
+  if (g_ep != nullptr) return g_ep;
+  if (!launched_by_mpi()) {
+    return invalid_argument("--ep-size " + std::to_string(a.ep_size) + " runs as " +
+                            std::to_string(a.ep_size) + " processes: start it as mpirun -np " +
+                            std::to_string(a.ep_size) + " mxserve ... --ep-size " +
+                            std::to_string(a.ep_size));
+  }
+  MX_ASSIGN_OR_RETURN(Comm * w, mpi_world());
+  if (w->size() != a.ep_size) {
+    return invalid_argument("--ep-size " + std::to_string(a.ep_size) + " but mpirun started " +
+                            std::to_string(w->size()) + " processes");
+  }
+  set_log_rank(w->rank());
+  g_ep = w;
+  return w;
+}
+
+}  // namespace
+
+Comm* ep_comm() { return g_ep; }
+
+bool ep_worker_takes_over(DecoderModel& model, int* exit_code) {
+  if (g_ep == nullptr) return false;
+  if (g_ep->rank() == 0) {
+    install_step_broadcast(model, *g_ep);
+    g_workers_running = true;
+    return false;
+  }
+  const Status st = run_ep_worker(model, *g_ep);
+  if (!st.is_ok()) MX_LOG_ERROR("expert-parallel worker: " + st.to_string());
+  *exit_code = st.is_ok() ? 0 : 1;
+  return true;
+}
+
+int ep_finish(int exit_code) {
+  if (g_ep == nullptr) return exit_code;
+  if (g_ep->rank() == 0) {
+    if (exit_code != 0 && g_workers_running) g_ep->abort("the command failed");
+    if (g_workers_running) {
+      const Status st = ep_end_workers(*g_ep);
+      if (!st.is_ok()) g_ep->abort("ending the workers failed: " + st.to_string());
+    }
+  }
+  g_ep = nullptr;
+  mpi_finalize();
+  return exit_code;
+}
+
+std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const char* command,
+                                                   bool expert_parallel) {
   const std::string& dir = a.model;
   LoadOptions opt;
+  if (expert_parallel) {
+    auto comm = ep_setup(a);
+    if (!comm.is_ok()) {
+      std::fprintf(stderr, "mxserve %s: %s\n", command, comm.status().message().c_str());
+      return nullptr;
+    }
+    opt.ep.comm = *comm;
+    parse_ep_dispatch(a.ep_dispatch, &opt.ep.mode);
+    opt.ep.max_dispatch_tokens = a.ep_max_dispatch_tokens;
+  }
   opt.threads = a.threads;
   if (a.quantization == "modelslim") {
     opt.expect_modelslim = true;

@@ -35,5 +35,5 @@ int main(int argc, char** argv) {
   mx::app::register_inspect(app, exit_code);
   mx::app::register_tokenize(app, exit_code);
   CLI11_PARSE(app, argc, argv);
-  return exit_code;
+  return mx::app::ep_finish(exit_code);
 }

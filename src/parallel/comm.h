@@ -29,6 +29,11 @@ class Comm {
   virtual Status all_reduce_sum(double* data, int64_t n) = 0;
   virtual Status all_reduce_sum(int64_t* data, int64_t n) = 0;
   virtual Status broadcast(void* data, int64_t bytes, int root) = 0;
+  // The same for a rank that may wait long (a worker between steps): it sleeps while it
+  // waits instead of spinning on a core the busy ranks need.
+  virtual Status broadcast_idle(void* data, int64_t bytes, int root) {
+    return broadcast(data, bytes, root);
+  }
   virtual Status barrier() = 0;
   // Ends every rank of the job now (a collective failed: the peers cannot go on).
   [[noreturn]] virtual void abort(const std::string& why) = 0;

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <climits>
+#include <ctime>
 #include <cstdio>
 #include <mutex>
 
@@ -73,6 +74,25 @@ class MpiComm final : public Comm {
     int n = 0;
     MX_RETURN_IF_ERROR(to_int(bytes, &n, "broadcast"));
     return mpi_status(MPI_Bcast(data, n, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+  }
+
+  Status broadcast_idle(void* data, int64_t bytes, int root) override {
+    int n = 0;
+    MX_RETURN_IF_ERROR(to_int(bytes, &n, "broadcast"));
+    MPI_Request req;
+    MX_RETURN_IF_ERROR(
+        mpi_status(MPI_Ibcast(data, n, MPI_BYTE, root, MPI_COMM_WORLD, &req), "MPI_Ibcast"));
+    // Polls briefly at first (a decode step follows the last within microseconds), then
+    // backs off to 1 ms.
+    for (int spins = 0;; ++spins) {
+      int done = 0;
+      MX_RETURN_IF_ERROR(mpi_status(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test"));
+      if (done) return Status::ok();
+      if (spins > 2000) {
+        const timespec ts{0, spins > 20000 ? 1000000 : 50000};
+        nanosleep(&ts, nullptr);
+      }
+    }
   }
 
   Status barrier() override { return mpi_status(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }

@@ -1,0 +1,224 @@
+#include "runtime/ep_runtime.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <list>
+#include <memory>
+
+#include "core/log.h"
+
+namespace mx {
+namespace {
+
+enum class Op : uint32_t { kForward = 1, kStats = 2, kEnd = 3 };
+
+// Fixed-size head of every broadcast; a forward's slices follow as int64 words.
+struct StepHeader {
+  uint32_t op = 0;
+  uint32_t seqs = 0;
+  uint64_t kv_id = 0;
+  int32_t num_blocks = 0, block_size = 0, kv_dtype = 0, slots = 0;
+  uint64_t words = 0;
+};
+
+// Headers go by broadcast_idle on every rank: MPI matches a nonblocking broadcast only with
+// nonblocking ones.
+Status send_header(Comm& comm, StepHeader h) { return comm.broadcast_idle(&h, sizeof h, 0); }
+
+// Per slice: count, start, logits mode, slot, block count, then tokens and blocks.
+std::vector<int64_t> encode(const std::vector<SeqSlice>& seqs, const PagedKv& kv) {
+  std::vector<int64_t> w;
+  for (const SeqSlice& s : seqs) {
+    const int64_t blocks = (s.start + s.count + kv.block_size() - 1) / kv.block_size();
+    w.insert(w.end(), {s.count, s.start, static_cast<int64_t>(s.logits), s.slot, blocks});
+    w.insert(w.end(), s.tokens, s.tokens + s.count);
+    w.insert(w.end(), s.blocks, s.blocks + blocks);
+  }
+  return w;
+}
+
+// The replicas of rank 0's caches, by id, most recent first (rank 0 never says when a cache
+// dies, so a few are kept).
+class KvReplicas {
+ public:
+  PagedKv& get(const ModelConfig& c, const StepHeader& h) {
+    for (auto it = list_.begin(); it != list_.end(); ++it) {
+      if (it->first == h.kv_id) {
+        list_.splice(list_.begin(), list_, it);
+        return *list_.front().second;
+      }
+    }
+    if (list_.size() >= 4) list_.pop_back();
+    list_.emplace_front(h.kv_id,
+                        std::make_unique<PagedKv>(c, h.num_blocks, h.block_size,
+                                                  static_cast<KvDtype>(h.kv_dtype), h.slots));
+    return *list_.front().second;
+  }
+
+ private:
+  std::list<std::pair<uint64_t, std::unique_ptr<PagedKv>>> list_;
+};
+
+Status replay(DecoderModel& model, Comm& comm, const StepHeader& h, KvReplicas& kvs,
+              std::vector<float>& logits) {
+  std::vector<int64_t> w(h.words);
+  MX_RETURN_IF_ERROR(comm.broadcast(w.data(), static_cast<int64_t>(w.size() * 8), 0));
+  std::vector<std::vector<int32_t>> tokens(h.seqs), blocks(h.seqs);
+  std::vector<SeqSlice> seqs(h.seqs);
+  int64_t rows = 0;
+  size_t at = 0;
+  for (uint32_t i = 0; i < h.seqs; ++i) {
+    SeqSlice& s = seqs[i];
+    s.count = w[at];
+    s.start = w[at + 1];
+    s.logits = static_cast<SeqSlice::Logits>(w[at + 2]);
+    s.slot = static_cast<int32_t>(w[at + 3]);
+    const int64_t nb = w[at + 4];
+    at += 5;
+    tokens[i].assign(w.begin() + static_cast<int64_t>(at),
+                     w.begin() + static_cast<int64_t>(at) + s.count);
+    at += static_cast<size_t>(s.count);
+    blocks[i].assign(w.begin() + static_cast<int64_t>(at),
+                     w.begin() + static_cast<int64_t>(at) + nb);
+    at += static_cast<size_t>(nb);
+    s.tokens = tokens[i].data();
+    s.blocks = blocks[i].data();
+    rows += s.logits == SeqSlice::Logits::kAll ? s.count : (s.logits == SeqSlice::Logits::kLast);
+  }
+  PagedKv& kv = kvs.get(model.config(), h);
+  logits.resize(static_cast<size_t>(std::max<int64_t>(rows, 1) * model.config().vocab_size));
+  return model.forward_batch(seqs, kv, logits.data());
+}
+
+EpRankStats own_stats(DecoderModel& model) {
+  EpRankStats s;
+  s.rss_bytes = resident_bytes();
+  for (const DecoderLayer& l : model.layers)
+    if (l.moe) s.expert_bytes += l.moe->experts->weight_bytes();
+  s.dispatch = model.dispatcher().stats();
+  return s;
+}
+
+constexpr int kStatWords = 13;
+
+void put(const EpRankStats& s, int64_t* w) {
+  const DispatchStats& d = s.dispatch;
+  const uint64_t v[kStatWords] = {s.rss_bytes,
+                                  s.expert_bytes,
+                                  d.rows_sent,
+                                  d.row_bytes_sent,
+                                  d.meta_bytes_sent,
+                                  d.combine_bytes_sent,
+                                  d.gather_bytes_sent,
+                                  d.low_latency_layers,
+                                  d.normal_layers,
+                                  d.fallback_layers,
+                                  d.fallback_steps,
+                                  0,
+                                  0};
+  for (int i = 0; i < kStatWords; ++i) w[i] = static_cast<int64_t>(v[i]);
+}
+
+EpRankStats get(const int64_t* w) {
+  EpRankStats s;
+  auto u = [w](int i) { return static_cast<uint64_t>(w[i]); };
+  s.rss_bytes = u(0);
+  s.expert_bytes = u(1);
+  DispatchStats& d = s.dispatch;
+  d.rows_sent = u(2);
+  d.row_bytes_sent = u(3);
+  d.meta_bytes_sent = u(4);
+  d.combine_bytes_sent = u(5);
+  d.gather_bytes_sent = u(6);
+  d.low_latency_layers = u(7);
+  d.normal_layers = u(8);
+  d.fallback_layers = u(9);
+  d.fallback_steps = u(10);
+  return s;
+}
+
+Status exchange_stats(DecoderModel& model, Comm& comm, std::vector<EpRankStats>* out) {
+  std::vector<int64_t> w(static_cast<size_t>(comm.size() * kStatWords), 0);
+  put(own_stats(model), w.data() + comm.rank() * kStatWords);
+  MX_RETURN_IF_ERROR(comm.all_reduce_sum(w.data(), static_cast<int64_t>(w.size())));
+  if (out != nullptr) {
+    out->clear();
+    for (int r = 0; r < comm.size(); ++r) out->push_back(get(w.data() + r * kStatWords));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+uint64_t resident_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
+}
+
+void install_step_broadcast(DecoderModel& model, Comm& comm) {
+  model.set_step_hook([&comm](const std::vector<SeqSlice>& seqs, const PagedKv& kv) {
+    const std::vector<int64_t> w = encode(seqs, kv);
+    StepHeader h;
+    h.op = static_cast<uint32_t>(Op::kForward);
+    h.seqs = static_cast<uint32_t>(seqs.size());
+    h.kv_id = kv.id();
+    h.num_blocks = kv.num_blocks();
+    h.block_size = kv.block_size();
+    h.kv_dtype = static_cast<int32_t>(kv.dtype());
+    h.slots = kv.slots();
+    h.words = w.size();
+    Status st = send_header(comm, h);
+    if (st.is_ok())
+      st = comm.broadcast(const_cast<int64_t*>(w.data()), static_cast<int64_t>(w.size() * 8), 0);
+    if (!st.is_ok())
+      comm.abort("broadcasting a step to the expert-parallel ranks failed: " + st.to_string());
+  });
+}
+
+Status run_ep_worker(DecoderModel& model, Comm& comm) {
+  KvReplicas kvs;
+  std::vector<float> logits;
+  for (;;) {
+    StepHeader h;
+    MX_RETURN_IF_ERROR(comm.broadcast_idle(&h, sizeof h, 0));
+    switch (static_cast<Op>(h.op)) {
+      case Op::kEnd:
+        return Status::ok();
+      case Op::kStats:
+        MX_RETURN_IF_ERROR(exchange_stats(model, comm, nullptr));
+        break;
+      case Op::kForward: {
+        // Rank 0 validated the step; a failure here is this replica's own and is reported
+        // (rank 0 sees the same inputs and fails alike).
+        const Status st = replay(model, comm, h, kvs, logits);
+        if (!st.is_ok()) MX_LOG_ERROR("replaying a step failed: " + st.to_string());
+        break;
+      }
+      default:
+        return invalid_argument("unknown expert-parallel step " + std::to_string(h.op));
+    }
+  }
+}
+
+Status ep_end_workers(Comm& comm) {
+  StepHeader h;
+  h.op = static_cast<uint32_t>(Op::kEnd);
+  return send_header(comm, h);
+}
+
+Result<std::vector<EpRankStats>> gather_ep_stats(DecoderModel& model, Comm& comm) {
+  StepHeader h;
+  h.op = static_cast<uint32_t>(Op::kStats);
+  MX_RETURN_IF_ERROR(send_header(comm, h));
+  std::vector<EpRankStats> out;
+  MX_RETURN_IF_ERROR(exchange_stats(model, comm, &out));
+  return out;
+}
+
+}  // namespace mx
