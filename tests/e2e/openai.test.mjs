@@ -156,6 +156,10 @@ test("errors carry their status and an OpenAI error object", async () => {
   assert.equal(await (await fetch(process.env.BASE_URL + "/health")).text(), "ok");
 });
 
+// LOGPROB_TOL: 2e-3 by default; servers whose ranks exchange BF16 rows are held to that
+// rounding's bound (tests/ep_test.cpp).
+const LOGPROB_TOL = Number(process.env.LOGPROB_TOL ?? 2e-3);
+
 test("logprobs equal the reference model's log-probs (golden top-5), streamed and not", async () => {
   for (const g of goldenPrompts()) {
     const r = await client.completions.create({ model: MODEL, prompt: g.ids, max_tokens: g.safe, temperature: 0, logprobs: 5 });
@@ -166,8 +170,8 @@ test("logprobs equal the reference model's log-probs (golden top-5), streamed an
     // Digit keys come first in a JS object, whatever their order in the JSON.
     const got = Object.values(lp.top_logprobs[0]).sort((a, b) => b - a);
     assert.equal(got.length, 5);
-    for (let i = 0; i < 5; i++) assert.ok(Math.abs(got[i] - want[i]) < 2e-3, `${got[i]} vs ${want[i]}`);
-    assert.ok(Math.abs(lp.token_logprobs[0] - want[0]) < 2e-3);
+    for (let i = 0; i < 5; i++) assert.ok(Math.abs(got[i] - want[i]) < LOGPROB_TOL, `${got[i]} vs ${want[i]}`);
+    assert.ok(Math.abs(lp.token_logprobs[0] - want[0]) < LOGPROB_TOL);
     for (let i = 0; i < g.safe; i++) {
       // Greedy: the chosen token is the most likely one.
       assert.equal(lp.token_logprobs[i], Math.max(...Object.values(lp.top_logprobs[i])));

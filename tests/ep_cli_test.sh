@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Expert parallelism from the command line, under real mpirun: launches that do not match are
+# refused; `run` gives one process's text on every MX scheme in low latency; the openai-client
+# suite passes against `mpirun -np 2 mxserve serve --ep-size 2`; a rank killed mid-generation
+# ends the job within 10 s naming it; SIGTERM to rank 0 ends the job cleanly.
+# Usage: ep_cli_test.sh MXSERVE SOURCE_DIR SHARED_DIR
+set -u
+real_bin=$1 src=$2 shared=$3
+model=$src/models/tiny-qwen3-moe
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader
+export ASAN_OPTIONS=detect_leaks=0
+tmp=$(mktemp -d)
+pids=() logs=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp" "${logs[@]}"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+prompt="It is a truth universally acknowledged, that"
+
+# Launches that cannot work say what to run instead.
+out=$("$real_bin" run -m "$model" -p hi -n 2 --ep-size 2 2>&1) && fail "--ep-size 2 alone ran"
+grep -q "mpirun -np 2" <<<"$out" || fail "no hint to use mpirun: $out"
+out=$(timeout 60 mpirun -np 2 "$real_bin" run -m "$model" -p hi -n 2 2>&1) &&
+  fail "mpirun -np 2 without --ep-size ran"
+grep -q "pass --ep-size 2" <<<"$out" || fail "no hint for --ep-size: $out"
+out=$(timeout 60 mpirun -np 2 "$real_bin" run -m "$model" -p hi -n 2 --ep-size 4 2>&1) &&
+  fail "--ep-size 4 on 2 ranks ran"
+grep -q "mpirun started 2 processes" <<<"$out" || fail "no rank-count message: $out"
+
+# run: low latency on MX schemes gives one process's text, on 2 and 4 ranks.
+for q in mxfp8 mxfp4; do
+  want=$("$real_bin" run -m "$model" -p "$prompt" -n 32 -t 1 --seed 0 --quantization "$q" 2>/dev/null | head -1)
+  for np in 2 4; do
+    got=$(timeout 120 mpirun -np "$np" "$real_bin" run -m "$model" -p "$prompt" -n 32 -t 1 --seed 0 \
+      --quantization "$q" --ep-size "$np" --ep-dispatch low_latency 2>"$tmp/err" | head -1)
+    [ "$got" = "$want" ] || { cat "$tmp/err"; fail "$q on $np ranks: '$got' != '$want'"; }
+  done
+done
+grep -q "rank 1" "$tmp/err" || true
+
+# The openai-client suite against servers of 2 ranks each.
+cat >"$tmp/ep_serve" <<WRAP
+#!/usr/bin/env bash
+exec mpirun -np 2 "$real_bin" "\$@" -t 1 --ep-size 2
+WRAP
+chmod +x "$tmp/ep_serve"
+bin=$tmp/ep_serve
+. "$(dirname "$0")/start_server.sh"
+start_server main_url --api-key test-key --max-running-requests 16
+start_server busy_url --max-running-requests 1 --max-queued-requests 1
+start_server tight_url --max-running-requests 16 --max-total-tokens 160
+(cd "$src" && BASE_URL="$main_url" BUSY_URL="$busy_url" TIGHT_URL="$tight_url" \
+  API_KEY=test-key MXSERVE="$real_bin" MODEL_DIR="$model" LOGPROB_TOL=2e-2 \
+  GOLDEN_FILE="$shared/fixtures/tiny-qwen3-moe/golden/golden.json" SERVED_MODEL=tiny-qwen3-moe \
+  node --test tests/e2e/openai.test.mjs) || fail "openai suite against 2 ranks"
+kill "${pids[@]}" 2>/dev/null
+wait 2>/dev/null
+pids=()
+
+# The pid of rank R of the mpirun job $1.
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "$p"
+      return
+    fi
+  done
+}
+
+# A rank killed mid-generation: the job ends within 10 s, and the message names the rank.
+start_server kill_url
+job=${pids[-1]} log=${logs[-1]}
+curl -sN "$kill_url/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt":"Once upon a time","max_tokens":100000,"ignore_eos":true,"stream":true}' \
+  >"$tmp/stream" 2>/dev/null &
+for _ in $(seq 1 100); do [ -s "$tmp/stream" ] && break; sleep 0.1; done
+[ -s "$tmp/stream" ] || fail "no tokens streamed before the kill"
+victim=$(rank_pid "$job" 1)
+[ -n "$victim" ] || fail "rank 1 not found under mpirun $job"
+t0=$(date +%s.%N)
+kill -9 "$victim"
+for _ in $(seq 1 150); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$job" 2>/dev/null && fail "the job still runs 15 s after rank 1 died"
+wait "$job" 2>/dev/null
+t1=$(date +%s.%N)
+secs=$(echo "$t1 - $t0" | bc)
+echo "rank 1 killed: the job ended in ${secs} s"
+(($(echo "$secs < 10" | bc))) || fail "the job took ${secs} s to end"
+grep -q "rank 1" "$log" || { cat "$log"; fail "the message does not name rank 1"; }
+
+# SIGTERM to rank 0 (the server): it drains, ends the workers and the job exits 0.
+start_server term_url
+job=${pids[-1]} log=${logs[-1]}
+server=$(rank_pid "$job" 0)
+kill -TERM "$server"
+for _ in $(seq 1 100); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$job" 2>/dev/null && fail "the job still runs 10 s after SIGTERM to rank 0"
+wait "$job"
+rc=$?
+[ "$rc" = 0 ] || { cat "$log"; fail "SIGTERM to rank 0: exit $rc"; }
+echo "ep_cli_test: all passed"
