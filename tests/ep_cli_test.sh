@@ -26,6 +26,16 @@ out=$(timeout 60 mpirun -np 2 "$real_bin" run -m "$model" -p hi -n 2 --ep-size 4
   fail "--ep-size 4 on 2 ranks ran"
 grep -q "mpirun started 2 processes" <<<"$out" || fail "no rank-count message: $out"
 
+# inspect --ep-size: each rank's experts and bytes; the replicated bytes plus both ranks'
+# experts are every byte the checkpoint's tensors hold (the bytes lines of the same report).
+out=$("$real_bin" inspect -m "$model" --ep-size 2) || fail "inspect --ep-size 2"
+grep -q "rank 0: experts 0-3 of 8" <<<"$out" || fail "rank 0's range: $out"
+grep -q "rank 1: experts 4-7 of 8" <<<"$out" || fail "rank 1's range: $out"
+total=$(grep -E '^bytes ' <<<"$out" | awk '{s += $3} END {print s}')
+repl=$(grep -oE '[0-9]+ bytes replicated' <<<"$out" | awk '{print $1}')
+experts=$(grep -oE '\(([0-9]+) of experts\)' <<<"$out" | tr -dc '0-9\n' | awk '{s += $1} END {print s}')
+[ $((repl + experts)) = "$total" ] || fail "replicated $repl + experts $experts != $total"
+
 # run: low latency on MX schemes gives one process's text, on 2 and 4 ranks.
 for q in mxfp8 mxfp4; do
   want=$("$real_bin" run -m "$model" -p "$prompt" -n 32 -t 1 --seed 0 --quantization "$q" 2>/dev/null | head -1)

@@ -2,6 +2,7 @@
 
 #include "app/commands.h"
 #include "runtime/bench.h"
+#include "runtime/ep_runtime.h"
 
 namespace mx::app {
 namespace {
@@ -16,10 +17,22 @@ int bench(const BenchArgs& a) {
   auto model = load_model_or_report(a.m, "bench");
   if (!model) return 1;
   if (int code = 0; ep_worker_takes_over(*model, &code)) return code;
-  auto r = run_bench(*model, a.opt);
+  BenchOptions opt = a.opt;
+  if (Comm* comm = ep_comm()) {
+    opt.ep_stats = [&model, comm] { return total_dispatch_stats(*model, *comm); };
+  }
+  auto r = run_bench(*model, opt);
   if (!r.is_ok()) {
     std::fprintf(stderr, "mxserve bench: %s\n", r.status().to_string().c_str());
     return 1;
+  }
+  if (Comm* comm = ep_comm()) {
+    auto ranks = gather_ep_stats(*model, *comm);
+    if (!ranks.is_ok()) {
+      std::fprintf(stderr, "mxserve bench: %s\n", ranks.status().to_string().c_str());
+      return 1;
+    }
+    r->ep_ranks = std::move(ranks).value();
   }
   if (a.json) {
     auto j = r->to_json();

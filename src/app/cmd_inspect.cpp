@@ -3,6 +3,7 @@
 
 #include "app/commands.h"
 #include "loader/model_inventory.h"
+#include "parallel/dispatch.h"
 
 namespace mx::app {
 namespace {
@@ -22,11 +23,37 @@ std::string layer_kinds(const ModelConfig& c) {
   return out;
 }
 
-int run_inspect(const std::string& dir) {
+// --ep-size N: what each rank would load (its contiguous experts; the rest replicated).
+void print_ep_placement(const ModelInventory& inv, int ranks) {
+  const int64_t experts = inv.config.num_experts;
+  const uint64_t replicated = inv.total_bytes - inv.routed_expert_bytes;
+  std::printf("expert parallelism: %d ranks, contiguous expert ranges, %llu bytes replicated\n",
+              ranks, static_cast<unsigned long long>(replicated));
+  for (int r = 0; r < ranks; ++r) {
+    const ExpertRange e = expert_range(experts, r, ranks);
+    const uint64_t mine = experts > 0 ? inv.routed_expert_bytes * static_cast<uint64_t>(e.count) /
+                                            static_cast<uint64_t>(experts)
+                                      : 0;
+    std::printf("  rank %d: experts %lld-%lld of %lld, %llu bytes (%llu of experts)\n", r,
+                static_cast<long long>(e.first), static_cast<long long>(e.first + e.count - 1),
+                static_cast<long long>(experts), static_cast<unsigned long long>(replicated + mine),
+                static_cast<unsigned long long>(mine));
+  }
+}
+
+int run_inspect(const std::string& dir, int ep_size) {
   auto inv = inspect_model_dir(dir);
   if (!inv.is_ok()) {
     std::fprintf(stderr, "mxserve inspect: %s\n", inv.status().to_string().c_str());
     return 1;
+  }
+  if (ep_size > 1) {
+    if (inv->config.num_experts < ep_size) {
+      std::fprintf(stderr, "mxserve inspect: %lld experts cannot be split over %d ranks\n",
+                   static_cast<long long>(inv->config.num_experts), ep_size);
+      return 1;
+    }
+    print_ep_placement(*inv, ep_size);
   }
   const ModelConfig& c = inv->config;
   int64_t moe_layers = 0;
@@ -97,7 +124,10 @@ void register_inspect(CLI::App& app, int& exit_code) {
   auto dir = std::make_shared<std::string>(default_model_dir());
   cmd->add_option("-m,--model", *dir, "Model directory (HF or msmodelslim layout)")
       ->capture_default_str();
-  cmd->callback([dir, &exit_code] { exit_code = run_inspect(*dir); });
+  auto ep = std::make_shared<int>(1);
+  cmd->add_option("--ep-size", *ep, "Also print what each of N expert-parallel ranks loads")
+      ->check(CLI::Range(1, 4096));
+  cmd->callback([dir, ep, &exit_code] { exit_code = run_inspect(*dir, *ep); });
 }
 
 }  // namespace mx::app

@@ -23,6 +23,15 @@ bool is_packed_fp4(QuantType t) {
          t == QuantType::kW4A4Mxfp4DualScale;
 }
 
+// Routed experts: HF ".mlp.experts.", GGUF "ffn_*_exps" (shared experts are replicated).
+void count_bytes(const std::string& name, uint64_t bytes, ModelInventory* inv) {
+  inv->total_bytes += bytes;
+  const bool routed =
+      name.find(".experts.") != std::string::npos ||
+      (name.find("_exps.") != std::string::npos && name.find("shexp") == std::string::npos);
+  if (routed) inv->routed_expert_bytes += bytes;
+}
+
 Result<ModelInventory> inspect_gguf(const std::string& path) {
   ModelInventory inv;
   inv.dir = path;
@@ -45,6 +54,7 @@ Result<ModelInventory> inspect_gguf(const std::string& path) {
     auto& [count, bytes] = g.types[std::string(ggml_type_info(t.type).name)];
     ++count;
     bytes += t.bytes;
+    count_bytes(t.name, t.bytes, &inv);
   }
   g.tokenizer = describe_gguf_tokenizer(f);
   inv.gguf = std::move(g);
@@ -71,6 +81,7 @@ Result<ModelInventory> inspect_model_dir(const std::string& dir) {
       ++inv.num_tensors;
       const uint64_t bytes = t.end - t.begin;
       inv.bytes_by_dtype[std::string(dtype_name(t.dtype))] += bytes;
+      count_bytes(t.name, bytes, &inv);
       if (inv.quant && is_scale_tensor(t.name)) {
         inv.scale_bytes += bytes;
         continue;

@@ -21,6 +21,8 @@ struct ModelInventory {
   int64_t parameters = 0;
   std::map<std::string, uint64_t> bytes_by_dtype;
   uint64_t scale_bytes = 0;
+  // Every tensor's bytes, and those of routed experts (what expert parallelism splits).
+  uint64_t total_bytes = 0, routed_expert_bytes = 0;
   std::optional<QuantDescription> quant;  // set for an offline (msmodelslim) checkpoint
   // Offline only: module (tensor name without ".weight") -> type, for weight tensors.
   std::map<std::string, QuantType> module_types;

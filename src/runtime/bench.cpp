@@ -34,31 +34,94 @@ nlohmann::ordered_json profile_json(const ForwardProfile& p) {
   return j;
 }
 
-void profile_report(const char* title, const ForwardProfile& p, std::string* out) {
-  char line[160];
-  std::snprintf(line, sizeof line, "%s profile (%lld forwards):\n  %-16s %-6s %12s %7s\n", title,
-                static_cast<long long>(p.forwards), "kernel", "layers", "ms/forward", "share");
+// Per kernel: ms per forward, ms per layer of its type (the per-layer view), share.
+void profile_report(const char* title, const ForwardProfile& p,
+                    const std::map<std::string, int64_t>& layers, std::string* out) {
+  char line[200];
+  std::snprintf(line, sizeof line, "%s profile (%lld forwards):\n  %-16s %-6s %12s %10s %7s\n",
+                title, static_cast<long long>(p.forwards), "kernel", "layers", "ms/forward",
+                "ms/layer", "share");
   *out += line;
   const double total = p.total();
-  double moe = 0, moe_overhead = 0;
+  const double fw = p.forwards ? static_cast<double>(p.forwards) : 1.0;
+  double moe = 0, moe_overhead = 0, ep = 0;
   for (int i = 0; i < static_cast<int>(Phase::kCount); ++i) {
     const Phase ph = static_cast<Phase>(i);
     const double s = p.seconds[static_cast<size_t>(i)];
-    if (std::string(phase_layer_type(ph)) == "moe") moe += s;
+    const std::string type = phase_layer_type(ph);
+    if (type == "moe") moe += s;
     if (ph == Phase::kRouter || ph == Phase::kDispatch || ph == Phase::kCombine) moe_overhead += s;
-    std::snprintf(line, sizeof line, "  %-16s %-6s %12.4f %6.1f%%\n", phase_name(ph),
-                  phase_layer_type(ph),
-                  p.forwards ? 1e3 * s / static_cast<double>(p.forwards) : 0.0,
-                  total > 0 ? 100 * s / total : 0.0);
+    if (ph == Phase::kDispatch || ph == Phase::kCombine || ph == Phase::kEpWait) ep += s;
+    const auto n = layers.find(type);
+    const double per_layer =
+        n != layers.end() && n->second > 0 ? 1e3 * s / fw / static_cast<double>(n->second) : 0.0;
+    std::snprintf(line, sizeof line, "  %-16s %-6s %12.4f %10.4f %6.1f%%\n", phase_name(ph),
+                  type.c_str(), 1e3 * s / fw, per_layer, total > 0 ? 100 * s / total : 0.0);
     *out += line;
   }
   if (moe > 0) {
     std::snprintf(line, sizeof line, "  router + dispatch + combine: %.1f%% of MoE time\n",
                   100 * moe_overhead / moe);
     *out += line;
+    if (p.seconds[static_cast<size_t>(Phase::kEpWait)] > 0) {
+      std::snprintf(line, sizeof line,
+                    "  expert parallelism: dispatch + combine + wait %.1f%% of MoE time\n",
+                    100 * ep / moe);
+      *out += line;
+    }
   }
 }
 
+// Bytes this rank sent in a phase, per step and per token.
+void dispatch_report(const char* title, const DispatchStats& d, double steps, double tokens,
+                     std::string* out) {
+  const double rows = static_cast<double>(d.rows_sent);
+  const double all = static_cast<double>(d.row_bytes_sent + d.meta_bytes_sent +
+                                         d.combine_bytes_sent + d.gather_bytes_sent);
+  char line[260];
+  std::snprintf(line, sizeof line,
+                "  %s: %.1f KB sent per step, %.1f KB per token; dispatch %.1f bytes per routed "
+                "row, combine %.1f; %llu low-latency and %llu normal layer passes, %llu steps "
+                "fell back\n",
+                title, all / steps / 1e3, all / tokens / 1e3,
+                rows > 0 ? static_cast<double>(d.row_bytes_sent) / rows : 0.0,
+                rows > 0 ? static_cast<double>(d.combine_bytes_sent) / rows : 0.0,
+                static_cast<unsigned long long>(d.low_latency_layers),
+                static_cast<unsigned long long>(d.normal_layers),
+                static_cast<unsigned long long>(d.fallback_steps));
+  *out += line;
+}
+
+nlohmann::ordered_json dispatch_json(const DispatchStats& d, double steps, double tokens) {
+  const double all = static_cast<double>(d.row_bytes_sent + d.meta_bytes_sent +
+                                         d.combine_bytes_sent + d.gather_bytes_sent);
+  const double rows = static_cast<double>(d.rows_sent);
+  return {{"bytes_per_step", all / steps},
+          {"bytes_per_token", all / tokens},
+          {"dispatch_bytes_per_routed_row",
+           rows > 0 ? static_cast<double>(d.row_bytes_sent) / rows : 0.0},
+          {"combine_bytes_per_routed_row",
+           rows > 0 ? static_cast<double>(d.combine_bytes_sent) / rows : 0.0},
+          {"low_latency_layers", d.low_latency_layers},
+          {"normal_layers", d.normal_layers},
+          {"fallback_steps", d.fallback_steps}};
+}
+
+}  // namespace
+
+namespace {
+// *sum += after - before, field by field.
+void accumulate(const DispatchStats& after, const DispatchStats& before, DispatchStats* sum) {
+  sum->rows_sent += after.rows_sent - before.rows_sent;
+  sum->row_bytes_sent += after.row_bytes_sent - before.row_bytes_sent;
+  sum->meta_bytes_sent += after.meta_bytes_sent - before.meta_bytes_sent;
+  sum->combine_bytes_sent += after.combine_bytes_sent - before.combine_bytes_sent;
+  sum->gather_bytes_sent += after.gather_bytes_sent - before.gather_bytes_sent;
+  sum->low_latency_layers += after.low_latency_layers - before.low_latency_layers;
+  sum->normal_layers += after.normal_layers - before.normal_layers;
+  sum->fallback_layers += after.fallback_layers - before.fallback_layers;
+  sum->fallback_steps += after.fallback_steps - before.fallback_steps;
+}
 }  // namespace
 
 ModelCost model_cost(const DecoderModel& m, int64_t batch, int64_t prompt, int64_t gen) {
@@ -148,8 +211,19 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
   }
   BenchResult r;
   r.options = opt;
+  r.ep_size = model.dispatcher().ep_size();
+  r.layers["all"] = c.num_layers;
+  r.layers["head"] = 1;
+  for (const DecoderLayer& l : model.layers) {
+    ++r.layers[l.moe ? "moe" : "dense"];
+    if (l.deltanet) ++r.layers["linear"];
+  }
   r.peaks = measure_machine_peaks(model.pool());
   r.cost = model_cost(model, opt.batch, opt.prompt, opt.gen);
+  auto stats = [&]() -> Result<DispatchStats> {
+    if (opt.ep_stats) return opt.ep_stats();
+    return model.dispatcher().stats();
+  };
   const int32_t bs = 16;
   const int64_t per_seq = (opt.prompt + opt.gen + bs - 1) / bs;
   PagedKv kv(c, static_cast<int32_t>(opt.batch * per_seq), bs, model.kv_dtype(),
@@ -173,9 +247,13 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
                          static_cast<int32_t>(b)});
     }
     model.set_profile(opt.profile ? &r.prefill_profile : nullptr);
+    MX_ASSIGN_OR_RETURN(DispatchStats before, stats());
     auto t0 = Clock::now();
     MX_RETURN_IF_ERROR(model.forward_batch(prefill, kv, logits.data()));
     const double tp = std::chrono::duration<double>(Clock::now() - t0).count();
+    MX_ASSIGN_OR_RETURN(DispatchStats after, stats());
+    accumulate(after, before, &r.prefill_dispatch);
+    before = after;
     r.prefill_tok_s.push_back(static_cast<double>(opt.batch * opt.prompt) / tp);
     model.set_profile(opt.profile ? &r.decode_profile : nullptr);
     t0 = Clock::now();
@@ -192,6 +270,8 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
       MX_RETURN_IF_ERROR(model.forward_batch(slices, kv, logits.data()));
     }
     const double td = std::chrono::duration<double>(Clock::now() - t0).count();
+    MX_ASSIGN_OR_RETURN(after, stats());
+    accumulate(after, before, &r.decode_dispatch);
     r.decode_tok_s.push_back(static_cast<double>(opt.batch * opt.gen) / td);
   }
   model.set_profile(nullptr);
@@ -221,6 +301,21 @@ nlohmann::ordered_json BenchResult::to_json() const {
     j["profile"] = {{"prefill", profile_json(prefill_profile)},
                     {"decode", profile_json(decode_profile)}};
   }
+  if (ep_size > 1) {
+    const double reps = static_cast<double>(options.reps);
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    for (const EpRankStats& r : ep_ranks)
+      ranks.push_back({{"load_rss_bytes", r.load_rss_bytes},
+                       {"rss_bytes", r.rss_bytes},
+                       {"expert_bytes", r.expert_bytes}});
+    j["expert_parallel"] = {
+        {"ep_size", ep_size},
+        {"prefill", dispatch_json(prefill_dispatch, reps,
+                                  reps * static_cast<double>(options.batch * options.prompt))},
+        {"decode", dispatch_json(decode_dispatch, reps * static_cast<double>(options.gen),
+                                 reps * static_cast<double>(options.batch * options.gen))},
+        {"ranks", ranks}};
+  }
   return j;
 }
 
@@ -246,8 +341,26 @@ std::string BenchResult::report() const {
                 cost.decode_bytes_per_step / 1e6);
   s += line;
   if (options.profile) {
-    profile_report("prefill", prefill_profile, &s);
-    profile_report("decode", decode_profile, &s);
+    profile_report("prefill", prefill_profile, layers, &s);
+    profile_report("decode", decode_profile, layers, &s);
+  }
+  if (ep_size > 1) {
+    const double reps = static_cast<double>(options.reps);
+    std::snprintf(line, sizeof line, "expert parallelism: %d ranks (all ranks' traffic)\n",
+                  ep_size);
+    s += line;
+    dispatch_report("prefill", prefill_dispatch, reps,
+                    reps * static_cast<double>(options.batch * options.prompt), &s);
+    dispatch_report("decode", decode_dispatch, reps * static_cast<double>(options.gen),
+                    reps * static_cast<double>(options.batch * options.gen), &s);
+    for (size_t i = 0; i < ep_ranks.size(); ++i) {
+      std::snprintf(line, sizeof line,
+                    "  rank %zu: RSS %.1f MB after load, %.1f MB now; its experts %.1f MB\n", i,
+                    static_cast<double>(ep_ranks[i].load_rss_bytes) / 1e6,
+                    static_cast<double>(ep_ranks[i].rss_bytes) / 1e6,
+                    static_cast<double>(ep_ranks[i].expert_bytes) / 1e6);
+      s += line;
+    }
   }
   return s;
 }

@@ -8,10 +8,14 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "model/model.h"
+#include "runtime/ep_runtime.h"
 #include "runtime/machine_peaks.h"
 
 namespace mx {
@@ -23,6 +27,8 @@ struct BenchOptions {
   int64_t reps = 3;
   bool profile = false;
   uint64_t seed = 1;
+  // Expert parallelism: every rank's counters summed (unset: this process's own).
+  std::function<Result<DispatchStats>()> ep_stats;
 };
 
 // Bytes one decode step reads and FLOPs one prefill token costs, from the loaded weights.
@@ -38,6 +44,13 @@ struct BenchResult {
   MachinePeaks peaks;
   ModelCost cost;
   ForwardProfile prefill_profile, decode_profile;  // summed over repetitions
+  // Layers of each type ("dense", "moe", "linear", "all"), for the per-layer view.
+  std::map<std::string, int64_t> layers;
+  // Expert parallelism: what all ranks sent in each phase, over all repetitions,
+  // and every rank's memory (filled by the caller, which holds the communicator).
+  int ep_size = 1;
+  DispatchStats prefill_dispatch, decode_dispatch;
+  std::vector<EpRankStats> ep_ranks;
   double decode_roofline_frac() const;
   double prefill_roofline_frac() const;
   nlohmann::ordered_json to_json() const;

@@ -12,6 +12,8 @@
 namespace mx {
 namespace {
 
+uint64_t g_load_rss = 0;
+
 enum class Op : uint32_t { kForward = 1, kStats = 2, kEnd = 3 };
 
 // Fixed-size head of every broadcast; a forward's slices follow as int64 words.
@@ -95,6 +97,7 @@ Status replay(DecoderModel& model, Comm& comm, const StepHeader& h, KvReplicas& 
 EpRankStats own_stats(DecoderModel& model) {
   EpRankStats s;
   s.rss_bytes = resident_bytes();
+  s.load_rss_bytes = g_load_rss;
   for (const DecoderLayer& l : model.layers)
     if (l.moe) s.expert_bytes += l.moe->experts->weight_bytes();
   s.dispatch = model.dispatcher().stats();
@@ -116,7 +119,7 @@ void put(const EpRankStats& s, int64_t* w) {
                                   d.normal_layers,
                                   d.fallback_layers,
                                   d.fallback_steps,
-                                  0,
+                                  s.load_rss_bytes,
                                   0};
   for (int i = 0; i < kStatWords; ++i) w[i] = static_cast<int64_t>(v[i]);
 }
@@ -136,6 +139,7 @@ EpRankStats get(const int64_t* w) {
   d.normal_layers = u(8);
   d.fallback_layers = u(9);
   d.fallback_steps = u(10);
+  s.load_rss_bytes = u(11);
   return s;
 }
 
@@ -162,6 +166,7 @@ uint64_t resident_bytes() {
 }
 
 void install_step_broadcast(DecoderModel& model, Comm& comm) {
+  g_load_rss = resident_bytes();
   model.set_step_hook([&comm](const std::vector<SeqSlice>& seqs, const PagedKv& kv) {
     const std::vector<int64_t> w = encode(seqs, kv);
     StepHeader h;
@@ -182,6 +187,7 @@ void install_step_broadcast(DecoderModel& model, Comm& comm) {
 }
 
 Status run_ep_worker(DecoderModel& model, Comm& comm) {
+  g_load_rss = resident_bytes();
   KvReplicas kvs;
   std::vector<float> logits;
   for (;;) {
@@ -210,6 +216,26 @@ Status ep_end_workers(Comm& comm) {
   StepHeader h;
   h.op = static_cast<uint32_t>(Op::kEnd);
   return send_header(comm, h);
+}
+
+Result<DispatchStats> total_dispatch_stats(DecoderModel& model, Comm& comm) {
+  MX_ASSIGN_OR_RETURN(std::vector<EpRankStats> ranks, gather_ep_stats(model, comm));
+  DispatchStats t;
+  for (const EpRankStats& r : ranks) {
+    const DispatchStats& d = r.dispatch;
+    t.rows_sent += d.rows_sent;
+    t.row_bytes_sent += d.row_bytes_sent;
+    t.meta_bytes_sent += d.meta_bytes_sent;
+    t.combine_bytes_sent += d.combine_bytes_sent;
+    t.gather_bytes_sent += d.gather_bytes_sent;
+  }
+  // Layer passes and fallbacks are the same on every rank.
+  const DispatchStats& d0 = ranks[0].dispatch;
+  t.low_latency_layers = d0.low_latency_layers;
+  t.normal_layers = d0.normal_layers;
+  t.fallback_layers = d0.fallback_layers;
+  t.fallback_steps = d0.fallback_steps;
+  return t;
 }
 
 Result<std::vector<EpRankStats>> gather_ep_stats(DecoderModel& model, Comm& comm) {

@@ -22,12 +22,16 @@ Status ep_end_workers(Comm& comm);
 
 // What each rank reports for `bench --profile`.
 struct EpRankStats {
-  uint64_t rss_bytes = 0;
-  uint64_t expert_bytes = 0;  // of its own experts
+  uint64_t rss_bytes = 0;       // now
+  uint64_t load_rss_bytes = 0;  // when the model had loaded (before any probe or cache)
+  uint64_t expert_bytes = 0;    // of its own experts
   DispatchStats dispatch;
 };
 // Rank 0: every rank's figures, rank order (the workers answer from their loop).
 Result<std::vector<EpRankStats>> gather_ep_stats(DecoderModel& model, Comm& comm);
+
+// Every rank's dispatch counters summed (rank 0 only, like gather_ep_stats).
+Result<DispatchStats> total_dispatch_stats(DecoderModel& model, Comm& comm);
 
 // Resident set of this process, from /proc/self/statm (0 where unavailable).
 uint64_t resident_bytes();
