@@ -56,6 +56,15 @@ void route_top_k(float* probs, int64_t rows, int64_t experts, int64_t k, bool no
   }
 }
 
+void run_experts(const MoeArgs& a, const ActRows& rows, const int64_t* offsets, float* outs) {
+  ExpertTimes et;
+  a.experts->run(rows, offsets, outs, a.pool, a.times ? &et : nullptr);
+  if (a.times) {
+    a.times->gmm1 += et.gmm1;
+    a.times->gmm2 += et.gmm2;
+  }
+}
+
 namespace {
 
 class LocalDispatcher final : public MoeDispatcher {
@@ -90,12 +99,7 @@ class LocalDispatcher final : public MoeDispatcher {
     }
     outs.resize(static_cast<size_t>(n * k * hid));
     clock.lap(&MoeTimes::dispatch);
-    ExpertTimes et;
-    a.experts->run(rows, offsets.data(), outs.data(), a.pool, a.times ? &et : nullptr);
-    if (a.times) {
-      a.times->gmm1 += et.gmm1;
-      a.times->gmm2 += et.gmm2;
-    }
+    run_experts(a, rows, offsets.data(), outs.data());
     clock.skip();
     // The weighted un-permute back to token order.
     for (int64_t t = 0; t < n; ++t) {

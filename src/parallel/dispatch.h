@@ -110,6 +110,9 @@ std::unique_ptr<MoeDispatcher> make_local_dispatcher();
 // Experts split over o.comm's ranks; every rank must build the same one.
 std::unique_ptr<MoeDispatcher> make_ep_dispatcher(const EpOptions& o);
 
+// The bank over rows grouped by its experts, its GEMM times added to a.times.
+void run_experts(const MoeArgs& a, const ActRows& rows, const int64_t* offsets, float* outs);
+
 // FP32 softmax over each row of probs, then the top k (highest first, ties to the lower id),
 // renormalized when `norm`.
 void route_top_k(float* probs, int64_t rows, int64_t experts, int64_t k, bool norm, int32_t* ids,

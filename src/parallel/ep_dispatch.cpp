@@ -68,12 +68,7 @@ class EpDispatcher final : public MoeDispatcher {
     clock.lap(&MoeTimes::wait);
     unpack_rows(a);
     clock.lap(&MoeTimes::dispatch);
-    ExpertTimes et;
-    a.experts->run(rows_, bank_offsets_.data(), outs_.data(), a.pool, a.times ? &et : nullptr);
-    if (a.times) {
-      a.times->gmm1 += et.gmm1;
-      a.times->gmm2 += et.gmm2;
-    }
+    run_experts(a, rows_, bank_offsets_.data(), outs_.data());
     clock.skip();
     pack_outputs(a);
     clock.lap(&MoeTimes::combine);

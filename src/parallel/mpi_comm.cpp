@@ -3,8 +3,8 @@
 #include <mpi.h>
 
 #include <climits>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <mutex>
 
 #include "parallel/comm.h"
