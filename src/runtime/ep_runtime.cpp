@@ -63,19 +63,18 @@ class KvReplicas {
   std::list<std::pair<uint64_t, std::unique_ptr<PagedKv>>> list_;
 };
 
-Status replay(DecoderModel& model, Comm& comm, const StepHeader& h, KvReplicas& kvs,
-              std::vector<float>& logits) {
+Status replay(DecoderModel& model, Comm& comm, const StepHeader& h, KvReplicas& kvs) {
   std::vector<int64_t> w(h.words);
   MX_RETURN_IF_ERROR(comm.broadcast(w.data(), static_cast<int64_t>(w.size() * 8), 0));
   std::vector<std::vector<int32_t>> tokens(h.seqs), blocks(h.seqs);
   std::vector<SeqSlice> seqs(h.seqs);
-  int64_t rows = 0;
   size_t at = 0;
   for (uint32_t i = 0; i < h.seqs; ++i) {
     SeqSlice& s = seqs[i];
     s.count = w[at];
     s.start = w[at + 1];
-    s.logits = static_cast<SeqSlice::Logits>(w[at + 2]);
+    // Rank 0 alone samples: a replica skips the head, the largest read of a decode step.
+    s.logits = SeqSlice::Logits::kNone;
     s.slot = static_cast<int32_t>(w[at + 3]);
     const int64_t nb = w[at + 4];
     at += 5;
@@ -87,11 +86,9 @@ Status replay(DecoderModel& model, Comm& comm, const StepHeader& h, KvReplicas& 
     at += static_cast<size_t>(nb);
     s.tokens = tokens[i].data();
     s.blocks = blocks[i].data();
-    rows += s.logits == SeqSlice::Logits::kAll ? s.count : (s.logits == SeqSlice::Logits::kLast);
   }
   PagedKv& kv = kvs.get(model.config(), h);
-  logits.resize(static_cast<size_t>(std::max<int64_t>(rows, 1) * model.config().vocab_size));
-  return model.forward_batch(seqs, kv, logits.data());
+  return model.forward_batch(seqs, kv, nullptr);
 }
 
 EpRankStats own_stats(DecoderModel& model) {
@@ -189,7 +186,6 @@ void install_step_broadcast(DecoderModel& model, Comm& comm) {
 Status run_ep_worker(DecoderModel& model, Comm& comm) {
   g_load_rss = resident_bytes();
   KvReplicas kvs;
-  std::vector<float> logits;
   for (;;) {
     StepHeader h;
     MX_RETURN_IF_ERROR(comm.broadcast_idle(&h, sizeof h, 0));
@@ -202,7 +198,7 @@ Status run_ep_worker(DecoderModel& model, Comm& comm) {
       case Op::kForward: {
         // Rank 0 validated the step; a failure here is this replica's own and is reported
         // (rank 0 sees the same inputs and fails alike).
-        const Status st = replay(model, comm, h, kvs, logits);
+        const Status st = replay(model, comm, h, kvs);
         if (!st.is_ok()) MX_LOG_ERROR("replaying a step failed: " + st.to_string());
         break;
       }
