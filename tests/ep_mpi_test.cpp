@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "comm_check.h"
 #include "ep_test_util.h"
 #include "parallel/comm.h"
 
@@ -44,6 +45,14 @@ RunResult run_alone(LoadOptions opt, int decode) {
   }
   run_prompts(**m, golden_prompts(), decode, &res, true);
   return res;
+}
+
+TEST(ExpertParallelMpi, EveryCollectiveDeliversWhatEachRankSent) {
+  const int bad = check_collectives(world());
+  auto all = all_gather_one(world(), bad);
+  ASSERT_TRUE(all.is_ok());
+  for (int r = 0; r < world().size(); ++r)
+    EXPECT_EQ((*all)[static_cast<size_t>(r)], 0) << "rank " << r;
 }
 
 TEST(ExpertParallelMpi, LowLatencyIsBitIdenticalToOneProcess) {

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <thread>
 
+#include "comm_check.h"
 #include "core/json_util.h"
 #include "ep_test_util.h"
 #include "formats/half.h"
@@ -279,6 +280,22 @@ TEST(ExpertParallel, NormalModeRowsAreTheirBf16Rounding) {
         }
       }
     }
+  }
+}
+
+TEST(LocalComm, EveryCollectiveDeliversWhatEachRankSent) {
+  for (int ranks : {1, 2, 3, 5}) {
+    auto comms = make_local_comms(ranks);
+    std::vector<int> bad(static_cast<size_t>(ranks), -1);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        bad[static_cast<size_t>(r)] = check_collectives(*comms[static_cast<size_t>(r)]);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < ranks; ++r)
+      EXPECT_EQ(bad[static_cast<size_t>(r)], 0) << ranks << " ranks, rank " << r;
   }
 }
 
