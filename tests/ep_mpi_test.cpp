@@ -27,7 +27,7 @@ RunResult run_ranks(LoadOptions opt, EpDispatch mode, int decode) {
     res.error = m.status().to_string();
     return res;
   }
-  run_prompts(**m, golden_prompts(), decode, &res, world().rank() == 0);
+  run_prompts(**m, golden_prompts(), decode, &res, world().rank() == 0, &world());
   auto passes = all_gather_one(world(), static_cast<int64_t>(quant_passes(**m)));
   if (passes.is_ok()) {
     for (int64_t p : *passes) res.gmm1_passes.push_back(static_cast<uint64_t>(p));

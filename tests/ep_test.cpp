@@ -50,7 +50,7 @@ RunResult run(LoadOptions opt, int ranks, EpDispatch mode, int64_t max_tokens = 
         per[static_cast<size_t>(r)].error = m.status().to_string();
         return;
       }
-      run_prompts(**m, prompts, decode, &per[static_cast<size_t>(r)], r == 0);
+      run_prompts(**m, prompts, decode, &per[static_cast<size_t>(r)], r == 0, o.ep.comm);
       per[static_cast<size_t>(r)].stats.push_back((*m)->dispatcher().stats());
       per[static_cast<size_t>(r)].gmm1_passes.push_back(quant_passes(**m));
     });

@@ -53,8 +53,9 @@ inline float top_gap(const float* l, int64_t n) {
 }
 
 // Each prompt as one prefill (all logits), then `decode` greedy single-token steps.
+// `comm`: the expert-parallel group (null: one process).
 inline void run_prompts(DecoderModel& m, const std::vector<std::vector<int32_t>>& prompts,
-                        int decode, RunResult* out, bool keep) {
+                        int decode, RunResult* out, bool keep, Comm* comm = nullptr) {
   const int64_t vocab = m.config().vocab_size;
   for (const auto& p : prompts) {
     KvCache cache(m.config(), static_cast<int64_t>(p.size()) + decode + 1);
@@ -69,7 +70,15 @@ inline void run_prompts(DecoderModel& m, const std::vector<std::vector<int32_t>>
       out->logits.insert(out->logits.end(), logits.begin(), logits.end());
       out->prefill.insert(out->prefill.end(), logits.begin(), logits.end());
     }
-    int32_t tok = argmax(logits.data() + (n - 1) * vocab, vocab);
+    // Only rank 0 holds logits under expert parallelism: its choice goes to every rank.
+    auto choose = [&](const float* row) {
+      int32_t t = argmax(row, vocab);
+      if (comm != nullptr) {
+        EXPECT_TRUE(comm->broadcast(&t, sizeof t, 0).is_ok());
+      }
+      return t;
+    };
+    int32_t tok = choose(logits.data() + (n - 1) * vocab);
     std::vector<int32_t> greedy = {tok};
     std::vector<float> margins = {top_gap(logits.data() + (n - 1) * vocab, vocab)};
     for (int s = 0; s < decode; ++s) {
@@ -79,7 +88,7 @@ inline void run_prompts(DecoderModel& m, const std::vector<std::vector<int32_t>>
         return;
       }
       if (keep) out->logits.insert(out->logits.end(), logits.begin(), logits.begin() + vocab);
-      tok = argmax(logits.data(), vocab);
+      tok = choose(logits.data());
       greedy.push_back(tok);
       margins.push_back(top_gap(logits.data(), vocab));
     }

@@ -128,20 +128,21 @@ Status load_embeddings_and_head(const WeightLoader& w, const ModelConfig& c,
   MX_ASSIGN_OR_RETURN(m->final_norm,
                       load_norm(w, c, c.weight_prefix + "norm.weight", c.hidden_size));
   const bool keep_float = !head_scheme;
+  const int64_t v0 = m->head_begin, v1 = m->head_end;
   // A tied checkpoint may still ship lm_head.weight; without one the embedding serves.
   if (!c.tie_word_embeddings || w.has("lm_head.weight")) {
-    MX_ASSIGN_OR_RETURN(
-        m->lm_head, w.linear({"lm_head"}, {c.vocab_size}, c.hidden_size, "lm_head", keep_float));
+    MX_ASSIGN_OR_RETURN(m->lm_head, w.linear_rows("lm_head", c.vocab_size, c.hidden_size, v0, v1,
+                                                  "lm_head", keep_float));
   } else if (m->embed.ggml) {
     // Tied GGUF heads run on the embedding's blocks, like any other GGUF linear.
-    MX_ASSIGN_OR_RETURN(m->lm_head,
-                        w.linear({embed}, {c.vocab_size}, c.hidden_size, "lm_head", keep_float));
+    MX_ASSIGN_OR_RETURN(m->lm_head, w.linear_rows(embed, c.vocab_size, c.hidden_size, v0, v1,
+                                                  "lm_head", keep_float));
   } else if (head_scheme && *head_scheme != Scheme::kBf16) {
-    MX_ASSIGN_OR_RETURN(MxWeights q, quantize_weight(m->embed.table, *head_scheme, rule, "lm_head",
-                                                     m->pool_.get()));
+    MX_ASSIGN_OR_RETURN(MxWeights q, quantize_weight(m->embed.table.slice(0, v0, v1), *head_scheme,
+                                                     rule, "lm_head", m->pool_.get()));
     m->lm_head = make_mx_linear(std::move(q), rule);
   } else {
-    MX_ASSIGN_OR_RETURN(m->lm_head, make_bf16_linear({m->embed.table}, "lm_head"));
+    MX_ASSIGN_OR_RETURN(m->lm_head, make_bf16_linear({m->embed.table.slice(0, v0, v1)}, "lm_head"));
   }
   return Status::ok();
 }

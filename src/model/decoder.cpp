@@ -201,8 +201,45 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
     rms_norm(x.data() + logit_rows[i] * hid, final_norm.data_as<float>(), hid, c.rms_norm_eps,
              h.data() + i * hid);
   }
-  lm_head->forward(h.data(), rows, logits, pool_.get());
+  if (head_comm == nullptr) {
+    lm_head->forward(h.data(), rows, logits, pool_.get());
+    return Status::ok();
+  }
+  std::vector<float> mine(static_cast<size_t>(rows * (head_end - head_begin)));
+  lm_head->forward(h.data(), rows, mine.data(), pool_.get());
+  gather_logits(mine, rows, logits);
   return Status::ok();
+}
+
+void DecoderModel::gather_logits(const std::vector<float>& mine, int64_t rows, float* logits) {
+  Comm& comm = *head_comm;
+  const int n = comm.size();
+  const int64_t vocab = config_.vocab_size;
+  std::vector<int64_t> sb(static_cast<size_t>(n), 0), so(sb.size(), 0), rb(sb.size(), 0),
+      ro(sb.size(), 0);
+  sb[0] = static_cast<int64_t>(mine.size() * sizeof(float));
+  std::vector<float> all;
+  if (comm.rank() == 0) {
+    all.resize(static_cast<size_t>(rows * vocab));
+    for (int q = 0; q < n; ++q) {
+      const ExpertRange v = expert_range(vocab, q, n);
+      rb[static_cast<size_t>(q)] = rows * v.count * static_cast<int64_t>(sizeof(float));
+      ro[static_cast<size_t>(q)] = rows * v.first * static_cast<int64_t>(sizeof(float));
+    }
+  }
+  const Status st =
+      comm.all_to_all_v(mine.data(), sb.data(), so.data(), all.data(), rb.data(), ro.data());
+  if (!st.is_ok()) comm.abort("gathering the logits failed: " + st.to_string());
+  if (comm.rank() != 0) return;
+  // Each rank's block is [rows, its share]; the caller's logits are [rows, vocab].
+  for (int q = 0; q < n; ++q) {
+    const ExpertRange v = expert_range(vocab, q, n);
+    const float* src = all.data() + rows * v.first;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(logits + r * vocab + v.first, src + r * v.count,
+                  static_cast<size_t>(v.count) * sizeof(float));
+    }
+  }
 }
 
 void Embedding::row(int32_t token, float* out) const {
@@ -289,10 +326,16 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   plan.gguf_dequant_bf16 = options.gguf_dequant_bf16;
   plan.rule = options.scale_rule;
   plan.pool = m->pool_.get();
+  m->head_end = config.vocab_size;
   if (options.ep.comm != nullptr) {
     plan.ep_rank = options.ep.comm->rank();
     plan.ep_size = options.ep.comm->size();
     m->dispatcher_ = make_ep_dispatcher(options.ep);
+    // The vocabulary split like the experts: contiguous shares.
+    const ExpertRange v = expert_range(config.vocab_size, plan.ep_rank, plan.ep_size);
+    m->head_begin = v.first;
+    m->head_end = v.first + v.count;
+    m->head_comm = options.ep.comm;
   } else {
     m->dispatcher_ = make_local_dispatcher();
   }

@@ -200,6 +200,7 @@ class DecoderModel {
   Status forward(const int32_t* tokens, int64_t n, KvCache& cache, bool all_logits, float* logits);
   // Many sequences in one pass (continuous batching): logits rows in slice order, one per
   // kLast slice and `count` per kAll slice. Each row's result is independent of the others.
+  // Under expert parallelism only rank 0 receives logits (the others may pass null).
   Status forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* logits);
 
   // Local dispatch writes routed rows in the format the expert kernel declares (activation
@@ -230,9 +231,13 @@ class DecoderModel {
   // Built by the architecture files.
   ModelConfig config_;
   Embedding embed;
-  Tensor final_norm;  // [H] FP32
-  std::unique_ptr<Linear> lm_head;
+  Tensor final_norm;                // [H] FP32
+  std::unique_ptr<Linear> lm_head;  // logits [head_begin, head_end) of the vocabulary
   std::vector<DecoderLayer> layers;
+  // Vocabulary-parallel lm_head under expert parallelism: each rank computes its share of the
+  // logits and rank 0 gathers them (head_comm null: one process, the whole vocabulary).
+  int64_t head_begin = 0, head_end = 0;
+  Comm* head_comm = nullptr;
   std::unique_ptr<ThreadPool> pool_;
 
  private:
@@ -241,6 +246,7 @@ class DecoderModel {
   bool fused_dispatch_ = true;
   ScaleRule scale_rule_ = ScaleRule::kFloor;
   KvDtype kv_dtype_ = KvDtype::kF32;
+  void gather_logits(const std::vector<float>& mine, int64_t rows, float* logits);
   friend Result<std::unique_ptr<DecoderModel>> load_model(const std::string&, const LoadOptions&);
   std::vector<RouterTrace> router_trace_;
   std::vector<float> inv_freq_;

@@ -148,6 +148,26 @@ Result<std::unique_ptr<Linear>> WeightLoader::linear(const std::vector<std::stri
                                                      bool keep_float) const {
   MX_ASSIGN_OR_RETURN(std::vector<StoredWeight> parts,
                       parts_of(modules, out_dims, in, packed_name));
+  return linear_of(std::move(parts), packed_name, keep_float);
+}
+
+Result<std::unique_ptr<Linear>> WeightLoader::linear_rows(const std::string& module, int64_t out,
+                                                          int64_t in, int64_t begin, int64_t end,
+                                                          const std::string& name,
+                                                          bool keep_float) const {
+  MX_ASSIGN_OR_RETURN(std::vector<StoredWeight> parts, parts_of({module}, {out}, in, name));
+  StoredWeight& w = parts[0];
+  // Rows are contiguous in every encoding (float rows, ggml block rows, MX code and scale rows).
+  w.data = w.data.slice(0, begin, end);
+  if (w.scale.defined()) w.scale = w.scale.slice(0, begin, end);
+  if (w.dual_scale.defined()) w.dual_scale = w.dual_scale.slice(0, begin, end);
+  w.out = end - begin;
+  return linear_of(std::move(parts), name, keep_float);
+}
+
+Result<std::unique_ptr<Linear>> WeightLoader::linear_of(std::vector<StoredWeight> parts,
+                                                        const std::string& packed_name,
+                                                        bool keep_float) const {
   const WeightEncoding enc = parts[0].encoding;
   std::optional<Scheme> target;
   if (enc == WeightEncoding::kMx) {

@@ -49,6 +49,10 @@ class WeightLoader {
                                          const std::vector<int64_t>& out_dims, int64_t in,
                                          const std::string& packed_name,
                                          bool keep_float = false) const;
+  // Rows [begin, end) of `module` [out, in] (a vocabulary-parallel lm_head's share).
+  Result<std::unique_ptr<Linear>> linear_rows(const std::string& module, int64_t out, int64_t in,
+                                              int64_t begin, int64_t end, const std::string& name,
+                                              bool keep_float) const;
   // The packed module `name` of `prefix` ("...self_attn", "qkv_proj") from its shards as the
   // plan's table lists them, shard i with out_dims[i] rows.
   Result<std::unique_ptr<Linear>> packed(const std::string& prefix, const std::string& name,
@@ -70,6 +74,8 @@ class WeightLoader {
                                              const std::vector<int64_t>& out_dims, int64_t in,
                                              const std::string& packed_name) const;
   Result<MxWeights> to_mx(const StoredWeight& w, Scheme s) const;
+  Result<std::unique_ptr<Linear>> linear_of(std::vector<StoredWeight> parts,
+                                            const std::string& packed_name, bool keep_float) const;
   bool native(const std::vector<StoredWeight>& parts) const;
 
   const WeightSource& src_;

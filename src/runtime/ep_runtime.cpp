@@ -73,8 +73,8 @@ Status replay(DecoderModel& model, Comm& comm, const StepHeader& h, KvReplicas& 
     SeqSlice& s = seqs[i];
     s.count = w[at];
     s.start = w[at + 1];
-    // Rank 0 alone samples: a replica skips the head, the largest read of a decode step.
-    s.logits = SeqSlice::Logits::kNone;
+    // Each rank computes its share of the vocabulary's logits for rank 0, which samples.
+    s.logits = static_cast<SeqSlice::Logits>(w[at + 2]);
     s.slot = static_cast<int32_t>(w[at + 3]);
     const int64_t nb = w[at + 4];
     at += 5;
