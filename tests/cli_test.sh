@@ -11,11 +11,11 @@ trap 'rm -rf "$tmp"' EXIT
 check() {  # name, condition result
   if [ "$2" = 0 ]; then passes=$((passes + 1)); echo "ok   $1"; else fails=$((fails + 1)); echo "FAIL $1"; fi
 }
-expect_fail() {  # name, message regex, command...
+expect_fail() {  # name, message regex, command...: a non-zero exit with the message, not a signal
   local name=$1 re=$2; shift 2
   "$@" >"$tmp/out" 2>&1
   local rc=$?
-  if [ $rc -ne 0 ] && grep -qE "$re" "$tmp/out"; then check "$name" 0; else cat "$tmp/out"; check "$name" 1; fi
+  if [ $rc -ne 0 ] && [ $rc -lt 124 ] && grep -qE -- "$re" "$tmp/out"; then check "$name" 0; else echo "exit $rc:"; cat "$tmp/out"; check "$name" 1; fi
 }
 
 "$bin" inspect -m "$model" >"$tmp/out" 2>&1
@@ -125,6 +125,96 @@ expect_fail "run gguf: truncated file" "$tmp/trunc.gguf" "$bin" run -m "$tmp/tru
 expect_fail "inspect gguf: not a GGUF" "magic" "$bin" inspect -m "$model/config.json"
 expect_fail "run: --quantization modelslim on a BF16 directory" "needs an msmodelslim checkpoint" \
   "$bin" run -m "$model" --quantization modelslim -p hi
+
+# Every bad input is refused with a message naming it and a non-zero exit, never a signal.
+# Sampling flags take the server's (vLLM's) ranges.
+for bad in "--top-p 0|top_p must be in \\(0, 1\\], got 0" "--temp nan|temperature must be in \\[0, 2\\], got nan" \
+  "--temp 3|temperature must be in" "--top-k -2|top_k must be an integer" "--top-k 1.5|top_k must be an integer" \
+  "--min-p 1.5|min_p must be in \\[0, 1\\]" "--repetition-penalty 0|repetition_penalty must be a finite number greater than 0" \
+  "--presence-penalty 3|presence_penalty must be in \\[-2, 2\\]" "--frequency-penalty -inf|frequency_penalty must be in" \
+  "-n 0|max-tokens" "-n 1000000000000|max-tokens" "--seed 99999999999999999999|seed must be an integer" "--seed 1.5|seed" \
+  "-t 0|threads" "-t 1000000|threads" "--ctx 0|ctx" "--ctx -5|ctx"; do
+  flag=${bad%%|*} re=${bad#*|}
+  # shellcheck disable=SC2086
+  expect_fail "run $flag: refused" "$re" "$bin" run -m "$model" -p hi $flag
+done
+expect_fail "run --stop '': refused" "stop string cannot be empty" "$bin" run -m "$model" -p hi --stop ""
+expect_fail "chat --top-p 2: refused" "top_p must be in" "$bin" chat -m "$model" --top-p 2
+for bad in "-p 0|prompt" "-n -1|gen" "--batch 0|batch" "-r 0|reps" "-p 1000000000000|prompt"; do
+  flag=${bad%%|*} re=${bad#*|}
+  # shellcheck disable=SC2086
+  expect_fail "bench $flag: refused" "$re" "$bin" bench -m "$model" $flag
+done
+expect_fail "bench: a batch whose KV cache exceeds memory" "needs [0-9]+ MiB of KV cache, more than half" \
+  "$bin" bench -m "$model" -p 512 -n 512 --batch 65536
+# serve: every flag checked before the model loads (timeout: a check that lets a bad value
+# through would leave a server running).
+for bad in "--port 70000|port" "--port -1|port" "--max-running-requests 0|max-running-requests" \
+  "--max-running-requests -3|max-running-requests" "--max-total-tokens 0|max-total-tokens" \
+  "--max-total-tokens 1000000000000|max-total-tokens" "--chunked-prefill-size 0|chunked-prefill-size" \
+  "--max-queued-requests 0|max-queued-requests" "--context-length 0|context-length" \
+  "--context-length 1000000000000|context-length" "--max-body-bytes 0|max-body-bytes" "--threads 0|threads" \
+  "--max-total-tokens 17179869184|--max-total-tokens 17179869184 needs [0-9]+ MiB of KV cache, more than this machine" \
+  "--context-length 4096|--context-length 4096 exceeds the model's context of 1024"; do
+  flag=${bad%%|*} re=${bad#*|}
+  # shellcheck disable=SC2086
+  expect_fail "serve $flag: refused" "$re" timeout 60 "$bin" serve -m "$model" --port 0 $flag
+done
+
+# A copy of the bundled model whose weights are links: each case below edits one JSON file.
+copy_model() {  # dir
+  rm -rf "$1" && mkdir -p "$1" && cp "$model"/*.json "$1/" && ln -s "$model"/*.safetensors "$1/"
+}
+copy_model "$tmp/tmpl"
+python3 - "$tmp/tmpl/tokenizer_config.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["chat_template"] = "{% for m in messages %}{{ m.content }"
+json.dump(d, open(sys.argv[1], "w"))
+PY
+expect_fail "serve: a chat template that does not parse fails at startup" "chat template: .*tokenizer_config.json" \
+  timeout 60 "$bin" serve -m "$tmp/tmpl" --port 0
+python3 - "$tmp/tmpl/tokenizer_config.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); del d["chat_template"]
+json.dump(d, open(sys.argv[1], "w"))
+PY
+"$bin" serve -m "$tmp/tmpl" --port 0 >"$tmp/notmpl" 2>&1 &
+spid=$!
+for _ in $(seq 1 300); do grep -q 'http://127\.0\.0\.1:' "$tmp/notmpl" && break; sleep 0.1; done
+grep -q 'http://127\.0\.0\.1:' "$tmp/notmpl"; check "serve: no chat template is fine" $?
+kill $spid 2>/dev/null; wait $spid 2>/dev/null
+# config.json fields that change the math and are not implemented, and absurd sizes.
+for edit in 'rope_scaling={"rope_type":"yarn","factor":4.0}|rope_scaling' 'hidden_act="gelu"|hidden_act' \
+  'use_sliding_window=true|use_sliding_window' 'attention_bias=true|attention_bias' \
+  'max_position_embeddings=1e12|max_position_embeddings' 'max_position_embeddings=1000000000000|max_position_embeddings' \
+  'num_hidden_layers=100000|num_hidden_layers' 'rope_theta=-1|rope_theta' 'num_experts_per_tok=9|num_experts_per_tok'; do
+  kv=${edit%%|*} field=${edit#*|}
+  copy_model "$tmp/cfg"
+  python3 - "$tmp/cfg/config.json" "${kv%%=*}" "${kv#*=}" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d[sys.argv[2]] = json.loads(sys.argv[3])
+json.dump(d, open(sys.argv[1], "w"))
+PY
+  expect_fail "run: config.json $kv refused naming the field" "config.json: .*'?$field" "$bin" run -m "$tmp/cfg" -p hi
+done
+# quantize never damages its input.
+copy_model "$tmp/src"
+expect_fail "quantize: -o equal to -m" "is the model directory .* or inside it" \
+  "$bin" quantize -m "$tmp/src" -o "$tmp/src" --scheme W8A8_MXFP8
+expect_fail "quantize: -o inside -m" "is the model directory .* or inside it" \
+  "$bin" quantize -m "$tmp/src" -o "$tmp/src/../src/q" --scheme W8A8_MXFP8
+[ ! -e "$tmp/src/q" ]; check "quantize: -o inside -m creates nothing" $?
+mkdir -p "$tmp/qout" && echo keep >"$tmp/qout/notes.txt"
+expect_fail "quantize: non-empty -o without --force" "is not empty; pass --force" \
+  "$bin" quantize -m "$tmp/src" -o "$tmp/qout" --scheme W8A8_MXFP8
+expect_fail "quantize: --max-shard-size 0" "max-shard-size" \
+  "$bin" quantize -m "$tmp/src" -o "$tmp/q2" --scheme W8A8_MXFP8 --max-shard-size 0
+expect_fail "quantize: --max-shard-size past 1 TiB" "max-shard-size" \
+  "$bin" quantize -m "$tmp/src" -o "$tmp/q2" --scheme W8A8_MXFP8 --max-shard-size 2000000
+"$bin" quantize -m "$tmp/src" -o "$tmp/qout" --scheme W8A8_MXFP8 --force --keep-float no_such_tensor -t 2 >"$tmp/out" 2>&1
+[ $? -eq 0 ] && grep -q "keep-float 'no_such_tensor' matches no tensor" "$tmp/out" && [ -f "$tmp/qout/notes.txt" ] &&
+  [ -f "$tmp/qout/quant_model_description.json" ]
+check "quantize --force: writes into a non-empty directory; warns of a pattern matching nothing" $?
 
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]

@@ -82,6 +82,82 @@ TEST(ModelConfig, ErrorsNameTheCause) {
                       "");
 }
 
+// Fields that change the math and are not implemented are refused by name; the same fields
+// at their harmless values (as every fixture writes them) load.
+TEST(ModelConfig, UnimplementedFieldsAreRefusedByName) {
+  const std::string base =
+      R"({"architectures":["Qwen3ForCausalLM"],"vocab_size":8,"hidden_size":8,)"
+      R"("num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":8)";
+  auto with = [&](const std::string& extra) { return base + "," + extra + "}"; };
+  expect_config_error(with(R"("rope_scaling":{"rope_type":"yarn","factor":4.0})"),
+                      "field 'rope_scaling' (yarn)");
+  expect_config_error(with(R"("rope_scaling":{"type":"linear","factor":2.0})"),
+                      "field 'rope_scaling' (linear)");
+  expect_config_error(with(R"("hidden_act":"gelu")"), "field 'hidden_act' is \"gelu\"");
+  expect_config_error(with(R"("use_sliding_window":true)"), "field 'use_sliding_window'");
+  expect_config_error(with(R"("attention_bias":true)"), "field 'attention_bias'");
+  expect_config_error(with(R"("layer_types":["sliding_attention"])"), "field 'layer_types'");
+  auto ok = parse_model_config(
+      with(R"("rope_scaling":null,"hidden_act":"silu","use_sliding_window":false,)"
+           R"("sliding_window":null,"attention_bias":false)"),
+      "c.json");
+  EXPECT_TRUE(ok.is_ok()) << ok.status().to_string();
+  EXPECT_TRUE(
+      parse_model_config(with(R"("rope_scaling":{"rope_type":"default"})"), "c.json").is_ok());
+  // Qwen3.5 keeps the language model's fields in text_config: checked there.
+  expect_config_error(
+      R"({"architectures":["Qwen3_5ForConditionalGeneration"],"text_config":{"vocab_size":8,)"
+      R"("hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2,"head_dim":8,)"
+      R"("intermediate_size":8,"hidden_act":"gelu_pytorch_tanh"}})",
+      "field 'hidden_act'");
+}
+
+// Absurd sizes are refused with the field's name before anything is allocated from them.
+TEST(ModelConfig, AbsurdValuesAreBounded) {
+  const std::string head = R"({"architectures":["Qwen3ForCausalLM"],"vocab_size":8,)";
+  auto cfg = [&](const std::string& fields) { return head + fields + "}"; };
+  const std::string rest = R"("num_attention_heads":2,"intermediate_size":8,"hidden_size":8)";
+  expect_config_error(cfg(R"("num_hidden_layers":100000,)" + rest), "num_hidden_layers 100000");
+  expect_config_error(cfg(R"("num_hidden_layers":1,"max_position_embeddings":1e12,)" + rest),
+                      "'max_position_embeddings' must be an integer");
+  expect_config_error(
+      cfg(R"("num_hidden_layers":1,"max_position_embeddings":1000000000000,)" + rest),
+      "'max_position_embeddings' must be between 1 and 16777216");
+  expect_config_error(
+      cfg(R"("num_hidden_layers":1,"max_position_embeddings":18446744073709551615,)" + rest),
+      "'max_position_embeddings' must be an int64");
+  expect_config_error(cfg(R"("num_hidden_layers":1,"rope_theta":0,)" + rest),
+                      "rope_theta must be a finite positive number");
+  // JSON cannot carry infinity: 1e400 is a parse error, not an infinite theta.
+  expect_config_error(cfg(R"("num_hidden_layers":1,"rope_theta":1e400,)" + rest), "overflow");
+  expect_config_error(cfg(R"("num_hidden_layers":1,"rms_norm_eps":-1e-6,)" + rest),
+                      "rms_norm_eps must be a finite positive number");
+  expect_config_error(cfg(R"("num_hidden_layers":1,"vocab_size":0,)" + rest), "'vocab_size'");
+  expect_config_error(cfg(R"("num_hidden_layers":1,"head_dim":16777216,)" + rest),
+                      "num_attention_heads x head_dim");
+  const std::string moe =
+      R"({"architectures":["Qwen3MoeForCausalLM"],"vocab_size":8,"hidden_size":8,)"
+      R"("num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":8,)"
+      R"("moe_intermediate_size":4,)";
+  expect_config_error(moe + R"("num_experts":100000,"num_experts_per_tok":2})",
+                      "num_experts must be between 1 and 4096");
+  expect_config_error(moe + R"("num_experts":4,"num_experts_per_tok":5})",
+                      "num_experts_per_tok exceeds num_experts");
+}
+
+// Every fixture and the bundled model pass the new checks.
+TEST(ModelConfig, EveryFixtureLoads) {
+  for (const std::string& dir : {test::shared_dir() + "/fixtures/tiny-qwen3-dense",
+                                 test::shared_dir() + "/fixtures/tiny-qwen3-moe",
+                                 test::shared_dir() + "/fixtures/tiny-qwen3_5-dense",
+                                 test::shared_dir() + "/fixtures/tiny-qwen3_5-moe",
+                                 test::shared_dir() + "/fixtures/tiny-qwen3_5-moe-w8a8-mxfp8",
+                                 test::source_dir() + "/models/tiny-qwen3-moe"}) {
+    auto c = load_model_config(dir);
+    EXPECT_TRUE(c.is_ok()) << dir << ": " << c.status().to_string();
+  }
+}
+
 TEST(ModelConfig, MissingDirectory) {
   auto c = load_model_config("/nonexistent/model");
   ASSERT_FALSE(c.is_ok());

@@ -156,6 +156,11 @@ TEST(Engine, CancelFreesBlocksAndFullQueueRefuses) {
   ASSERT_TRUE(r2.is_ok());
   auto r3 = engine.submit({f.prompts[2], p, c.sink(&id3)});
   EXPECT_EQ(r3.status().code(), StatusCode::kOutOfRange);  // the waiting queue holds one
+  // A request that can never run is the client's error (400), even while the queue is full.
+  SamplingParams past = p;
+  past.max_tokens = 5000;
+  EXPECT_EQ(engine.submit({f.prompts[2], past, nullptr}).status().code(),
+            StatusCode::kInvalidArgument);
   engine.cancel(*r);
   engine.cancel(*r2);
   ASSERT_TRUE(c.wait_for(2));
@@ -166,6 +171,24 @@ TEST(Engine, CancelFreesBlocksAndFullQueueRefuses) {
   SamplingParams big = p;
   big.max_tokens = 5000;
   EXPECT_FALSE(engine.submit({f.prompts[0], big, nullptr}).is_ok());  // beyond the context
+}
+
+// Within the context but beyond the whole KV cache: kInvalidArgument (a 400), not the full
+// queue's kOutOfRange (a 503 that invites a retry that can never succeed).
+TEST(Engine, RequestBeyondTheKvCacheIsInvalid) {
+  Fixture f = make_fixture();
+  SchedulerConfig cfg;
+  cfg.num_blocks = 4;
+  cfg.block_size = 16;
+  Engine engine(*f.model, *f.tok, cfg);
+  SamplingParams p;
+  p.max_tokens = 100;
+  auto r = engine.submit({f.prompts[0], p, nullptr});
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("exceeds the KV cache of 64 tokens"), std::string::npos);
+  p.max_tokens = 0;
+  EXPECT_EQ(engine.submit({f.prompts[0], p, nullptr}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "core/json_util.h"
 #include "core/mapped_file.h"
@@ -189,6 +190,28 @@ TEST(GgufModel, UnknownArchitectureIsNamed) {
   auto m = load_model(f, LoadOptions{});
   ASSERT_FALSE(m.is_ok());
   EXPECT_NE(m.status().message().find("general.architecture 'llama'"), std::string::npos)
+      << m.status().to_string();
+  fs::remove_all(dir);
+}
+
+// GGUF metadata meets the bounds of config.json: an infinite rope.freq_base (a float32 GGUF
+// can hold, JSON cannot) is refused by name.
+TEST(GgufModel, InfiniteRopeBaseIsRefused) {
+  const std::string dir = test::temp_dir("ropeinf");
+  auto f32 = [](float v) {
+    std::string b(4, '\0');
+    std::memcpy(b.data(), &v, 4);
+    return b;
+  };
+  // The value follows its key: type 6 (float32), then four bytes.
+  const std::string key = std::string("qwen3.rope.freq_base") + std::string("\x06\0\0\0", 4);
+  const std::string f =
+      patched_copy(gguf_dir() + "/tiny-qwen3-dense.Q4_0.gguf", key + f32(10000.0f),
+                   key + f32(std::numeric_limits<float>::infinity()), dir + "/inf.gguf");
+  auto m = load_model(f, LoadOptions{});
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("rope_theta must be a finite positive number"),
+            std::string::npos)
       << m.status().to_string();
   fs::remove_all(dir);
 }

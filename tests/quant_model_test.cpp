@@ -168,6 +168,28 @@ void expect_load_error(const std::string& dir, const std::string& tensor,
   EXPECT_NE(m.status().message().find(reason), std::string::npos) << m.status().message();
 }
 
+// The export never writes into its source, nor over files it was not told to replace, and its
+// shard limit is bounded; each refusal happens before anything is written.
+TEST(QuantModel, ExportRefusesOutputsThatWouldDamageFiles) {
+  const std::string root = test::temp_dir("refuse");
+  ExportOptions opt;
+  auto expect = [&](const std::string& out, const std::string& needle) {
+    auto r = export_msmodelslim(model_dir(), out, opt);
+    ASSERT_FALSE(r.is_ok()) << out;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  expect(model_dir(), "or inside it");
+  expect(model_dir() + "/", "or inside it");
+  expect(model_dir() + "/sub/../q", "or inside it");
+  EXPECT_FALSE(fs::exists(model_dir() + "/q"));
+  std::ofstream(root + "/notes.txt") << "keep";
+  expect(root, "is not empty; pass --force");
+  opt.max_shard_bytes = 1000;
+  expect(root + "/small", "between 1 MiB and 1 TiB");
+  EXPECT_FALSE(fs::exists(root + "/small"));
+  fs::remove_all(root);
+}
+
 TEST(QuantModel, DamagedOfflineCheckpointsAreNamed) {
   const std::string root = test::temp_dir("damaged");
   ExportOptions opt;

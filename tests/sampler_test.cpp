@@ -137,6 +137,30 @@ TEST(TokenLogprob, RawLogSoftmaxAndTopKWithTiesToTheLowerId) {
   EXPECT_EQ(token_logprob(l.data(), 4, 0, 10).top.size(), 4u);
 }
 
+// vLLM's ranges, inclusive where vLLM's are; NaN and infinity never pass.
+TEST(Sampler, ParameterRangesAreVllms) {
+  struct Case {
+    const char* param;
+    double ok[3];
+    double bad[3];
+  };
+  const double nan = std::nan(""), inf = INFINITY;
+  for (const Case& c :
+       {Case{"temperature", {0, 1, 2}, {-0.1, 2.5, nan}},
+        Case{"top_p", {1e-9, 0.5, 1}, {0, 1.5, nan}}, Case{"top_k", {-1, 0, 50}, {-2, 1.5, 1e30}},
+        Case{"min_p", {0, 0.5, 1}, {-0.1, 1.1, inf}},
+        Case{"presence_penalty", {-2, 0, 2}, {-2.1, 2.1, nan}},
+        Case{"frequency_penalty", {-2, 0, 2}, {-2.1, 2.1, -inf}},
+        Case{"repetition_penalty", {1e-3, 1, 10}, {0, -1, inf}}}) {
+    for (double v : c.ok) EXPECT_EQ(sampling_param_error(c.param, v), "") << c.param << " " << v;
+    for (double v : c.bad) {
+      const std::string why = sampling_param_error(c.param, v);
+      EXPECT_EQ(why.rfind(std::string(c.param) + " must be", 0), 0u) << why;
+    }
+  }
+  EXPECT_EQ(sampling_param_error("top_p", 0), "top_p must be in (0, 1], got 0");
+}
+
 TEST(Histogram, CumulativeBucketsSumAndExposition) {
   Histogram h({2.0, 1.0});
   for (double v : {0.5, 1.0, 1.5, 5.0}) h.observe(v);

@@ -178,7 +178,9 @@ TEST(Scheduler, QueueBoundCancellationAndImpossibleRequests) {
   ASSERT_TRUE(s.add(1, 10, 5).is_ok());
   ASSERT_TRUE(s.add(2, 10, 5).is_ok());
   EXPECT_EQ(s.add(3, 10, 5).code(), StatusCode::kOutOfRange);  // queue full: 503
-  EXPECT_FALSE(s.add(4, 60, 10).is_ok());                      // can never fit 64 slots
+  // Can never fit 64 slots: the client's error even while the queue is full.
+  EXPECT_EQ(s.add(4, 60, 10).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.add(5, 10, INT64_MAX).code(), StatusCode::kInvalidArgument);  // no overflow
   FakeEngine e(s);
   ASSERT_TRUE(e.step());
   EXPECT_GT(s.allocator().used_blocks(), 0);

@@ -57,11 +57,20 @@ void register_bench(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "bench", "Prefill and decode speed against this machine's bandwidth and arithmetic peaks");
   add_model_flags(cmd, &a->m);
+  // Bounded so that -p + -n and the batch's KV cache cannot overflow; the context check that
+  // follows names the real limit.
   cmd->add_option("-p,--prompt", a->opt.prompt, "Prompt tokens per sequence")
+      ->check(CLI::Range(int64_t{1}, kMaxConfigSize))
       ->capture_default_str();
-  cmd->add_option("-n,--gen", a->opt.gen, "Decoded tokens per sequence")->capture_default_str();
-  cmd->add_option("--batch", a->opt.batch, "Sequences decoded together")->capture_default_str();
-  cmd->add_option("-r,--reps", a->opt.reps, "Repetitions")->capture_default_str();
+  cmd->add_option("-n,--gen", a->opt.gen, "Decoded tokens per sequence")
+      ->check(CLI::Range(int64_t{1}, kMaxConfigSize))
+      ->capture_default_str();
+  cmd->add_option("--batch", a->opt.batch, "Sequences decoded together")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
+      ->capture_default_str();
+  cmd->add_option("-r,--reps", a->opt.reps, "Repetitions")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   cmd->add_flag("--profile", a->opt.profile, "Time every kernel of the forward pass");
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->callback([a, &exit_code] { exit_code = bench(*a); });

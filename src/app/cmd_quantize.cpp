@@ -16,6 +16,7 @@ struct QuantizeArgs {
   std::vector<std::string> keep_float;
   uint64_t max_shard_mb = 4096;
   bool quantize_lm_head = false;
+  bool force = false;
   int threads = default_threads();
 };
 
@@ -35,6 +36,7 @@ int quantize(const QuantizeArgs& a) {
   opt.keep_float = a.keep_float;
   opt.quantize_lm_head = a.quantize_lm_head;
   opt.max_shard_bytes = a.max_shard_mb << 20;
+  opt.overwrite = a.force;
   opt.progress = terminal_progress("quantizing", "tensors");
   ThreadPool pool(std::max(1, a.threads));
   opt.pool = &pool;
@@ -62,7 +64,9 @@ void register_quantize(CLI::App& app, int& exit_code) {
   cmd->add_option("--scheme", a->scheme,
                   "W8A8_MXFP8 | W4A8_MXFP | W4A4_MXFP4 | W4A4_MXFP4_DUALSCALE")
       ->required();
-  cmd->add_option("-t,--threads", a->threads, "Threads")->capture_default_str();
+  cmd->add_option("-t,--threads", a->threads, "Threads")
+      ->check(CLI::Range(1, kMaxThreads))
+      ->capture_default_str();
   cmd->add_option("--mx-scale-rule", a->rule, "E8M0 scale rule")
       ->check(CLI::IsMember({"floor", "rceil"}))
       ->capture_default_str();
@@ -70,8 +74,11 @@ void register_quantize(CLI::App& app, int& exit_code) {
                   "Keep tensors whose name contains PATTERN in FLOAT (repeatable)");
   cmd->add_flag("--quantize-lm-head", a->quantize_lm_head,
                 "Quantize lm_head in the same scheme (default: keep it FLOAT)");
-  cmd->add_option("--max-shard-size", a->max_shard_mb, "Shard size limit in MiB")
+  cmd->add_option("--max-shard-size", a->max_shard_mb, "Shard size limit in MiB (1 to 1 TiB)")
+      ->check(CLI::Range(kMinShardBytes >> 20, kMaxShardBytes >> 20))
       ->capture_default_str();
+  cmd->add_flag("--force", a->force,
+                "Write into a non-empty output directory (its previous weights are removed)");
   cmd->callback([a, &exit_code] { exit_code = quantize(*a); });
 }
 

@@ -81,7 +81,8 @@ void register_run(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("run", "Generate a continuation of a prompt");
   add_model_flags(cmd, &a->m);
   cmd->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
-  cmd->add_option("--ctx,--context-length", a->ctx, "Context length (default: the model's)");
+  cmd->add_option("--ctx,--context-length", a->ctx, "Context length (default: the model's)")
+      ->check(CLI::Range(int64_t{1}, kMaxConfigSize));
   cmd->add_flag("--json", a->json, "Print one JSON object instead of text");
   add_sampling_flags(cmd, &a->sampling);
   cmd->callback([a, &exit_code] { exit_code = run(*a); });

@@ -19,6 +19,9 @@ namespace mx::app {
 // source tree this binary was built from.
 std::string default_model_dir();
 int default_threads();
+// The most threads -t may ask for: above any machine's cores, so that a typo (-t 1000000) is
+// refused rather than spawning that many threads.
+inline constexpr int kMaxThreads = 4096;
 
 // Sampling flags shared by run and chat, named as llama.cpp and vLLM users expect.
 void add_sampling_flags(CLI::App* cmd, SamplingParams* p);

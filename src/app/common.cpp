@@ -1,7 +1,10 @@
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "app/commands.h"
@@ -25,24 +28,70 @@ int default_threads() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
+namespace {
+
+// The server's bounds for a sampling flag (sampling_param_error), so the CLI accepts exactly
+// what a request may carry. A value that is not a number is left to the flag's conversion.
+CLI::Validator sampling_bounds(const char* param) {
+  return CLI::Validator(
+      [param](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0') return "";
+        return sampling_param_error(param, v);
+      },
+      "", param);
+}
+
+}  // namespace
+
 void add_sampling_flags(CLI::App* cmd, SamplingParams* p) {
   cmd->add_option("-n,--max-tokens", p->max_tokens, "Tokens to generate at most")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
       ->capture_default_str();
-  cmd->add_option("--temperature,--temp", p->temperature, "0 means greedy")->capture_default_str();
+  cmd->add_option("--temperature,--temp", p->temperature, "0 means greedy")
+      ->check(sampling_bounds("temperature"))
+      ->capture_default_str();
   cmd->add_option("--top-k", p->top_k, "Keep the k most likely tokens (0: off)")
+      ->check(sampling_bounds("top_k"))
       ->capture_default_str();
-  cmd->add_option("--top-p", p->top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
+  cmd->add_option("--top-p", p->top_p, "Nucleus sampling mass (1: off)")
+      ->check(sampling_bounds("top_p"))
+      ->capture_default_str();
   cmd->add_option("--min-p", p->min_p, "Drop tokens below min-p times the top probability")
+      ->check(sampling_bounds("min_p"))
       ->capture_default_str();
   cmd->add_option("--repetition-penalty", p->repetition_penalty, "HF-style, 1: off")
+      ->check(sampling_bounds("repetition_penalty"))
       ->capture_default_str();
-  cmd->add_option("--presence-penalty", p->presence_penalty, "OpenAI-style")->capture_default_str();
+  cmd->add_option("--presence-penalty", p->presence_penalty, "OpenAI-style")
+      ->check(sampling_bounds("presence_penalty"))
+      ->capture_default_str();
   cmd->add_option("--frequency-penalty", p->frequency_penalty, "OpenAI-style")
+      ->check(sampling_bounds("frequency_penalty"))
       ->capture_default_str();
+  // A seed past 64 bits would otherwise be accepted as some other seed.
   cmd->add_option_function<uint64_t>(
-      "--seed", [p](uint64_t s) { p->seed = s; }, "Seed for reproducible sampling");
-  cmd->add_option("--stop", p->stop, "Stop string (repeatable)");
-  cmd->add_option("--stop-token-id", p->stop_token_ids, "Stop token id (repeatable)");
+         "--seed", [p](uint64_t s) { p->seed = s; }, "Seed for reproducible sampling")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            errno = 0;
+            char* end = nullptr;
+            if (!text.empty() && text[0] == '-') {
+              (void)std::strtoll(text.c_str(), &end, 10);
+            } else {
+              (void)std::strtoull(text.c_str(), &end, 10);
+            }
+            return errno != 0 || end == text.c_str() || *end != '\0'
+                       ? "seed must be an integer of at most 64 bits, got " + text
+                       : "";
+          },
+          ""));
+  cmd->add_option("--stop", p->stop, "Stop string (repeatable)")
+      ->check(CLI::Validator(
+          [](std::string& s) { return s.empty() ? "a stop string cannot be empty" : ""; }, ""));
+  cmd->add_option("--stop-token-id", p->stop_token_ids, "Stop token id (repeatable)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--ignore-eos", p->ignore_eos, "Keep generating past end-of-sequence tokens");
 }
 
@@ -64,7 +113,9 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a) {
                   "Model directory (HF, or msmodelslim with "
                   "quant_model_description.json, detected without a flag) or a .gguf file")
       ->capture_default_str();
-  cmd->add_option("-t,--threads", a->threads, "Threads")->capture_default_str();
+  cmd->add_option("-t,--threads", a->threads, "Threads")
+      ->check(CLI::Range(1, kMaxThreads))
+      ->capture_default_str();
   cmd->add_option("--quantization", a->quantization,
                   "Quantize a BF16/FP16 checkpoint at load: mxfp8 (W8A8), mxfp_w4a8, mxfp4 "
                   "(dual-level W4A4), or a scheme name (w4a4_mxfp4, ...); modelslim accepts an "

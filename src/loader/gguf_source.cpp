@@ -302,6 +302,7 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& f) {
   } else {
     MX_RETURN_IF_ERROR(check_positive(f, p + "feed_forward_length", c.intermediate_size));
   }
+  MX_RETURN_IF_ERROR(validate_model_config(c, f.path()));
   return c;
 }
 

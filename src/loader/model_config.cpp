@@ -1,10 +1,13 @@
 #include "loader/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <utility>
 
 #include "core/json_util.h"
 #include "core/mapped_file.h"
+#include "loader/weight_source.h"
 
 namespace mx {
 
@@ -32,6 +35,54 @@ Status positive(const std::string& what, const char* key, int64_t v) {
   if (v <= 0 || v > kMaxConfigSize) {
     return invalid_argument(what + ": field '" + key + "' must be between 1 and " +
                             std::to_string(kMaxConfigSize) + " (got " + std::to_string(v) + ")");
+  }
+  return Status::ok();
+}
+
+// Fields that change the math and are not implemented: refused by name rather than loaded
+// into a model that would silently compute something else.
+// Qwen3.5's `layer_types` is parse_layer_kinds' to check, and its M-RoPE over text positions
+// is plain RoPE, as in rope_parameters.
+Status check_unimplemented_fields(const Json& j, bool qwen3_5, const std::string& what) {
+  if (auto r = j.find("rope_scaling"); r != j.end() && !r->is_null()) {
+    // {"rope_type": "default"} is plain RoPE, as transformers reads it.
+    std::string type = "(no type)";
+    if (r->is_object()) {
+      for (const char* k : {"rope_type", "type"}) {
+        if (auto t = r->find(k); t != r->end() && t->is_string()) type = t->get<std::string>();
+      }
+    }
+    if (type != "default" && !(qwen3_5 && type == "mrope")) {
+      return unimplemented(what + ": field 'rope_scaling' (" + type +
+                           ") is not supported: only plain RoPE (rope_scaling null)");
+    }
+  }
+  if (auto a = j.find("hidden_act"); a != j.end() && !a->is_null()) {
+    if (!a->is_string() || *a != "silu") {
+      return unimplemented(what + ": field 'hidden_act' is " + a->dump() +
+                           "; only \"silu\" is supported");
+    }
+  }
+  MX_ASSIGN_OR_RETURN(bool sliding, json_bool_or(j, "use_sliding_window", false, what));
+  if (sliding) {
+    return unimplemented(what +
+                         ": field 'use_sliding_window' is true; sliding-window "
+                         "attention is not supported");
+  }
+  if (auto lt = j.find("layer_types"); !qwen3_5 && lt != j.end() && lt->is_array()) {
+    for (const Json& e : *lt) {
+      if (e == "sliding_attention") {
+        return unimplemented(what +
+                             ": field 'layer_types' holds sliding_attention; "
+                             "sliding-window attention is not supported");
+      }
+    }
+  }
+  MX_ASSIGN_OR_RETURN(bool bias, json_bool_or(j, "attention_bias", false, what));
+  if (bias) {
+    return unimplemented(what +
+                         ": field 'attention_bias' is true; attention projections "
+                         "with a bias are not supported");
   }
   return Status::ok();
 }
@@ -153,6 +204,69 @@ Status parse_qwen3_5_fields(const Json& j, const std::string& what, ModelConfig*
 
 }  // namespace
 
+Status validate_model_config(const ModelConfig& c, const std::string& what) {
+  auto fail = [&](const std::string& why) { return invalid_argument(what + ": " + why); };
+  for (const auto& [key, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
+                               {"hidden_size", c.hidden_size},
+                               {"num_attention_heads", c.num_heads},
+                               {"num_key_value_heads", c.num_kv_heads},
+                               {"head_dim", c.head_dim},
+                               {"max_position_embeddings", c.max_position_embeddings}}) {
+    MX_RETURN_IF_ERROR(positive(what, key, v));
+  }
+  if (c.num_layers <= 0 || c.num_layers > kMaxLayers) {
+    return fail("num_hidden_layers must be between 1 and " + std::to_string(kMaxLayers) + " (got " +
+                std::to_string(c.num_layers) + ")");
+  }
+  if (static_cast<int64_t>(c.layer_kinds.size()) != c.num_layers) {
+    return fail("one layer kind per layer is needed");
+  }
+  // The query projection's width; each factor alone is bounded, their product must be too.
+  if (c.num_heads * c.head_dim > kMaxConfigSize) {
+    return fail("num_attention_heads x head_dim (" + std::to_string(c.num_heads * c.head_dim) +
+                ") exceeds " + std::to_string(kMaxConfigSize));
+  }
+  if (c.num_kv_heads > c.num_heads || c.num_heads % c.num_kv_heads != 0) {
+    return fail("num_attention_heads (" + std::to_string(c.num_heads) +
+                ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) +
+                ")");
+  }
+  if (c.rotary_dim <= 0 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0) {
+    return fail("the rotary width " + std::to_string(c.rotary_dim) +
+                " must be even and within head_dim " + std::to_string(c.head_dim));
+  }
+  // NaN and infinity pass a "> 0" test on one side or the other; both are refused.
+  if (!std::isfinite(c.rope_theta) || c.rope_theta <= 0) {
+    return fail("rope_theta must be a finite positive number (got " + std::to_string(c.rope_theta) +
+                ")");
+  }
+  if (!std::isfinite(c.rms_norm_eps) || c.rms_norm_eps <= 0) {
+    return fail("rms_norm_eps must be a finite positive number (got " +
+                std::to_string(c.rms_norm_eps) + ")");
+  }
+  for (const auto& [key, v] :
+       {std::pair<const char*, int64_t>{"intermediate_size", c.intermediate_size},
+        {"moe_intermediate_size", c.moe_intermediate_size},
+        {"shared_expert_intermediate_size", c.shared_expert_intermediate_size}}) {
+    if (v < 0 || v > kMaxConfigSize) {
+      return fail(std::string(key) + " must be between 0 and " + std::to_string(kMaxConfigSize) +
+                  " (got " + std::to_string(v) + ")");
+    }
+  }
+  if (c.has_moe()) {
+    if (c.num_experts < 1 || c.num_experts > kMaxExperts) {
+      return fail("num_experts must be between 1 and " + std::to_string(kMaxExperts) + " (got " +
+                  std::to_string(c.num_experts) + ")");
+    }
+    if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_experts) {
+      return fail("num_experts_per_tok must be between 1 and num_experts (" +
+                  std::to_string(c.num_experts) + "), got " +
+                  std::to_string(c.num_experts_per_tok));
+    }
+  }
+  return Status::ok();
+}
+
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& what) {
   MX_ASSIGN_OR_RETURN(Json top, parse_json(json_text, what));
   if (!top.is_object()) return invalid_argument(what + ": not a JSON object");
@@ -168,6 +282,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     return invalid_argument(what + ": " + c.hf_class + " needs an object 'text_config'");
   }
   const Json& j = qwen3_5 ? top["text_config"] : top;
+  MX_RETURN_IF_ERROR(check_unimplemented_fields(j, qwen3_5, what));
   MX_ASSIGN_OR_RETURN(c.vocab_size, json_int(j, "vocab_size", what));
   MX_ASSIGN_OR_RETURN(c.hidden_size, json_int(j, "hidden_size", what));
   MX_ASSIGN_OR_RETURN(c.num_layers, json_int(j, "num_hidden_layers", what));
@@ -199,9 +314,6 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   }
   MX_ASSIGN_OR_RETURN(c.rms_norm_eps, json_number_or(j, "rms_norm_eps", 1e-6, what));
   MX_ASSIGN_OR_RETURN(c.rope_theta, json_number_or(j, "rope_theta", 10000.0, what));
-  if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) {
-    return invalid_argument(what + ": rms_norm_eps and rope_theta must be positive");
-  }
   MX_ASSIGN_OR_RETURN(c.max_position_embeddings,
                       json_int_or(j, "max_position_embeddings", 32768, what));
   MX_RETURN_IF_ERROR(positive(what, "max_position_embeddings", c.max_position_embeddings));
@@ -246,6 +358,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
                           json_int_or(j, "shared_expert_intermediate_size", 0, what));
     }
   }
+  MX_RETURN_IF_ERROR(validate_model_config(c, what));
   return c;
 }
 

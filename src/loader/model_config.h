@@ -82,6 +82,11 @@ struct ModelConfig {
 inline constexpr int64_t kMaxConfigSize = int64_t{1} << 24;
 inline constexpr int64_t kMaxLayers = 4096;
 
+// The bounds every config must meet, whichever file it came from (config.json, GGUF
+// metadata): finite positive rope_theta and rms_norm_eps, widths whose products fit, at most
+// kMaxExperts experts and no more chosen than exist. `what` names the source in errors.
+Status validate_model_config(const ModelConfig& c, const std::string& what);
+
 // `what` names the source in errors.
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& what);
 Result<ModelConfig> load_model_config(const std::string& model_dir);

@@ -1,10 +1,12 @@
 #include "model/export.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "core/json_util.h"
+#include "core/log.h"
 #include "core/mapped_file.h"
 #include "loader/quant_description.h"
 #include "loader/safetensors.h"
@@ -37,6 +39,62 @@ std::string shard_name(size_t i, size_t n) {
   return buf;
 }
 
+// Whether `inner` is `outer` or lies inside it, after resolving symlinks and "..".
+bool same_or_inside(const fs::path& inner, const fs::path& outer) {
+  std::error_code ec;
+  const fs::path i = fs::weakly_canonical(fs::absolute(inner, ec), ec);
+  const fs::path o = fs::weakly_canonical(fs::absolute(outer, ec), ec);
+  auto [oi, ii] = std::mismatch(o.begin(), o.end(), i.begin(), i.end());
+  // A trailing separator leaves an empty last element in `o`.
+  return oi == o.end() || (std::next(oi) == o.end() && oi->empty());
+}
+
+Status check_output_dir(const std::string& src_dir, const std::string& out_dir,
+                        const ExportOptions& opt) {
+  if (same_or_inside(out_dir, src_dir)) {
+    return invalid_argument("the output " + out_dir + " is the model directory " + src_dir +
+                            " or inside it; write the quantized checkpoint elsewhere");
+  }
+  if (opt.max_shard_bytes < kMinShardBytes || opt.max_shard_bytes > kMaxShardBytes) {
+    return invalid_argument("the shard size limit must be between 1 MiB and 1 TiB (got " +
+                            std::to_string(opt.max_shard_bytes) + " bytes)");
+  }
+  std::error_code ec;
+  if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec)) {
+    return invalid_argument(out_dir + " exists and is not a directory");
+  }
+  const bool empty = !fs::exists(out_dir, ec) || fs::is_empty(out_dir, ec);
+  if (!empty && !opt.overwrite) {
+    return invalid_argument(out_dir + " is not empty; pass --force to write into it");
+  }
+  if (!empty) {
+    for (const fs::directory_entry& e : fs::directory_iterator(out_dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(kQuantWeightsStem, 0) == 0 &&
+          (ends_with(name, ".safetensors") || ends_with(name, ".index.json"))) {
+        fs::remove(e.path(), ec);
+        if (ec) return io_error(e.path().string() + ": cannot remove: " + ec.message());
+      }
+    }
+  }
+  return Status::ok();
+}
+
+// Warned up front, before a long export: a typo in a pattern keeps nothing FLOAT.
+std::vector<std::string> unmatched_patterns(const std::vector<std::string>& names,
+                                            const std::vector<std::string>& patterns,
+                                            const std::string& src_dir) {
+  std::vector<std::string> unmatched;
+  for (const std::string& p : patterns) {
+    if (std::none_of(names.begin(), names.end(),
+                     [&](const std::string& n) { return n.find(p) != std::string::npos; })) {
+      MX_LOG_WARN("--keep-float '" + p + "' matches no tensor of " + src_dir);
+      unmatched.push_back(p);
+    }
+  }
+  return unmatched;
+}
+
 }  // namespace
 
 Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::string& out_dir,
@@ -45,7 +103,11 @@ Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::
   if (has_quant_description(src_dir)) {
     return invalid_argument(src_dir + " is already quantized offline; quantize a BF16 checkpoint");
   }
+  MX_RETURN_IF_ERROR(check_output_dir(src_dir, out_dir, opt));
   MX_ASSIGN_OR_RETURN(std::unique_ptr<WeightSource> ck, open_safetensors_source(src_dir));
+  ExportSummary sum;
+  const std::vector<std::string> names = ck->logical_names();
+  sum.unmatched_keep_float = unmatched_patterns(names, opt.keep_float, src_dir);
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return io_error(out_dir + ": cannot create: " + ec.message());
@@ -61,8 +123,6 @@ Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::
     desc[name] = t_type;
     return shards.back().add(name, t);
   };
-  ExportSummary sum;
-  const std::vector<std::string> names = ck->logical_names();
   int64_t done = 0;
   for (const std::string& name : names) {
     MX_ASSIGN_OR_RETURN(Tensor t, ck->tensor(name));

@@ -25,6 +25,9 @@ struct ExportOptions {
   // lm_head in the same scheme as the other linear layers.
   bool quantize_lm_head = false;
   uint64_t max_shard_bytes = 4ull << 30;
+  // Write into an output directory that already holds files (the previous export's weights
+  // and index are removed first, so no stale shard is left to be loaded).
+  bool overwrite = false;
   // Splits each weight's quantization across threads (null: one thread).
   ThreadPool* pool = nullptr;
   std::function<void(int64_t done, int64_t total)> progress;
@@ -33,7 +36,18 @@ struct ExportOptions {
 struct ExportSummary {
   int64_t quantized = 0, kept_float = 0, shards = 0;
   uint64_t bytes = 0;
+  // keep_float patterns that no tensor name contains (a typo keeps nothing FLOAT); each is
+  // also logged as a warning before the export starts.
+  std::vector<std::string> unmatched_keep_float;
 };
+
+// The shard size limits export_msmodelslim accepts: below, one tensor per file; above, no
+// filesystem or loader would take it.
+inline constexpr uint64_t kMinShardBytes = 1ull << 20;
+inline constexpr uint64_t kMaxShardBytes = 1ull << 40;
+
+// Refuses an output directory equal to or inside the source (the export would overwrite or
+// mix with the checkpoint it reads), and a non-empty one unless `opt.overwrite`.
 
 Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::string& out_dir,
                                          const ExportOptions& opt);

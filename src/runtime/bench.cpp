@@ -1,5 +1,7 @@
 #include "runtime/bench.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -204,10 +206,31 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
     return invalid_argument("-p, -n, --batch and -r must be at least 1");
   }
   const ModelConfig& c = model.config();
-  if (opt.prompt + opt.gen > c.max_position_embeddings) {
-    return invalid_argument("-p + -n (" + std::to_string(opt.prompt + opt.gen) +
-                            ") exceeds the context length of " +
+  if (opt.prompt > c.max_position_embeddings || opt.gen > c.max_position_embeddings - opt.prompt) {
+    return invalid_argument("-p + -n (" + std::to_string(opt.prompt) + " + " +
+                            std::to_string(opt.gen) + ") exceeds the context length of " +
                             std::to_string(c.max_position_embeddings));
+  }
+  // The run's KV cache (in doubles: no product can wrap) must fit in memory; a --batch too
+  // large is refused here rather than ending in the allocator.
+  double attention_layers = 0;
+  for (LayerKind k : c.layer_kinds) attention_layers += k == LayerKind::kFullAttention ? 1 : 0;
+  const double kv_bytes =
+      2.0 * attention_layers * static_cast<double>(c.num_kv_heads * c.head_dim) *
+          static_cast<double>(opt.prompt + opt.gen + 15) * static_cast<double>(opt.batch) *
+          (model.kv_dtype() == KvDtype::kBF16 ? 2 : 4) +
+      static_cast<double>(PagedKv(c, 0, 16, model.kv_dtype(), 1).slot_bytes()) *
+          static_cast<double>(opt.batch);
+  const double memory =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (kv_bytes > memory / 2) {
+    char msg[200];
+    std::snprintf(msg, sizeof(msg),
+                  "--batch %lld of %lld tokens needs %.0f MiB of KV cache, more than half of this "
+                  "machine's %.0f MiB",
+                  static_cast<long long>(opt.batch), static_cast<long long>(opt.prompt + opt.gen),
+                  kv_bytes / 1048576, memory / 1048576);
+    return invalid_argument(msg);
   }
   BenchResult r;
   r.options = opt;

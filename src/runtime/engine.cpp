@@ -45,7 +45,8 @@ Result<uint64_t> Engine::submit(EngineRequest req) {
     }
   }
   const int64_t ctx = model_.config().max_position_embeddings;
-  if (n + req.params.max_tokens > ctx) {
+  if (req.params.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+  if (n > ctx || req.params.max_tokens > ctx - n) {
     return invalid_argument("the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
                             std::to_string(req.params.max_tokens) +
                             ") exceeds the context length of " + std::to_string(ctx));

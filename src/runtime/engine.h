@@ -59,8 +59,9 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Queues a request; fails (out of range) when the waiting queue is full or the request can
-  // never fit the KV cache, and (invalid argument) when it exceeds the context.
+  // Queues a request; fails with kOutOfRange only when the waiting queue is full (the server's
+  // 503: retry later) and with kInvalidArgument when the request can never run: it exceeds the
+  // context or the whole KV cache, or holds a token id outside the vocabulary (a 400).
   Result<uint64_t> submit(EngineRequest req);
   // Stops a request (a client went away); its blocks are freed on the next step and its
   // callback gets a final event with finish_reason "cancelled".

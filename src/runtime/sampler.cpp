@@ -1,11 +1,50 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <cfloat>
+#include <climits>
 #include <cmath>
+#include <cstdio>
 #include <unordered_map>
 #include <unordered_set>
 
 namespace mx {
+
+namespace {
+
+struct ParamRange {
+  std::string_view param;
+  double lo, hi;
+  bool lo_open;  // (lo, hi] rather than [lo, hi]
+  bool integer;
+  const char* text;  // the range as the message states it
+};
+
+// vLLM's bounds; the penalties' upper bound only keeps them finite in a float.
+constexpr ParamRange kParamRanges[] = {
+    {"temperature", 0, 2, false, false, "in [0, 2]"},
+    {"top_p", 0, 1, true, false, "in (0, 1]"},
+    {"top_k", -1, INT_MAX, false, true, "an integer: 0 or -1 (off), or at least 1"},
+    {"min_p", 0, 1, false, false, "in [0, 1]"},
+    {"presence_penalty", -2, 2, false, false, "in [-2, 2]"},
+    {"frequency_penalty", -2, 2, false, false, "in [-2, 2]"},
+    {"repetition_penalty", 0, FLT_MAX, true, false, "a finite number greater than 0"},
+};
+
+}  // namespace
+
+std::string sampling_param_error(std::string_view param, double value) {
+  for (const ParamRange& r : kParamRanges) {
+    if (r.param != param) continue;
+    const bool ok = std::isfinite(value) && (r.lo_open ? value > r.lo : value >= r.lo) &&
+                    value <= r.hi && (!r.integer || value == std::floor(value));
+    if (ok) return "";
+    char got[32];
+    std::snprintf(got, sizeof(got), "%.9g", value);
+    return std::string(param) + " must be " + r.text + ", got " + got;
+  }
+  return std::string("unknown sampling parameter '") + std::string(param) + "'";
+}
 
 void apply_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
                      const std::vector<int32_t>& output, const SamplingParams& p) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,13 @@ struct SamplingParams {
   bool ignore_eos = false;
   bool skip_special_tokens = true;
 };
+
+// Why `value` is not allowed for the sampling parameter `param`, or "" when it is. Names are
+// the OpenAI API's (temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty,
+// repetition_penalty) and the ranges vLLM's SamplingParams._verify_args (temperature also at
+// most 2, as OpenAI's API), so the server and the CLI accept what vLLM accepts and nothing
+// reaches the sampler that it cannot draw from (NaN, a top_k beyond int).
+std::string sampling_param_error(std::string_view param, double value);
 
 // Penalizes logits in place. `prompt` feeds only the repetition penalty.
 void apply_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,

@@ -22,16 +22,18 @@ Status Scheduler::add(uint64_t id, int64_t prompt_len, int64_t max_new_tokens) {
   if (prompt_len <= 0 || max_new_tokens <= 0)
     return invalid_argument("empty prompt or token budget");
   if (seqs_.count(id)) return invalid_argument("request " + std::to_string(id) + " exists");
+  // A request that can never fit is the client's error (400) whatever the queue holds; only a
+  // full queue is the server's (kOutOfRange: 503, retry later).
+  const int64_t capacity = static_cast<int64_t>(config_.num_blocks) * config_.block_size;
+  if (prompt_len > capacity || max_new_tokens > capacity - prompt_len) {
+    return invalid_argument("the prompt (" + std::to_string(prompt_len) +
+                            " tokens) plus max_tokens (" + std::to_string(max_new_tokens) +
+                            ") exceeds the KV cache of " + std::to_string(capacity) + " tokens");
+  }
   if (static_cast<int32_t>(waiting_.size()) >= config_.max_waiting_requests) {
     return Status(StatusCode::kOutOfRange, "the waiting queue is full (" +
                                                std::to_string(config_.max_waiting_requests) +
                                                " requests)");
-  }
-  const int64_t capacity = static_cast<int64_t>(config_.num_blocks) * config_.block_size;
-  if (prompt_len + max_new_tokens > capacity) {
-    return Status(StatusCode::kOutOfRange,
-                  "prompt plus max_tokens (" + std::to_string(prompt_len + max_new_tokens) +
-                      ") exceeds the KV cache of " + std::to_string(capacity) + " tokens");
   }
   SeqInfo s;
   s.id = id;

@@ -61,8 +61,8 @@ class Scheduler {
  public:
   explicit Scheduler(const SchedulerConfig& config);
 
-  // Fails (out of range) when the waiting queue is full, or when the request could never fit
-  // the KV budget.
+  // Fails with kOutOfRange when the waiting queue is full (retry later), and with
+  // kInvalidArgument when the request could never fit the KV budget.
   Status add(uint64_t id, int64_t prompt_len, int64_t max_new_tokens);
   BatchPlan schedule();
   // After the model ran `plan` and sampled for its sampling items: advances the requests and

@@ -1,6 +1,7 @@
 #include "server/openai_protocol.h"
 
 #include <cmath>
+#include <cstdint>
 
 namespace mx {
 
@@ -36,70 +37,145 @@ bool get_field(const OJson& body, const char* key, T* out, HttpError* err) {
   }
 }
 
+// An integer field in [lo, hi]. A float is accepted only when it is a whole number (as
+// Python's int fields take 16.0); a fraction, a value past int64 or one out of range is a 400
+// naming the field, never a wrapped or truncated value.
+bool get_int_field(const OJson& body, const char* key, int64_t lo, int64_t hi, int64_t* out,
+                   HttpError* err) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return true;
+  auto fail = [&](const std::string& why) {
+    *err = {400, std::string("'") + key + "' must be " + why + ", got " + it->dump(),
+            "invalid_request_error", key};
+    return false;
+  };
+  const std::string range =
+      hi < INT64_MAX   ? "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]"
+      : lo > INT64_MIN ? "an integer of at least " + std::to_string(lo)
+                       : std::string("an integer of at most 64 bits");
+  int64_t v = 0;
+  if (it->is_number_unsigned()) {
+    if (it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return fail(range);
+    v = static_cast<int64_t>(it->get<uint64_t>());
+  } else if (it->is_number_integer()) {
+    v = it->get<int64_t>();
+  } else if (it->is_number_float()) {
+    // Below 2^53 a double holds every integer exactly, so the cast cannot overflow.
+    const double d = it->get<double>();
+    if (!(std::fabs(d) < 9007199254740992.0) || d != std::floor(d)) return fail(range);
+    v = static_cast<int64_t>(d);
+  } else {
+    return fail(range);
+  }
+  if (v < lo || v > hi) return fail(range);
+  *out = v;
+  return true;
+}
+
+// A sampling parameter: a JSON number in the range sampling_param_error allows.
+template <typename T>
+bool get_sampling_field(const OJson& body, const char* key, T* out, HttpError* err) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return true;
+  if (!it->is_number()) {
+    *err = {400, std::string("'") + key + "' has the wrong type", "invalid_request_error", key};
+    return false;
+  }
+  const double v = it->get<double>();
+  if (std::string why = sampling_param_error(key, v); !why.empty()) {
+    *err = {400, why, "invalid_request_error", key};
+    return false;
+  }
+  *out = static_cast<T>(v);
+  return true;
+}
+
+bool parse_stop(const OJson& body, SamplingParams* p, HttpError* err) {
+  auto s = body.find("stop");
+  if (s == body.end() || s->is_null()) return true;
+  const char* why = "'stop' must be a string or a list of up to 4 strings";
+  if (s->is_string()) {
+    p->stop.push_back(s->get<std::string>());
+  } else if (s->is_array() && s->size() <= 4) {
+    for (const OJson& v : *s) {
+      if (!v.is_string()) {
+        *err = {400, why, "invalid_request_error", "stop"};
+        return false;
+      }
+      p->stop.push_back(v.get<std::string>());
+    }
+  } else {
+    *err = {400, why, "invalid_request_error", "stop"};
+    return false;
+  }
+  // As vLLM: an empty stop string would match before the first token.
+  for (const std::string& stop : p->stop) {
+    if (stop.empty()) {
+      *err = {400, "'stop' cannot contain an empty string", "invalid_request_error", "stop"};
+      return false;
+    }
+  }
+  return true;
+}
+
+// max_tokens (or max_completion_tokens, its newer name) against the room the prompt leaves in
+// the context; every sum stays in int64 (the prompt is shorter than the context by then).
+bool parse_max_tokens(const OJson& body, bool chat, int64_t prompt_len, const ProtocolContext& ctx,
+                      SamplingParams* p, HttpError* err) {
+  if (prompt_len >= ctx.context) {
+    *err = {400,
+            "the prompt (" + std::to_string(prompt_len) +
+                " tokens) leaves no room to generate in the context length of " +
+                std::to_string(ctx.context),
+            "invalid_request_error", chat ? "messages" : "prompt"};
+    return false;
+  }
+  const int64_t room = ctx.context - prompt_len;
+  int64_t max_tokens = chat ? room : 16;
+  const char* key =
+      body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null()
+          ? "max_completion_tokens"
+          : "max_tokens";
+  if (!get_int_field(body, key, 1, INT64_MAX, &max_tokens, err)) return false;
+  if (max_tokens > room) {
+    *err = {400,
+            "the prompt (" + std::to_string(prompt_len) + " tokens) plus " + key + " (" +
+                std::to_string(max_tokens) + ") exceeds the context length of " +
+                std::to_string(ctx.context),
+            "invalid_request_error", key};
+    return false;
+  }
+  // The context is bounded by the model config (kMaxConfigSize), so this fits an int.
+  p->max_tokens = static_cast<int>(max_tokens);
+  return true;
+}
+
 bool parse_sampling(const OJson& body, bool chat, int64_t prompt_len, const ProtocolContext& ctx,
                     SamplingParams* p, HttpError* err) {
   p->temperature = 1.0f;
   p->top_p = 1.0f;
-  int64_t max_tokens = chat ? ctx.context - prompt_len : 16;
-  int64_t n = 1;
-  if (!get_field(body, "max_tokens", &max_tokens, err) ||
-      !get_field(body, "max_completion_tokens", &max_tokens, err) ||
-      !get_field(body, "temperature", &p->temperature, err) ||
-      !get_field(body, "top_p", &p->top_p, err) || !get_field(body, "top_k", &p->top_k, err) ||
-      !get_field(body, "min_p", &p->min_p, err) ||
-      !get_field(body, "presence_penalty", &p->presence_penalty, err) ||
-      !get_field(body, "frequency_penalty", &p->frequency_penalty, err) ||
-      !get_field(body, "repetition_penalty", &p->repetition_penalty, err) ||
-      !get_field(body, "ignore_eos", &p->ignore_eos, err) || !get_field(body, "n", &n, err)) {
+  int64_t n = 1, seed = 0;
+  if (!get_sampling_field(body, "temperature", &p->temperature, err) ||
+      !get_sampling_field(body, "top_p", &p->top_p, err) ||
+      !get_sampling_field(body, "top_k", &p->top_k, err) ||
+      !get_sampling_field(body, "min_p", &p->min_p, err) ||
+      !get_sampling_field(body, "presence_penalty", &p->presence_penalty, err) ||
+      !get_sampling_field(body, "frequency_penalty", &p->frequency_penalty, err) ||
+      !get_sampling_field(body, "repetition_penalty", &p->repetition_penalty, err) ||
+      !get_field(body, "ignore_eos", &p->ignore_eos, err) ||
+      !get_int_field(body, "n", INT64_MIN, INT64_MAX, &n, err) ||
+      !get_int_field(body, "seed", INT64_MIN, INT64_MAX, &seed, err)) {
     return false;
   }
-  if (auto s = body.find("seed"); s != body.end() && !s->is_null()) {
-    if (!s->is_number_integer()) {
-      *err = {400, "'seed' must be an integer", "invalid_request_error", "seed"};
-      return false;
-    }
-    p->seed = static_cast<uint64_t>(s->get<int64_t>());
-  }
+  if (body.contains("seed") && !body["seed"].is_null()) p->seed = static_cast<uint64_t>(seed);
   if (n != 1) {
-    *err = {400, "only n = 1 is supported", "invalid_request_error", "n"};
+    *err = {400, "'n' must be 1 (one choice per request is supported), got " + std::to_string(n),
+            "invalid_request_error", "n"};
     return false;
   }
-  if (max_tokens < 1) {
-    *err = {400, "'max_tokens' must be at least 1", "invalid_request_error", "max_tokens"};
+  if (!parse_stop(body, p, err) || !parse_max_tokens(body, chat, prompt_len, ctx, p, err)) {
     return false;
   }
-  if (p->temperature < 0 || p->temperature > 2 || p->top_p <= 0 || p->top_p > 1) {
-    *err = {400, "temperature must be in [0, 2] and top_p in (0, 1]", "invalid_request_error",
-            "temperature"};
-    return false;
-  }
-  if (auto s = body.find("stop"); s != body.end() && !s->is_null()) {
-    if (s->is_string()) {
-      p->stop.push_back(s->get<std::string>());
-    } else if (s->is_array() && s->size() <= 4) {
-      for (const OJson& v : *s) {
-        if (!v.is_string()) {
-          *err = {400, "'stop' must be a string or a list of up to 4 strings",
-                  "invalid_request_error", "stop"};
-          return false;
-        }
-        p->stop.push_back(v.get<std::string>());
-      }
-    } else {
-      *err = {400, "'stop' must be a string or a list of up to 4 strings", "invalid_request_error",
-              "stop"};
-      return false;
-    }
-  }
-  if (prompt_len + max_tokens > ctx.context) {
-    *err = {400,
-            "the prompt (" + std::to_string(prompt_len) + " tokens) plus max_tokens (" +
-                std::to_string(max_tokens) + ") exceeds the context length of " +
-                std::to_string(ctx.context),
-            "invalid_request_error", "max_tokens"};
-    return false;
-  }
-  p->max_tokens = static_cast<int>(max_tokens);
   p->stop_token_ids = ctx.stop_ids;
   return true;
 }
@@ -211,25 +287,20 @@ bool parse_request(const OJson& body, bool chat, const ProtocolContext& ctx, Par
   if (chat) {
     bool want = false;
     int64_t top = 0;
-    if (!get_field(body, "logprobs", &want, err) || !get_field(body, "top_logprobs", &top, err)) {
+    if (!get_field(body, "logprobs", &want, err) ||
+        !get_int_field(body, "top_logprobs", 0, 20, &top, err)) {
       return false;
     }
-    if (top < 0 || top > 20 || (top > 0 && !want)) {
-      *err = {400, "'top_logprobs' must be in [0, 20] and needs 'logprobs': true",
-              "invalid_request_error", "top_logprobs"};
+    if (top > 0 && !want) {
+      *err = {400, "'top_logprobs' needs 'logprobs': true", "invalid_request_error",
+              "top_logprobs"};
       return false;
     }
     if (want) out->top_logprobs = static_cast<int>(top);
-  } else {
-    auto it = body.find("logprobs");
-    if (it != body.end() && !it->is_null()) {
-      if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 5) {
-        *err = {400, "'logprobs' must be an integer in [0, 5]", "invalid_request_error",
-                "logprobs"};
-        return false;
-      }
-      out->top_logprobs = it->get<int>();
-    }
+  } else if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    int64_t top = 0;
+    if (!get_int_field(body, "logprobs", 0, 5, &top, err)) return false;
+    out->top_logprobs = static_cast<int>(top);
   }
   return true;
 }

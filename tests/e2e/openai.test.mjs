@@ -156,6 +156,56 @@ test("errors carry their status and an OpenAI error object", async () => {
   assert.equal(await (await fetch(process.env.BASE_URL + "/health")).text(), "ok");
 });
 
+test("every bad sampling value is a 400 naming its parameter; the server stays healthy", async () => {
+  const headers = { "Content-Type": "application/json", Authorization: "Bearer " + process.env.API_KEY };
+  const post = (path, body, url = process.env.BASE_URL) =>
+    fetch(url + path, { method: "POST", headers, body: typeof body === "string" ? body : JSON.stringify(body) });
+  const completion = { model: MODEL, prompt: "hi", max_tokens: 2 };
+  const chat = { model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 2 };
+  // [param, value, chat?]; raw strings are sent as written (JSON.stringify cannot write 2^64-1).
+  const cases = [
+    ["temperature", -1], ["temperature", 3], ["temperature", "hot"],
+    ["top_p", 0], ["top_p", 1.5], ["top_k", -2], ["top_k", 1.5], ["top_k", 1e30],
+    ["min_p", -0.1], ["min_p", 2], ["presence_penalty", 3], ["frequency_penalty", -2.5],
+    ["repetition_penalty", 0], ["repetition_penalty", -1],
+    ["max_tokens", 0], ["max_tokens", -0.5], ["max_tokens", 1.5], ["max_tokens", 1e30],
+    ["max_tokens", "18446744073709551615"], ["max_tokens", -5],
+    ["max_completion_tokens", 0, true], ["max_completion_tokens", 1e30, true],
+    ["seed", 1.5], ["seed", "18446744073709551615"], ["n", 2], ["n", 0], ["n", 1.5],
+    ["logprobs", -1], ["logprobs", 6], ["logprobs", 2.5],
+    ["top_logprobs", 21, true], ["top_logprobs", -1, true], ["stop", [""]],
+  ];
+  for (const [param, value, isChat] of cases) {
+    const base = isChat ? { ...chat, logprobs: param === "top_logprobs" } : completion;
+    if (param === "max_completion_tokens") delete base.max_tokens;
+    const body = typeof value === "string" && /^[0-9]+$/.test(value)
+      ? JSON.stringify(base).replace(/}$/, `,"${param}":${value}}`)
+      : { ...base, [param]: value };
+    const r = await post(isChat ? "/v1/chat/completions" : "/v1/completions", body);
+    const label = `${param}=${JSON.stringify(value)}`;
+    assert.equal(r.status, 400, label);
+    const e = (await r.json()).error;
+    assert.equal(e.param, param, label);
+    assert.equal(e.code, 400, label);
+    assert.match(e.message, new RegExp(param), label);
+  }
+  // In range, the same fields serve (top_k -1 and 0 both mean off, as in vLLM).
+  for (const extra of [{ top_k: -1 }, { top_k: 0, seed: -3 }, { max_tokens: 2.0, n: 1.0, repetition_penalty: 1.5 }]) {
+    const r = await post("/v1/completions", { ...completion, ...extra });
+    assert.equal(r.status, 200, JSON.stringify(extra));
+  }
+  // A prompt that leaves no room in the context is the client's error, named, not a 503.
+  const long = { ...completion, prompt: Array(2000).fill(1), max_tokens: undefined };
+  let r = await post("/v1/completions", long);
+  assert.equal(r.status, 400);
+  assert.equal((await r.json()).error.param, "prompt");
+  // Beyond the tight server's KV cache: a 400 (it can never run), not a 503 (retry later).
+  r = await post("/v1/completions", { ...completion, max_tokens: 200 }, process.env.TIGHT_URL);
+  assert.equal(r.status, 400);
+  assert.equal((await r.json()).error.param, "max_tokens");
+  assert.equal(await (await fetch(process.env.BASE_URL + "/health")).text(), "ok");
+});
+
 // LOGPROB_TOL: 2e-3 by default; servers whose ranks exchange BF16 rows are held to that
 // rounding's bound (tests/ep_test.cpp).
 const LOGPROB_TOL = Number(process.env.LOGPROB_TOL ?? 2e-3);
