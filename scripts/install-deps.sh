@@ -9,6 +9,8 @@ apt_packages=(
   libgtest-dev libbenchmark-dev libdnnl-dev
   libopenmpi-dev openmpi-bin iproute2
   nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev libcpp-httplib-dev libssl-dev
+  libboost-dev
+  clang libclang-rt-14-dev
   nodejs npm
 )
 

@@ -22,6 +22,65 @@ run_suite() {
     MODEL_DIR="$model" GOLDEN_FILE="$golden" SERVED_MODEL="$served" \
     node --test tests/e2e/openai.test.mjs) || exit 1
 }
+# The HTTP layer's limits, with curl as README shows it.
+http_checks() {
+  local url port code out big
+  start_server url --api-key test-key --max-connections 8 --max-body-bytes 1000000
+  port=${url##*:}
+  local auth=(-H "Authorization: Bearer test-key")
+  # README's curl -d (form-urlencoded Content-Type; Expect: 100-continue above 1 KiB) with an
+  # 8 KiB+ prompt (box-drawing lines: 96 bytes a token in this vocabulary, so it fits the
+  # context).
+  big=$(python3 -c 'print("\u2500" * 2880)')
+  out=$(curl -s "${auth[@]}" "$url/v1/chat/completions" \
+    -d '{"messages":[{"role":"user","content":"'"$big"'"}],"max_tokens":8}')
+  grep -q '"finish_reason"' <<<"$out" || { echo "FAIL: curl -d with an 8 KiB prompt: $out"; exit 1; }
+  out=$(curl -sN "${auth[@]}" "$url/v1/chat/completions" \
+    -d '{"messages":[{"role":"user","content":"'"$big"'"}],"max_tokens":8,"stream":true}')
+  grep -q '^data: \[DONE\]' <<<"$out" || { echo "FAIL: streamed curl -d: $out"; exit 1; }
+  # The backlog of the listening socket (ss shows it as Send-Q).
+  out=$(ss -Hltn "sport = :$port" | awk '{print $3}')
+  [ "${out:-0}" -ge 1024 ] || { echo "FAIL: listen backlog ${out:-none}, want >= 1024"; exit 1; }
+  # A port in use: a clear error, never a shared port (SO_REUSEPORT).
+  out=$("$bin" serve -m "$model" --port "$port" 2>&1) && { echo "FAIL: second server on $port"; exit 1; }
+  grep -q "cannot listen on 127.0.0.1:$port: Address already in use" <<<"$out" ||
+    { echo "FAIL: port in use: $out"; exit 1; }
+  # Authentication before the body: a wrong key gets 401 although the body never ends.
+  out=$(exec 3<>/dev/tcp/127.0.0.1/$port
+        printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n' >&3
+        printf 'Transfer-Encoding: chunked\r\n\r\n10\r\n{"prompt":"aaaaa\r\n' >&3
+        timeout 5 head -1 <&3)
+  grep -q "^HTTP/1.1 401" <<<"$out" || { echo "FAIL: auth before the body: $out"; exit 1; }
+  # Chunked bodies count against the body limit too; so does a header past its limit.
+  code=$(head -c 2000000 /dev/zero | tr '\0' 'x' | curl -s -o /dev/null -w '%{http_code}' \
+    "${auth[@]}" -H 'Transfer-Encoding: chunked' --data-binary @- "$url/v1/completions")
+  [ "$code" = 413 ] || { echo "FAIL: chunked body over the limit got $code"; exit 1; }
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Big: $(head -c 20000 /dev/zero | tr '\0' 'y')" \
+    "$url/health")
+  [ "$code" = 431 ] || { echo "FAIL: a 20 kB header got $code"; exit 1; }
+  # The connection cap answers 503; the server serves again once connections close.
+  local fds=()
+  for i in $(seq 1 8); do exec {fd}<>/dev/tcp/127.0.0.1/$port; fds+=("$fd"); done
+  sleep 0.3
+  out=$(curl -s "$url/health")
+  grep -q "too many connections" <<<"$out" || { echo "FAIL: connection cap: $out"; exit 1; }
+  for fd in "${fds[@]}"; do exec {fd}>&-; done
+  for _ in $(seq 1 50); do [ "$(curl -s "$url/health")" = ok ] && break; sleep 0.1; done
+  [ "$(curl -s "$url/health")" = ok ] || { echo "FAIL: no service after the cap"; exit 1; }
+  # A non-streaming request whose client goes away is cancelled too (the log says how far it
+  # got: far short of its 1000 tokens).
+  (exec 3<>/dev/tcp/127.0.0.1/$port
+   body='{"prompt":"Once upon a time","max_tokens":1000,"ignore_eos":true}'
+   printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-key\r\n' >&3
+   printf 'Content-Length: %d\r\n\r\n%s' "${#body}" "$body" >&3
+   sleep 0.1)
+  for _ in $(seq 1 50); do grep -q "/v1/completions: 499" "${logs[-1]}" && break; sleep 0.1; done
+  out=$(grep "/v1/completions: 499" "${logs[-1]}" | grep -oE '[0-9]+ completion' | cut -d' ' -f1)
+  [ -n "$out" ] && [ "$out" -lt 1000 ] ||
+    { echo "FAIL: an abandoned request was not cancelled:"; tail -5 "${logs[-1]}"; exit 1; }
+  echo "ok HTTP limits"
+}
+http_checks
 run_suite "$shared/fixtures/tiny-qwen3-moe/golden/golden.json" tiny-qwen3-moe
 model=$shared/fixtures/gguf/tiny-qwen3-moe-allmoe.Q8_0.gguf
 run_suite "$shared/fixtures/gguf/golden/tiny-qwen3-moe-allmoe.Q8_0.golden.json" \

@@ -1,7 +1,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 
@@ -24,7 +24,78 @@ struct ServeArgs {
   int64_t max_total_tokens = 0;
 };
 
-OpenAiServer* g_server = nullptr;
+int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+// The context served and the KV cache's size in tokens, or why memory cannot hold them. Every
+// product saturates: a config's context (up to kMaxConfigSize) times a wide token, or a flag's
+// count times a recurrent state, must give a clear refusal, not a wrapped size or a bad_alloc.
+struct KvPlan {
+  int64_t context = 0;
+  int64_t tokens = 0;
+};
+Result<KvPlan> plan_kv_cache(const ServeArgs& a, int64_t model_context, int64_t token_bytes,
+                             int64_t slot_bytes) {
+  const ServerConfig& c = a.server;
+  if (c.context_length > model_context) {
+    return invalid_argument("--context-length " + std::to_string(c.context_length) +
+                            " exceeds the model's context of " + std::to_string(model_context) +
+                            " tokens (max_position_embeddings)");
+  }
+  const int64_t memory = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+  const int64_t running = c.scheduler.max_running_requests;
+  const int64_t state = saturating_mul(slot_bytes, running);
+  const int64_t budget = memory / 4 - state;
+  if (budget <= 0) {
+    return invalid_argument(std::to_string(running) + " running requests need " +
+                            std::to_string(state >> 20) +
+                            " MiB of recurrent state, more than a quarter of memory: lower "
+                            "--max-running-requests");
+  }
+  const int64_t tb = std::max<int64_t>(token_bytes, 1);
+  KvPlan plan;
+  plan.context = c.context_length > 0 ? c.context_length : model_context;
+  if (a.max_total_tokens > 0) {
+    if (saturating_mul(a.max_total_tokens, tb) > memory - state) {
+      return invalid_argument("--max-total-tokens " + std::to_string(a.max_total_tokens) +
+                              " needs " +
+                              std::to_string(saturating_mul(a.max_total_tokens, tb) >> 20) +
+                              " MiB of KV cache, more than this machine's " +
+                              std::to_string(memory >> 20) + " MiB of memory");
+    }
+    plan.tokens = a.max_total_tokens;
+  } else {
+    // One full context may take up to half of memory; the model's own context can be far
+    // beyond any machine (1M-token configs), and is then lowered to what fits.
+    const int64_t one = (memory / 2 - state) / tb;
+    if (plan.context > one) {
+      const std::string need = std::to_string(saturating_mul(plan.context, tb) >> 20) +
+                               " MiB of KV cache, more than half of memory";
+      if (c.context_length > 0 || one < 1) {
+        return invalid_argument("a context of " + std::to_string(plan.context) + " tokens needs " +
+                                need + ": lower --context-length");
+      }
+      MX_LOG_WARN("the model's context of " + std::to_string(plan.context) + " tokens needs " +
+                  need + ": serving " + std::to_string(one) +
+                  " tokens (--context-length or --max-total-tokens choose)");
+      plan.context = one;
+    }
+    plan.tokens = std::max<int64_t>(
+        plan.context,
+        std::min<int64_t>({saturating_mul(plan.context, running), 1 << 20, budget / tb}));
+  }
+  // A request longer than the whole cache could never run: the context says so up front (a 400
+  // naming the context) rather than each such request failing in the scheduler.
+  if (plan.tokens < plan.context) {
+    MX_LOG_WARN("the KV cache holds " + std::to_string(plan.tokens) +
+                " tokens, less than the context of " + std::to_string(plan.context) +
+                ": requests are limited to " + std::to_string(plan.tokens) + " tokens");
+    plan.context = plan.tokens;
+  }
+  return plan;
+}
 
 int serve(ServeArgs& a) {
   auto model = load_model_or_report(a.m, "serve");
@@ -36,7 +107,14 @@ int serve(ServeArgs& a) {
     return 1;
   }
   std::optional<ChatTemplate> tmpl;
-  if (auto t = load_model_chat_template(a.m.model); t.is_ok()) tmpl = std::move(t).value();
+  // No template is fine (chat requests get a 400); one that does not parse is the
+  // operator's to fix before anyone is served.
+  if (auto t = load_model_chat_template(a.m.model); t.is_ok()) {
+    tmpl = std::move(t).value();
+  } else if (t.status().code() != StatusCode::kNotFound) {
+    std::fprintf(stderr, "mxserve serve: chat template: %s\n", t.status().to_string().c_str());
+    return 1;
+  }
   std::vector<int32_t> stops = default_stop_token_ids(a.m.model, model->config());
   for (const char* s : {"<|im_end|>", "<|endoftext|>"}) {
     if (auto id = (*tok)->token_id(s)) stops.push_back(*id);
@@ -48,8 +126,6 @@ int serve(ServeArgs& a) {
     c.served_model_name = (p.extension() == ".gguf" ? p.stem() : p.filename()).string();
     if (c.served_model_name.empty()) c.served_model_name = "model";
   }
-  const int64_t ctx =
-      c.context_length > 0 ? c.context_length : model->config().max_position_embeddings;
   const ModelConfig& mc = model->config();
   int64_t attention_layers = 0;
   for (LayerKind k : mc.layer_kinds) attention_layers += k == LayerKind::kFullAttention ? 1 : 0;
@@ -58,25 +134,14 @@ int serve(ServeArgs& a) {
   // Hybrid models hold a recurrent state per running request: it comes out of the budget.
   const int64_t slot_bytes =
       static_cast<int64_t>(PagedKv(mc, 0, 1, model->kv_dtype(), 1).slot_bytes());
-  const int64_t budget =
-      static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / 4 -
-      slot_bytes * c.scheduler.max_running_requests;
-  if (budget <= 0) {
-    std::fprintf(stderr,
-                 "mxserve serve: %d running requests need %lld MiB of recurrent state, more than "
-                 "a quarter of memory: lower --max-running-requests\n",
-                 c.scheduler.max_running_requests,
-                 static_cast<long long>(slot_bytes * c.scheduler.max_running_requests >> 20));
+  auto plan = plan_kv_cache(a, mc.max_position_embeddings, token_bytes, slot_bytes);
+  if (!plan.is_ok()) {
+    std::fprintf(stderr, "mxserve serve: %s\n", plan.status().message().c_str());
     return 1;
   }
-  const int64_t total =
-      a.max_total_tokens > 0
-          ? a.max_total_tokens
-          : std::max<int64_t>(ctx,
-                              std::min<int64_t>({ctx * c.scheduler.max_running_requests, 1 << 20,
-                                                 budget / std::max<int64_t>(token_bytes, 1)}));
+  c.context_length = plan->context;
   c.scheduler.num_blocks =
-      static_cast<int32_t>((total + c.scheduler.block_size - 1) / c.scheduler.block_size);
+      static_cast<int32_t>((plan->tokens + c.scheduler.block_size - 1) / c.scheduler.block_size);
   const int64_t kv_tokens = int64_t{c.scheduler.num_blocks} * c.scheduler.block_size;
   MX_LOG_INFO("KV cache: " + std::to_string(kv_tokens) + " tokens, " +
               std::to_string(kv_tokens * token_bytes >> 20) + " MiB (" +
@@ -86,15 +151,8 @@ int serve(ServeArgs& a) {
                          " slots of " + std::to_string(slot_bytes >> 10) + " KiB"
                    : std::string()));
   OpenAiServer server(*model, *tok, std::move(tmpl), stops, c);
-  g_server = &server;
-  std::signal(SIGINT, [](int) {
-    if (g_server) g_server->stop();
-  });
-  std::signal(SIGTERM, [](int) {
-    if (g_server) g_server->stop();
-  });
+  // SIGINT and SIGTERM begin the server's graceful shutdown (its own signal handling).
   const Status s = server.run();
-  g_server = nullptr;
   if (!s.is_ok()) {
     std::fprintf(stderr, "mxserve serve: %s\n", s.to_string().c_str());
     return 1;
@@ -110,22 +168,48 @@ void register_serve(CLI::App& app, int& exit_code) {
   add_model_flags(cmd, &a->m);
   ServerConfig& c = a->server;
   cmd->add_option("--host", c.host, "Address to bind (loopback by default)")->capture_default_str();
-  cmd->add_option("--port", c.port, "Port (0 picks a free one)")->capture_default_str();
+  cmd->add_option("--port", c.port, "Port (0 picks a free one)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
   cmd->add_option("--served-model-name", c.served_model_name,
                   "Model id in the API (default: directory name)");
   cmd->add_option("--api-key", c.api_key, "Require this bearer token");
+  // Bounds far above any real deployment, below where a count would overflow a product (blocks
+  // are int32, slots are allocated per running request).
   cmd->add_option("--max-running-requests", c.scheduler.max_running_requests,
                   "Requests decoded together")
+      ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
-  cmd->add_option("--max-total-tokens", a->max_total_tokens, "KV cache size in tokens");
+  cmd->add_option("--max-total-tokens", a->max_total_tokens, "KV cache size in tokens")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 34));
   cmd->add_option("--chunked-prefill-size", c.scheduler.chunked_prefill_size,
                   "Prefill tokens per step")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   cmd->add_option("--max-queued-requests", c.scheduler.max_waiting_requests,
                   "Waiting requests before 503")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--context-length", c.context_length, "Context length (default: the model's)");
+  cmd->add_option("--context-length", c.context_length, "Context length (default: the model's)")
+      ->check(CLI::Range(int64_t{1}, kMaxConfigSize));
   cmd->add_option("--max-body-bytes", c.max_body_bytes, "Largest request body (413 above)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 32))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", c.max_connections,
+                  "Open connections before new ones get 503")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--timeout-keep-alive", c.keep_alive_timeout_s,
+                  "Seconds an idle kept-alive connection stays open")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--shutdown-timeout", c.shutdown_timeout_s,
+                  "Seconds running requests get to finish after SIGINT/SIGTERM")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--log-stats-interval", c.stats_interval_s,
+                  "Seconds between throughput and queue lines in the log (0: none)")
+      ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   cmd->callback([a, &exit_code] { exit_code = serve(*a); });
 }

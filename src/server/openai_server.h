@@ -21,6 +21,10 @@ struct ServerConfig {
   std::string api_key;            // empty: no authentication
   int64_t context_length = 0;     // 0: the model's
   size_t max_body_bytes = 8u << 20;
+  int max_connections = 2048;        // more are answered 503
+  double keep_alive_timeout_s = 30;  // an idle kept-alive connection is closed after this
+  double shutdown_timeout_s = 30;    // running requests' time to finish after SIGTERM
+  double stats_interval_s = 10;      // throughput and queue lines in the log; 0: none
   SchedulerConfig scheduler;
 };
 
@@ -30,8 +34,11 @@ class OpenAiServer {
                std::optional<ChatTemplate> tmpl, std::vector<int32_t> stop_ids,
                const ServerConfig& config);
   ~OpenAiServer();
-  // Binds and serves until stop(); fails when the address cannot be bound.
+  // Binds and serves until a signal's graceful shutdown or stop(); fails when the address
+  // cannot be bound, naming it and the reason.
   Status run();
+  // The graceful shutdown that SIGINT and SIGTERM begin.
+  void shutdown();
   void stop();
   int bound_port() const { return bound_port_; }
 
