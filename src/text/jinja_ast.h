@@ -12,6 +12,11 @@ namespace mx::jinja {
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
+// Blocks nest at most this deep, and so do expressions (parentheses, operands, filter chains):
+// the parser, the evaluator and the trees' destructors all recurse, and a template nested
+// deeper would overflow the stack instead of failing.
+constexpr int kMaxNesting = 256;
+
 struct Expr {
   enum class Kind {
     kLiteral,
@@ -33,6 +38,7 @@ struct Expr {
   std::string name;           // name, attribute, filter, test or operator
   std::vector<ExprPtr> args;  // operands, call/filter arguments, list items
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
+  int depth = 1;         // this node and the deepest chain of operands under it
   bool negated = false;  // "is not"
   bool has_slice[3] = {false, false, false};
 };

@@ -1,4 +1,7 @@
+#include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cstdlib>
 
 #include "text/jinja_ast.h"
 
@@ -44,6 +47,29 @@ struct Tok {
   double f = 0;
 };
 
+// An integer or float literal at src[*p]; "x.0" after a dot is an integer index.
+Status lex_number(const std::string& src, size_t* p, std::vector<Tok>* out) {
+  size_t q = *p;
+  while (q < src.size() && std::isdigit(static_cast<unsigned char>(src[q]))) ++q;
+  const bool prev_dot = !out->empty() && out->back().type == Tok::kOp && out->back().text == ".";
+  if (!prev_dot && q + 1 < src.size() && src[q] == '.' &&
+      std::isdigit(static_cast<unsigned char>(src[q + 1]))) {
+    ++q;
+    while (q < src.size() && std::isdigit(static_cast<unsigned char>(src[q]))) ++q;
+    Tok t{Tok::kFloat, src.substr(*p, q - *p)};
+    t.f = std::strtod(t.text.c_str(), nullptr);  // overflow gives inf, as in JavaScript
+    out->push_back(t);
+  } else {
+    Tok t{Tok::kInt, src.substr(*p, q - *p)};
+    const auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), t.i);
+    if (ec != std::errc() || end != t.text.data() + t.text.size())
+      return invalid_argument("chat template: integer literal " + t.text + " is out of range");
+    out->push_back(t);
+  }
+  *p = q;
+  return Status::ok();
+}
+
 Result<std::vector<Tok>> lex_expr(const std::string& src) {
   std::vector<Tok> out;
   size_t p = 0;
@@ -58,22 +84,7 @@ Result<std::vector<Tok>> lex_expr(const std::string& src) {
       out.push_back({Tok::kName, src.substr(p, q - p)});
       p = q;
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
-      size_t q = p;
-      while (q < src.size() && std::isdigit(static_cast<unsigned char>(src[q]))) ++q;
-      const bool prev_dot = !out.empty() && out.back().type == Tok::kOp && out.back().text == ".";
-      if (!prev_dot && q + 1 < src.size() && src[q] == '.' &&
-          std::isdigit(static_cast<unsigned char>(src[q + 1]))) {
-        ++q;
-        while (q < src.size() && std::isdigit(static_cast<unsigned char>(src[q]))) ++q;
-        Tok t{Tok::kFloat, src.substr(p, q - p)};
-        t.f = std::stod(t.text);
-        out.push_back(t);
-      } else {
-        Tok t{Tok::kInt, src.substr(p, q - p)};
-        t.i = std::stoll(t.text);
-        out.push_back(t);
-      }
-      p = q;
+      MX_RETURN_IF_ERROR(lex_number(src, &p, &out));
     } else if (c == '\'' || c == '"') {
       std::string s;
       size_t q = p + 1;
@@ -131,6 +142,18 @@ Result<std::vector<Tok>> lex_expr(const std::string& src) {
   return out;
 }
 
+// Counts one level of recursion for as long as it lives.
+class Nest {
+ public:
+  explicit Nest(int* depth) : depth_(depth) { ++*depth_; }
+  ~Nest() { --*depth_; }
+  Nest(const Nest&) = delete;
+  Nest& operator=(const Nest&) = delete;
+
+ private:
+  int* depth_;
+};
+
 class ExprParser {
  public:
   explicit ExprParser(std::vector<Tok> toks) : t_(std::move(toks)) {}
@@ -160,6 +183,8 @@ class ExprParser {
     return t_[p_++].text;
   }
   Result<ExprPtr> ternary() {
+    Nest nest(&nest_);
+    if (nest_ > kMaxNesting) return too_deep();
     MX_ASSIGN_OR_RETURN(ExprPtr a, or_expr());
     // "a if cond else b"; a bare "x if cond" (no else) yields undefined otherwise.
     if (t_[p_].type == Tok::kName && t_[p_].text == "if" && !no_ternary_) {
@@ -171,7 +196,7 @@ class ExprParser {
       } else {
         b = literal(Value::undefined());
       }
-      return node(Expr::Kind::kTernary, "", std::move(cond), std::move(a), std::move(b));
+      return checked(node(Expr::Kind::kTernary, "", std::move(cond), std::move(a), std::move(b)));
     }
     return a;
   }
@@ -179,7 +204,7 @@ class ExprParser {
     MX_ASSIGN_OR_RETURN(ExprPtr a, and_expr());
     while (accept_name("or")) {
       MX_ASSIGN_OR_RETURN(ExprPtr b, and_expr());
-      a = node(Expr::Kind::kBinary, "or", std::move(a), std::move(b));
+      MX_ASSIGN_OR_RETURN(a, checked(node(Expr::Kind::kBinary, "or", std::move(a), std::move(b))));
     }
     return a;
   }
@@ -187,14 +212,16 @@ class ExprParser {
     MX_ASSIGN_OR_RETURN(ExprPtr a, not_expr());
     while (accept_name("and")) {
       MX_ASSIGN_OR_RETURN(ExprPtr b, not_expr());
-      a = node(Expr::Kind::kBinary, "and", std::move(a), std::move(b));
+      MX_ASSIGN_OR_RETURN(a, checked(node(Expr::Kind::kBinary, "and", std::move(a), std::move(b))));
     }
     return a;
   }
   Result<ExprPtr> not_expr() {
     if (accept_name("not")) {
+      Nest nest(&nest_);
+      if (nest_ > kMaxNesting) return too_deep();
       MX_ASSIGN_OR_RETURN(ExprPtr a, not_expr());
-      return node(Expr::Kind::kUnary, "not", std::move(a));
+      return checked(node(Expr::Kind::kUnary, "not", std::move(a)));
     }
     return compare();
   }
@@ -206,7 +233,8 @@ class ExprParser {
       for (const char* op : kCmp) {
         if (accept_op(op)) {
           MX_ASSIGN_OR_RETURN(ExprPtr b, concat());
-          a = node(Expr::Kind::kBinary, op, std::move(a), std::move(b));
+          MX_ASSIGN_OR_RETURN(a,
+                              checked(node(Expr::Kind::kBinary, op, std::move(a), std::move(b))));
           done = false;
           break;
         }
@@ -214,11 +242,13 @@ class ExprParser {
       if (!done) continue;
       if (accept_name("in")) {
         MX_ASSIGN_OR_RETURN(ExprPtr b, concat());
-        a = node(Expr::Kind::kBinary, "in", std::move(a), std::move(b));
+        MX_ASSIGN_OR_RETURN(a,
+                            checked(node(Expr::Kind::kBinary, "in", std::move(a), std::move(b))));
       } else if (t_[p_].type == Tok::kName && t_[p_].text == "not" && t_[p_ + 1].text == "in") {
         p_ += 2;
         MX_ASSIGN_OR_RETURN(ExprPtr b, concat());
-        a = node(Expr::Kind::kBinary, "not in", std::move(a), std::move(b));
+        MX_ASSIGN_OR_RETURN(
+            a, checked(node(Expr::Kind::kBinary, "not in", std::move(a), std::move(b))));
       } else if (accept_name("is")) {
         const bool neg = accept_name("not");
         std::string test;
@@ -237,7 +267,7 @@ class ExprParser {
           MX_ASSIGN_OR_RETURN(ExprPtr arg, primary());
           e->args.push_back(std::move(arg));
         }
-        a = std::move(e);
+        MX_ASSIGN_OR_RETURN(a, checked(std::move(e)));
       } else {
         return a;
       }
@@ -247,7 +277,7 @@ class ExprParser {
     MX_ASSIGN_OR_RETURN(ExprPtr a, additive());
     while (accept_op("~")) {
       MX_ASSIGN_OR_RETURN(ExprPtr b, additive());
-      a = node(Expr::Kind::kBinary, "~", std::move(a), std::move(b));
+      MX_ASSIGN_OR_RETURN(a, checked(node(Expr::Kind::kBinary, "~", std::move(a), std::move(b))));
     }
     return a;
   }
@@ -257,7 +287,7 @@ class ExprParser {
       const char* op = accept_op("+") ? "+" : accept_op("-") ? "-" : nullptr;
       if (op == nullptr) return a;
       MX_ASSIGN_OR_RETURN(ExprPtr b, multiplicative());
-      a = node(Expr::Kind::kBinary, op, std::move(a), std::move(b));
+      MX_ASSIGN_OR_RETURN(a, checked(node(Expr::Kind::kBinary, op, std::move(a), std::move(b))));
     }
   }
   Result<ExprPtr> multiplicative() {
@@ -270,22 +300,27 @@ class ExprParser {
                                          : nullptr;
       if (op == nullptr) return a;
       MX_ASSIGN_OR_RETURN(ExprPtr b, unary());
-      a = node(Expr::Kind::kBinary, op, std::move(a), std::move(b));
+      MX_ASSIGN_OR_RETURN(a, checked(node(Expr::Kind::kBinary, op, std::move(a), std::move(b))));
     }
   }
   Result<ExprPtr> unary() {
-    if (accept_op("-")) {
+    const bool minus = accept_op("-");
+    if (minus || accept_op("+")) {
+      Nest nest(&nest_);
+      if (nest_ > kMaxNesting) return too_deep();
       MX_ASSIGN_OR_RETURN(ExprPtr a, unary());
-      return node(Expr::Kind::kUnary, "-", std::move(a));
+      if (!minus) return a;
+      return checked(node(Expr::Kind::kUnary, "-", std::move(a)));
     }
-    if (accept_op("+")) return unary();
     return power();
   }
   Result<ExprPtr> power() {
     MX_ASSIGN_OR_RETURN(ExprPtr a, filtered());
     if (accept_op("**")) {
+      Nest nest(&nest_);
+      if (nest_ > kMaxNesting) return too_deep();
       MX_ASSIGN_OR_RETURN(ExprPtr b, unary());
-      return node(Expr::Kind::kBinary, "**", std::move(a), std::move(b));
+      return checked(node(Expr::Kind::kBinary, "**", std::move(a), std::move(b)));
     }
     return a;
   }
@@ -295,7 +330,7 @@ class ExprParser {
       MX_ASSIGN_OR_RETURN(std::string f, name());
       auto e = node(Expr::Kind::kFilter, f, std::move(a));
       if (accept_op("(")) MX_RETURN_IF_ERROR(call_args(e.get()));
-      a = std::move(e);
+      MX_ASSIGN_OR_RETURN(a, checked(std::move(e)));
     }
     return a;
   }
@@ -304,11 +339,12 @@ class ExprParser {
     for (;;) {
       if (accept_op(".")) {
         if (t_[p_].type == Tok::kInt) {  // x.0 as in Jinja
-          a = node(Expr::Kind::kItem, "", std::move(a), literal(Value::integer(t_[p_++].i)));
+          MX_ASSIGN_OR_RETURN(a, checked(node(Expr::Kind::kItem, "", std::move(a),
+                                              literal(Value::integer(t_[p_++].i)))));
           continue;
         }
         MX_ASSIGN_OR_RETURN(std::string n, name());
-        a = node(Expr::Kind::kAttr, n, std::move(a));
+        MX_ASSIGN_OR_RETURN(a, checked(node(Expr::Kind::kAttr, n, std::move(a))));
       } else if (accept_op("[")) {
         ExprPtr parts[3];
         bool has[3] = {false, false, false};
@@ -327,19 +363,20 @@ class ExprParser {
         if (!accept_op("]")) return error("expected ']'");
         if (!slice) {
           if (!has[0]) return error("empty subscript");
-          a = node(Expr::Kind::kItem, "", std::move(a), std::move(parts[0]));
+          MX_ASSIGN_OR_RETURN(
+              a, checked(node(Expr::Kind::kItem, "", std::move(a), std::move(parts[0]))));
         } else {
           auto e = node(Expr::Kind::kSlice, "", std::move(a));
           for (int k = 0; k < 3; ++k) {
             e->has_slice[k] = has[k];
             e->args.push_back(has[k] ? std::move(parts[k]) : literal(Value::null()));
           }
-          a = std::move(e);
+          MX_ASSIGN_OR_RETURN(a, checked(std::move(e)));
         }
       } else if (accept_op("(")) {
         auto e = node(Expr::Kind::kCall, "", std::move(a));
         MX_RETURN_IF_ERROR(call_args(e.get()));
-        a = std::move(e);
+        MX_ASSIGN_OR_RETURN(a, checked(std::move(e)));
       } else {
         return a;
       }
@@ -379,7 +416,7 @@ class ExprParser {
               l->args.push_back(std::move(x));
               if (!accept_op(",") && t_[p_].text != ")") return error("expected ',' or ')'");
             }
-            return l;
+            return checked(std::move(l));
           }
           if (!accept_op(")")) return error("expected ')'");
           return e;
@@ -392,7 +429,7 @@ class ExprParser {
             l->args.push_back(std::move(x));
             if (!accept_op(",") && t_[p_].text != "]") return error("expected ',' or ']'");
           }
-          return l;
+          return checked(std::move(l));
         }
         if (accept_op("{")) {
           auto d = std::make_unique<Expr>();
@@ -405,7 +442,7 @@ class ExprParser {
             d->args.push_back(std::move(v));
             if (!accept_op(",") && t_[p_].text != "}") return error("expected ',' or '}'");
           }
-          return d;
+          return checked(std::move(d));
         }
         break;
       case Tok::kEnd:
@@ -437,6 +474,18 @@ class ExprParser {
     e->literal = std::move(v);
     return e;
   }
+  // Left-leaning chains ("a + b + c ...", "x.y.z ...", "s | trim | trim ...") deepen the tree
+  // without deepening the parser's recursion, so depth is also counted on the nodes.
+  Result<ExprPtr> checked(ExprPtr e) const {
+    for (const ExprPtr& a : e->args) e->depth = std::max(e->depth, a->depth + 1);
+    for (const auto& [k, v] : e->kwargs) e->depth = std::max(e->depth, v->depth + 1);
+    if (e->depth > kMaxNesting) return too_deep();
+    return e;
+  }
+  Status too_deep() const {
+    return error("expression nesting depth limit: more than " + std::to_string(kMaxNesting) +
+                 " levels");
+  }
   static ExprPtr node(Expr::Kind k, std::string name, ExprPtr a, ExprPtr b = nullptr,
                       ExprPtr c = nullptr) {
     auto e = std::make_unique<Expr>();
@@ -452,6 +501,9 @@ class ExprParser {
   std::vector<Tok> t_;
   size_t p_ = 0;
   bool no_ternary_ = false;
+  // Recursion levels: one per parenthesis, bracket, call, "else", "not", sign or "**" that
+  // encloses the current token.
+  int nest_ = 0;
 };
 
 struct Segment {
@@ -563,6 +615,8 @@ class StmtParser {
 
  private:
   Status parse_if(ExprParser& ep, Body* out) {
+    Nest nest(&nest_);
+    if (nest_ > kMaxNesting) return too_deep();
     auto st = std::make_unique<Stmt>();
     st->kind = Stmt::Kind::kIf;
     MX_ASSIGN_OR_RETURN(ExprPtr cond, ep.parse_all());
@@ -586,6 +640,8 @@ class StmtParser {
     return Status::ok();
   }
   Status parse_for(ExprParser& ep, Body* out) {
+    Nest nest(&nest_);
+    if (nest_ > kMaxNesting) return too_deep();
     auto st = std::make_unique<Stmt>();
     st->kind = Stmt::Kind::kFor;
     do {
@@ -627,8 +683,14 @@ class StmtParser {
     return Status::ok();
   }
 
+  static Status too_deep() {
+    return invalid_argument("chat template: block nesting depth limit: more than " +
+                            std::to_string(kMaxNesting) + " levels of if/for");
+  }
+
   std::vector<Segment> segs_;
   size_t i_ = 0;
+  int nest_ = 0;
 };
 
 }  // namespace

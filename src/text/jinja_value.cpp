@@ -1,5 +1,6 @@
 #include "text/jinja_value.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -34,21 +35,34 @@ Value Value::string(std::string x) {
   v.s = std::move(x);
   return v;
 }
+namespace {
+void add_child(const Value& child, Value* parent) {
+  parent->holds_namespace |= child.holds_namespace;
+  const int32_t d = child.kind == Value::Kind::kNamespace ? 1 : child.depth;
+  parent->depth = std::max(parent->depth, d + 1);
+}
+}  // namespace
+
 Value Value::array(Array x) {
   Value v;
   v.kind = Kind::kArray;
+  v.depth = 1;
+  for (const Value& e : x) add_child(e, &v);
   v.a = std::make_shared<Array>(std::move(x));
   return v;
 }
 Value Value::object(Object x) {
   Value v;
   v.kind = Kind::kObject;
+  v.depth = 1;
+  for (const auto& [k, e] : x) add_child(e, &v);
   v.o = std::make_shared<Object>(std::move(x));
   return v;
 }
 Value Value::namespace_(Object x) {
   Value v = object(std::move(x));
   v.kind = Kind::kNamespace;
+  v.holds_namespace = true;
   return v;
 }
 Value Value::function(Function fn) {
@@ -134,14 +148,24 @@ Value Value::get(const std::string& key) const {
   return undefined();
 }
 
-void Value::set(const std::string& key, Value v) {
+Status Value::set(const std::string& key, Value v) {
+  if (v.holds_namespace) {
+    return invalid_argument("chat template: a namespace cannot hold a namespace (attribute '" +
+                            key + "')");
+  }
+  if (v.depth + 1 > kMaxValueDepth) {
+    return invalid_argument("chat template: value depth limit: '" + key +
+                            "' would nest deeper than " + std::to_string(kMaxValueDepth) +
+                            " levels");
+  }
   for (auto& [k, old] : *o) {
     if (k == key) {
       old = std::move(v);
-      return;
+      return Status::ok();
     }
   }
   o->emplace_back(key, std::move(v));
+  return Status::ok();
 }
 
 bool values_equal(const Value& a, const Value& b) {
@@ -167,97 +191,150 @@ bool values_equal(const Value& a, const Value& b) {
 }
 
 namespace {
+// Bytes append_json_string writes for `s`.
+size_t json_string_size(const std::string& s) {
+  size_t n = 2;
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t')
+      n += 2;
+    else
+      n += c < 0x20 ? 6 : 1;
+  }
+  return n;
+}
+
 // JSON.stringify of a string: quotes, backslash and control characters escaped, the rest
 // (non-ASCII included) verbatim.
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
+void append_json_string(const std::string& s, std::string* out) {
+  *out += '"';
   for (char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
       case '"':
-        out += "\\\"";
+        *out += "\\\"";
         break;
       case '\\':
-        out += "\\\\";
+        *out += "\\\\";
         break;
       case '\b':
-        out += "\\b";
+        *out += "\\b";
         break;
       case '\f':
-        out += "\\f";
+        *out += "\\f";
         break;
       case '\n':
-        out += "\\n";
+        *out += "\\n";
         break;
       case '\r':
-        out += "\\r";
+        *out += "\\r";
         break;
       case '\t':
-        out += "\\t";
+        *out += "\\t";
         break;
       default:
         if (c < 0x20) {
           char buf[8];
           std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
+          *out += buf;
         } else {
-          out += ch;
+          *out += ch;
         }
     }
   }
-  return out + "\"";
+  *out += '"';
 }
+
+// One writer for both layouts; `out` grows in place, as building each child's text and then
+// copying it up would cost the depth times the size. The budget is checked before anything
+// that can be large (strings, padding), so a huge indent fails without being allocated.
+class JsonWriter {
+ public:
+  JsonWriter(const JsonOptions& opt, std::string* out) : opt_(opt), out_(out) {}
+
+  bool write(const Value& v, int depth) {
+    switch (v.kind) {
+      case Value::Kind::kUndefined:
+      case Value::Kind::kNull:
+      case Value::Kind::kFunction:
+        return put("null");
+      case Value::Kind::kBool:
+        return put(v.b ? "true" : "false");
+      case Value::Kind::kInt:
+        return put(std::to_string(v.i));
+      case Value::Kind::kFloat:
+        return put(js_number(v.f));
+      case Value::Kind::kString:
+        if (!fits(json_string_size(v.s))) return false;
+        append_json_string(v.s, out_);
+        return true;
+      case Value::Kind::kArray: {
+        if (!put("[")) return false;
+        for (size_t i = 0; i < v.a->size(); ++i) {
+          if (!separate(i == 0, depth + 1) || !write((*v.a)[i], depth + 1)) return false;
+        }
+        if (!v.a->empty() && !newline(depth)) return false;
+        return put("]");
+      }
+      case Value::Kind::kObject:
+      case Value::Kind::kNamespace: {
+        if (!put("{")) return false;
+        bool first = true;
+        for (const auto& [k, x] : *v.o) {
+          if (!separate(first, depth + 1) || !fits(json_string_size(k) + 2)) return false;
+          first = false;
+          append_json_string(k, out_);
+          *out_ += ": ";
+          if (!write(x, depth + 1)) return false;
+        }
+        if (!v.o->empty() && !newline(depth)) return false;
+        return put("}");
+      }
+    }
+    return put("null");
+  }
+
+ private:
+  bool indented() const { return opt_.indent > 0; }
+  bool fits(size_t more) const {
+    return out_->size() <= opt_.max_bytes && more <= opt_.max_bytes - out_->size();
+  }
+  bool put(const std::string& s) {
+    if (!fits(s.size())) return false;
+    *out_ += s;
+    return true;
+  }
+  bool newline(int depth) {
+    if (!indented()) return true;
+    const size_t pad = static_cast<size_t>(opt_.indent);
+    if (!fits(1 + pad * static_cast<size_t>(depth))) return false;
+    *out_ += '\n';
+    out_->append(pad * static_cast<size_t>(depth), ' ');
+    return true;
+  }
+  bool separate(bool first, int depth) {
+    if (!first && !put(indented() ? "," : ", ")) return false;
+    return newline(depth);
+  }
+
+  const JsonOptions& opt_;
+  std::string* out_;
+};
+
 }  // namespace
 
-std::string to_json(const Value& v, const JsonOptions& opt, int depth) {
-  const bool ind = opt.indent > 0;
-  const std::string item_sep = ind ? "," : ", ";
-  const std::string pad(ind ? static_cast<size_t>(opt.indent) : 0, ' ');
-  std::string base = "\n", child;
-  for (int d = 0; d < depth; ++d) base += pad;
-  child = base + pad;
-  switch (v.kind) {
-    case Value::Kind::kUndefined:
-    case Value::Kind::kNull:
-      return "null";
-    case Value::Kind::kBool:
-      return v.b ? "true" : "false";
-    case Value::Kind::kInt:
-      return std::to_string(v.i);
-    case Value::Kind::kFloat:
-      return js_number(v.f);
-    case Value::Kind::kString:
-      return json_string(v.s);
-    case Value::Kind::kArray: {
-      std::string out = "[";
-      for (size_t i = 0; i < v.a->size(); ++i) {
-        if (i) out += item_sep;
-        if (ind) out += child;
-        out += to_json((*v.a)[i], opt, depth + 1);
-      }
-      if (ind && !v.a->empty()) out += base;
-      return out + "]";
-    }
-    case Value::Kind::kObject:
-    case Value::Kind::kNamespace: {
-      std::string out = "{";
-      bool first = true;
-      for (const auto& [k, x] : *v.o) {
-        if (!first) out += item_sep;
-        first = false;
-        if (ind) out += child;
-        out += json_string(k) + ": " + to_json(x, opt, depth + 1);
-      }
-      if (ind && !v.o->empty()) out += base;
-      return out + "}";
-    }
-    case Value::Kind::kFunction:
-      return "null";
-  }
-  return "null";
+bool append_json(const Value& v, const JsonOptions& opt, std::string* out) {
+  return JsonWriter(opt, out).write(v, 0);
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+std::string to_json(const Value& v, const JsonOptions& opt) {
+  std::string out;
+  append_json(v, opt, &out);
+  return out;
+}
+
+namespace {
+Value scalar_from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return Value::null();
@@ -275,20 +352,41 @@ Value from_json(const nlohmann::ordered_json& j) {
     }
     case nlohmann::ordered_json::value_t::string:
       return Value::string(j.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
-      Array a;
-      for (const auto& e : j) a.push_back(from_json(e));
-      return Value::array(std::move(a));
-    }
-    case nlohmann::ordered_json::value_t::object: {
-      Object o;
-      for (auto it = j.begin(); it != j.end(); ++it)
-        o.emplace_back(it.key(), from_json(it.value()));
-      return Value::object(std::move(o));
-    }
     default:
       return Value::undefined();
   }
 }
+
+Result<Value> from_json_at(const nlohmann::ordered_json& j, int depth) {
+  if ((j.is_array() || j.is_object()) && depth >= kMaxValueDepth) {
+    return invalid_argument("chat template: value depth limit: the input nests deeper than " +
+                            std::to_string(kMaxValueDepth) + " levels");
+  }
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::array: {
+      Array a;
+      a.reserve(j.size());
+      for (const auto& e : j) {
+        MX_ASSIGN_OR_RETURN(Value v, from_json_at(e, depth + 1));
+        a.push_back(std::move(v));
+      }
+      return Value::array(std::move(a));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Object o;
+      o.reserve(j.size());
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        MX_ASSIGN_OR_RETURN(Value v, from_json_at(it.value(), depth + 1));
+        o.emplace_back(it.key(), std::move(v));
+      }
+      return Value::object(std::move(o));
+    }
+    default:
+      return scalar_from_json(j);
+  }
+}
+}  // namespace
+
+Result<Value> from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
 
 }  // namespace mx::jinja

@@ -1,6 +1,8 @@
 // Values of the Jinja subset that chat templates use. Arrays, objects and namespaces have
 // reference semantics as in Python; objects keep insertion order (tojson prints keys in the
-// order the request gave them).
+// order the request gave them). Arrays and objects never change once built (a for loop's
+// `loop` aside, whose members come from the list it walks); namespaces do, and never hold a
+// namespace, so values cannot form cycles and their depth stays known.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -22,6 +24,10 @@ using Object = std::vector<std::pair<std::string, Value>>;
 using Kwargs = std::vector<std::pair<std::string, Value>>;
 using Function = std::function<Result<Value>(std::vector<Value>& args, Kwargs& kwargs)>;
 
+// Values nest at most this deep (request JSON included), so printing, comparing and freeing
+// them, all recursive, stay within a thread's stack.
+constexpr int kMaxValueDepth = 256;
+
 struct Value {
   enum class Kind {
     kUndefined,
@@ -37,6 +43,11 @@ struct Value {
   };
   Kind kind = Kind::kUndefined;
   bool b = false;
+  // Set by the container factories. A namespace counts as depth 1 wherever it sits: its own
+  // content is held under kMaxValueDepth when assigned, so a container holding namespaces is at
+  // most that much deeper than `depth` says.
+  bool holds_namespace = false;  // is or contains a namespace
+  int32_t depth = 0;             // containers nested inside this one; 0 for scalars
   int64_t i = 0;
   double f = 0;
   std::string s;
@@ -68,16 +79,22 @@ struct Value {
   std::string to_string() const;
   // Member lookup for objects and namespaces; undefined when absent.
   Value get(const std::string& key) const;
-  void set(const std::string& key, Value v);
+  // Fails when `v` would break the invariants above (a namespace inside a namespace, or a
+  // value too deep).
+  Status set(const std::string& key, Value v);
 };
 
 bool values_equal(const Value& a, const Value& b);
 
 struct JsonOptions {
   int indent = -1;  // < 0: one line with ", " and ": "
+  size_t max_bytes = SIZE_MAX;
 };
-std::string to_json(const Value& v, const JsonOptions& opt = {}, int depth = 0);
+std::string to_json(const Value& v, const JsonOptions& opt = {});
+// Appends to `out`; false once `out` would pass opt.max_bytes (what was written stays).
+bool append_json(const Value& v, const JsonOptions& opt, std::string* out);
 
-Value from_json(const nlohmann::ordered_json& j);
+// Fails on JSON nested deeper than kMaxValueDepth.
+Result<Value> from_json(const nlohmann::ordered_json& j);
 
 }  // namespace mx::jinja

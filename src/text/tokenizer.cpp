@@ -6,7 +6,9 @@
 #include <unicode/unistr.h>
 
 #include <filesystem>
+#include <functional>
 #include <mutex>
+#include <queue>
 #include <unordered_map>
 
 #include "core/json_util.h"
@@ -148,49 +150,113 @@ struct Tokenizer::Impl {
   std::vector<AddedToken> added;  // longest first
   pcre2_code* regex = nullptr;
   bool nfc = false;
+  // Piece -> ids. Only short pieces are cached (HF keeps words up to 256 bytes in its cache
+  // too): long ones are rare, cost little next to their own BPE, and would let one request
+  // fill the cache. The byte budget bounds memory whatever the traffic.
+  static constexpr size_t kCacheMaxPieceBytes = 256;
+  static constexpr size_t kCacheMaxBytes = 64u << 20;
+  static constexpr size_t kCacheEntryOverhead = 96;  // node, key and vector headers
+  static constexpr size_t kMaxMergeBytes = size_t{1} << 30;
   mutable std::mutex cache_mu;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
+  mutable size_t cache_bytes = 0;
 
   ~Impl() {
     if (regex != nullptr) pcre2_code_free(regex);
   }
 
   void bpe(std::string_view piece, std::vector<int32_t>* out) const;
+  void bpe_merge(std::string_view piece, std::vector<int32_t>* out) const;
   void encode_segment(std::string_view text, std::vector<int32_t>* out) const;
 };
 
 void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>* out) const {
-  {
+  const bool cacheable = piece.size() <= kCacheMaxPieceBytes;
+  if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mu);
     if (auto it = cache.find(std::string(piece)); it != cache.end()) {
       out->insert(out->end(), it->second.begin(), it->second.end());
       return;
     }
   }
-  std::vector<int32_t> sym;
-  sym.reserve(piece.size());
-  for (char c : piece) sym.push_back(byte_id[static_cast<unsigned char>(c)]);
-  // Repeatedly merge the adjacent pair of lowest rank (leftmost on ties). Pieces are short,
-  // so a linear scan per merge is cheaper than a heap.
-  while (sym.size() > 1) {
-    int32_t best_rank = INT32_MAX, best_id = -1;
-    size_t best_pos = 0;
-    for (size_t i = 0; i + 1 < sym.size(); ++i) {
-      auto it = merges.find(pair_key(sym[i], sym[i + 1]));
-      if (it != merges.end() && it->second.first < best_rank) {
-        best_rank = it->second.first;
-        best_id = it->second.second;
-        best_pos = i;
-      }
-    }
-    if (best_id < 0) break;
-    sym[best_pos] = best_id;
-    sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(best_pos) + 1);
+  const size_t first = out->size();
+  // Symbol indices are 32-bit. No request comes near this (the body limit is megabytes), so
+  // only a caller handing over a gigabyte-long word sees it split, at a UTF-8 boundary.
+  while (piece.size() > kMaxMergeBytes) {
+    size_t cut = kMaxMergeBytes;
+    while (cut > 0 && (static_cast<unsigned char>(piece[cut]) & 0xC0) == 0x80) --cut;
+    bpe_merge(piece.substr(0, cut), out);
+    piece.remove_prefix(cut);
   }
-  out->insert(out->end(), sym.begin(), sym.end());
+  bpe_merge(piece, out);
+  if (!cacheable) return;
+  std::vector<int32_t> ids(out->begin() + static_cast<std::ptrdiff_t>(first), out->end());
+  const size_t cost = piece.size() + ids.size() * sizeof(int32_t) + kCacheEntryOverhead;
   std::lock_guard<std::mutex> lock(cache_mu);
-  if (cache.size() > 200000) cache.clear();
-  cache.emplace(std::string(piece), std::move(sym));
+  if (cache_bytes + cost > kCacheMaxBytes) {
+    cache.clear();
+    cache_bytes = 0;
+  }
+  if (cache.emplace(std::string(piece), std::move(ids)).second) cache_bytes += cost;
+}
+
+// The adjacent pair of lowest rank merges first, the leftmost among equal ranks, until no pair
+// has a merge: what HF's BPE does. Symbols form a linked list indexed by their first byte, so
+// indices keep the left-to-right order, and a min-heap holds one candidate per adjacent pair,
+// keyed (rank, left index) in one integer. A merge changes at most two neighbouring pairs;
+// their old candidates stay in the heap and are skipped when popped, as a candidate only stands
+// while its left symbol is alive and still merges with its right neighbour by the same rule
+// (a rank names one rule). O(n log n) for a piece of n bytes where a rescan per merge was
+// O(n^2): one long word in a request could hold a core for minutes.
+void Tokenizer::Impl::bpe_merge(std::string_view piece, std::vector<int32_t>* out) const {
+  struct Symbol {
+    int32_t id, prev, next;  // prev and next are -1 at the ends; prev is kDead once merged away
+  };
+  constexpr int32_t kDead = -2;
+  const auto n = static_cast<int32_t>(piece.size());
+  std::vector<Symbol> sym(piece.size());
+  for (int32_t i = 0; i < n; ++i) {
+    sym[static_cast<size_t>(i)] = {
+        byte_id[static_cast<unsigned char>(piece[static_cast<size_t>(i)])], i - 1,
+        i + 1 < n ? i + 1 : -1};
+  }
+  auto merge_of = [&](int32_t left) -> const std::pair<int32_t, int32_t>* {
+    const Symbol& l = sym[static_cast<size_t>(left)];
+    if (l.next < 0) return nullptr;
+    auto it = merges.find(pair_key(l.id, sym[static_cast<size_t>(l.next)].id));
+    return it == merges.end() ? nullptr : &it->second;
+  };
+  auto key = [](int32_t rank, int32_t pos) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(rank)) << 32) | static_cast<uint32_t>(pos);
+  };
+  std::vector<uint64_t> initial;
+  initial.reserve(piece.size());
+  for (int32_t i = 0; i + 1 < n; ++i) {
+    if (const auto* m = merge_of(i)) initial.push_back(key(m->first, i));
+  }
+  std::priority_queue<uint64_t, std::vector<uint64_t>, std::greater<>> heap(std::greater<>(),
+                                                                            std::move(initial));
+  auto push = [&](int32_t left) {
+    if (const auto* m = merge_of(left)) heap.push(key(m->first, left));
+  };
+  while (!heap.empty()) {
+    const auto rank = static_cast<int32_t>(heap.top() >> 32);
+    const auto pos = static_cast<int32_t>(heap.top() & 0xFFFFFFFFu);
+    heap.pop();
+    Symbol& l = sym[static_cast<size_t>(pos)];
+    if (l.prev == kDead) continue;
+    const auto* m = merge_of(pos);
+    if (m == nullptr || m->first != rank) continue;  // stale
+    Symbol& r = sym[static_cast<size_t>(l.next)];
+    l.id = m->second;
+    l.next = r.next;
+    r.prev = kDead;
+    if (l.next >= 0) sym[static_cast<size_t>(l.next)].prev = pos;
+    if (l.prev >= 0) push(l.prev);
+    push(pos);
+  }
+  for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = sym[static_cast<size_t>(i)].next)
+    out->push_back(sym[static_cast<size_t>(i)].id);
 }
 
 void Tokenizer::Impl::encode_segment(std::string_view text, std::vector<int32_t>* out) const {
@@ -250,8 +316,10 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& path
   return from_json(text, file);
 }
 
+// A function-try-block: a field of the wrong type that nlohmann's accessors throw on (value()
+// on a number, say) becomes an error naming the file, never an exception out of this layer.
 Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(const std::string& json_text,
-                                                              const std::string& label) {
+                                                              const std::string& label) try {
   MX_ASSIGN_OR_RETURN(Json j, parse_json(json_text, label));
   if (!j.is_object()) return invalid_argument(label + ": not a JSON object");
   auto impl = std::make_unique<Impl>();
@@ -293,6 +361,11 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(const std::string&
       if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
           !a.contains("content") || !a["content"].is_string()) {
         return invalid_argument(label + ": an added_tokens entry lacks id or content");
+      }
+      // The same bound as vocab ids: the id sizes the id tables.
+      if (a["id"].get<int64_t>() < 0 || a["id"].get<int64_t>() > (1 << 24)) {
+        return invalid_argument(label + ": added token id " + a["id"].dump() +
+                                " is outside [0, 2^24]");
       }
       added.push_back(
           {a["content"].get<std::string>(), a["id"].get<int32_t>(), a.value("special", false)});
@@ -414,30 +487,40 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(const std::string&
     }
   }
   return std::shared_ptr<const Tokenizer>(new Tokenizer(std::move(impl)));
+} catch (const Json::exception& e) {
+  return invalid_argument(label + ": a field has the wrong type: " + e.what());
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view input) const {
   const std::string text = repair_utf8(input);
   std::vector<int32_t> out;
-  std::string_view rest = text;
   // Added tokens are matched on the raw text first: the earliest occurrence, longest on ties.
-  while (!rest.empty()) {
+  // Each token's next occurrence is remembered and searched again only once the cursor has
+  // passed it, so a prompt full of special tokens is scanned about once per added token rather
+  // than once per occurrence.
+  const std::vector<AddedToken>& added = impl_->added;
+  const std::string_view all = text;
+  std::vector<size_t> next(added.size());
+  for (size_t k = 0; k < added.size(); ++k) next[k] = all.find(added[k].content);
+  size_t cursor = 0;
+  while (cursor < all.size()) {
     size_t best = std::string_view::npos;
     const AddedToken* hit = nullptr;
-    for (const AddedToken& a : impl_->added) {
-      const size_t p = rest.find(a.content);
-      if (p < best) {
-        best = p;
-        hit = &a;
+    for (size_t k = 0; k < added.size(); ++k) {
+      if (next[k] != std::string_view::npos && next[k] < cursor)
+        next[k] = all.find(added[k].content, cursor);
+      if (next[k] < best) {
+        best = next[k];
+        hit = &added[k];
       }
     }
     if (hit == nullptr) {
-      impl_->encode_segment(rest, &out);
+      impl_->encode_segment(all.substr(cursor), &out);
       break;
     }
-    impl_->encode_segment(rest.substr(0, best), &out);
+    impl_->encode_segment(all.substr(cursor, best - cursor), &out);
     out.push_back(hit->id);
-    rest = rest.substr(best + hit->content.size());
+    cursor = best + hit->content.size();
   }
   return out;
 }
@@ -469,6 +552,12 @@ std::optional<int32_t> Tokenizer::token_id(std::string_view token_text) const {
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_to_bytes.size()); }
+size_t Tokenizer::max_token_bytes() const {
+  size_t n = 1;
+  for (const std::string& b : impl_->id_to_bytes) n = std::max(n, b.size());
+  for (const AddedToken& a : impl_->added) n = std::max(n, a.content.size());
+  return n;
+}
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
 
 std::string IncrementalDecoder::push(int32_t id) {

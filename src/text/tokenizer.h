@@ -37,6 +37,9 @@ class Tokenizer {
   bool is_special(int32_t id) const;
   std::optional<int32_t> token_id(std::string_view token_text) const;
   int32_t vocab_size() const;  // one past the highest id
+  // The most bytes one token stands for, added tokens included: text longer than
+  // 3 * max_token_bytes() * n (3 for what normalization can merge) is more than n tokens.
+  size_t max_token_bytes() const;
   const std::vector<AddedToken>& added_tokens() const;
 
   struct Impl;
