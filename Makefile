@@ -2,14 +2,18 @@
 MODEL ?= models/tiny-qwen3-moe
 JOBS ?= $(shell nproc)
 
-.PHONY: run test deps build build-asan test-release test-asan bench format clean
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= safetensors model_config quant_description tokenizer chat_template openai_request gguf
+
+.PHONY: run test deps build build-asan build-fuzz test-release test-asan test-fuzz fuzz bench format clean
 
 run: deps build
 	./build/mxserve run -m $(MODEL) -p "It is a truth universally acknowledged, that" --seed 0 -n 64
 
-test: deps build build-asan
+test: deps build build-asan build-fuzz
 	ctest --preset release
 	ctest --preset asan
+	ctest --preset fuzz
 
 deps:
 	@bash scripts/install-deps.sh
@@ -22,11 +26,27 @@ build-asan:
 	@test -f build-asan/build.ninja || cmake --preset asan
 	cmake --build build-asan -j $(JOBS)
 
+# libFuzzer targets (clang, ASan + UBSan): only the parsers' libraries and fuzz/.
+build-fuzz:
+	@test -f build-fuzz/build.ninja || cmake --preset fuzz
+	cmake --build build-fuzz -j $(JOBS)
+
 test-release: deps build
 	ctest --preset release
 
 test-asan: deps build-asan
 	ctest --preset asan
+
+# Replays each corpus and fuzzes briefly (what `make test` runs).
+test-fuzz: deps build-fuzz
+	ctest --preset fuzz
+
+# Fuzzes each target for FUZZ_SECONDS from a scratch copy of its corpus (build-fuzz/fuzz/fuzz-out/);
+# all targets run, then the failed ones are named.
+fuzz: deps build-fuzz
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+	  bash fuzz/run.sh build-fuzz/fuzz/$${t}_fuzz $$t fuzz $(FUZZ_SECONDS) || failed="$$failed $$t"; \
+	done; if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
 bench: deps build
 	./build/bench/mx_bench
@@ -35,4 +55,4 @@ format:
 	git ls-files '*.cpp' '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz

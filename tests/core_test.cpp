@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/json_util.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -31,6 +32,20 @@ TEST(Status, ResultCarriesValueOrError) {
   EXPECT_EQ(s.message(), "field 'x': 3 is odd");
   EXPECT_EQ(s.with_context("loading a.json").to_string(),
             "InvalidArgument: loading a.json: field 'x': 3 is odd");
+}
+
+TEST(Json, DepthScanIgnoresBracketsInStrings) {
+  const auto nested = [](int n) { return std::string(n, '[') + std::string(n, ']'); };
+  EXPECT_FALSE(json_nests_deeper_than(nested(3), 3));
+  EXPECT_TRUE(json_nests_deeper_than(nested(4), 3));
+  EXPECT_TRUE(json_nests_deeper_than("{\"a\":[{\"b\":[]}]}", 3));
+  // Brackets inside strings, escaped quotes included, do not count.
+  EXPECT_FALSE(json_nests_deeper_than("[\"[[[[\\\"[[[[\"]", 1));
+  EXPECT_TRUE(json_nests_deeper_than("[\"\\\\\", [[]]]", 2));
+  const auto r = parse_json(nested(kMaxJsonDepth + 1), "deep.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("deep.json: JSON nested deeper than 256"), std::string::npos);
+  EXPECT_TRUE(parse_json(nested(kMaxJsonDepth), "ok.json").is_ok());
 }
 
 TEST(Tensor, ViewsShareStorage) {

@@ -67,6 +67,10 @@ http_checks() {
   for fd in "${fds[@]}"; do exec {fd}>&-; done
   for _ in $(seq 1 50); do [ "$(curl -s "$url/health")" = ok ] && break; sleep 0.1; done
   [ "$(curl -s "$url/health")" = ok ] || { echo "FAIL: no service after the cap"; exit 1; }
+  # JSON nested 400,000 deep is refused before it is parsed (nlohmann copies recursively).
+  out=$(python3 -c 'print("{\"prompt\":" + "[" * 400000 + "]" * 400000 + "}")' |
+    curl -s "${auth[@]}" --data-binary @- "$url/v1/completions")
+  grep -q "nests JSON deeper than 256 levels" <<<"$out" || { echo "FAIL: deep JSON: $out"; exit 1; }
   # A non-streaming request whose client goes away is cancelled too (the log says how far it
   # got: far short of its 1000 tokens).
   (exec 3<>/dev/tcp/127.0.0.1/$port

@@ -6,7 +6,33 @@ namespace mx {
 
 std::string json_type_name(const Json& v) { return v.type_name(); }
 
+bool json_nests_deeper_than(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 Result<Json> parse_json(const std::string& text, const std::string& what) {
+  if (json_nests_deeper_than(text, kMaxJsonDepth)) {
+    return invalid_argument(what + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                            " levels");
+  }
   // The non-throwing overload reports failure as a discarded value; the exception text would
   // give the byte offset, so parse once more with exceptions only to describe the error.
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);

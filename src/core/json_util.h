@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -14,7 +15,14 @@ namespace mx {
 
 using Json = nlohmann::json;
 
-// Parses `text`; `what` names the source in errors ("config.json").
+// Whether `text` nests arrays and objects deeper than `limit`, found by one scan outside string
+// literals. nlohmann::json parses iteratively but copies, compares and dumps recursively: a
+// document nested a million deep would overflow the stack there, so it is refused first.
+bool json_nests_deeper_than(std::string_view text, int limit);
+constexpr int kMaxJsonDepth = 256;
+
+// Parses `text`; `what` names the source in errors ("config.json"). Nesting past kMaxJsonDepth
+// is an error.
 Result<Json> parse_json(const std::string& text, const std::string& what);
 Result<Json> read_json_file(const std::string& path);
 

@@ -168,8 +168,11 @@ Status parse_qwen3_5_fields(const Json& j, const std::string& what, ModelConfig*
     MX_ASSIGN_OR_RETURN(partial, json_number_or(*rp, "partial_rotary_factor", partial, what));
   }
   MX_ASSIGN_OR_RETURN(partial, json_number_or(j, "partial_rotary_factor", partial, what));
-  c->rotary_dim = static_cast<int64_t>(static_cast<double>(c->head_dim) * partial);
-  if (!(partial > 0 && partial <= 1) || c->rotary_dim % 2 != 0 || c->rotary_dim == 0) {
+  // The range first: the cast of an out-of-range double is undefined.
+  c->rotary_dim = partial > 0 && partial <= 1
+                      ? static_cast<int64_t>(static_cast<double>(c->head_dim) * partial)
+                      : 0;
+  if (c->rotary_dim % 2 != 0 || c->rotary_dim == 0) {
     return invalid_argument(what + ": partial_rotary_factor " + std::to_string(partial) +
                             " does not give an even rotary width of head_dim " +
                             std::to_string(c->head_dim));

@@ -180,6 +180,18 @@ bool parse_sampling(const OJson& body, bool chat, int64_t prompt_len, const Prot
   return true;
 }
 
+// Before tokenizing: a text so long that even the longest tokens could not fit it in the
+// context fails at once, so a huge prompt costs no BPE time.
+bool fits_context(size_t bytes, const ProtocolContext& ctx, const char* param, HttpError* err) {
+  const uint64_t most = 3ull * ctx.tok->max_token_bytes() * static_cast<uint64_t>(ctx.context);
+  if (bytes <= most) return true;
+  *err = {400,
+          "the prompt (" + std::to_string(bytes) + " bytes) is longer than the context length of " +
+              std::to_string(ctx.context) + " tokens can hold",
+          "invalid_request_error", param};
+  return false;
+}
+
 bool prompt_of(const OJson& body, bool chat, const ProtocolContext& ctx, std::vector<int32_t>* ids,
                HttpError* err) {
   if (!chat) {
@@ -188,10 +200,13 @@ bool prompt_of(const OJson& body, bool chat, const ProtocolContext& ctx, std::ve
       *err = {400, "'prompt' is required", "invalid_request_error", "prompt"};
       return false;
     }
-    if (it->is_string()) {
-      *ids = ctx.tok->encode(it->get<std::string>());
-    } else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
-      *ids = ctx.tok->encode((*it)[0].get<std::string>());
+    const OJson* text = it->is_string()                                             ? &*it
+                        : it->is_array() && it->size() == 1 && (*it)[0].is_string() ? &(*it)[0]
+                                                                                    : nullptr;
+    if (text) {
+      const std::string& t = text->get_ref<const std::string&>();
+      if (!fits_context(t.size(), ctx, "prompt", err)) return false;
+      *ids = ctx.tok->encode(t);
     } else if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) {
       for (const OJson& v : *it) {
         if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
@@ -223,8 +238,8 @@ bool prompt_of(const OJson& body, bool chat, const ProtocolContext& ctx, std::ve
       if (m.contains("content") && m["content"].is_array()) {
         std::string text;
         for (const OJson& part : m["content"]) {
-          if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
-              part["text"].is_string()) {
+          if (part.is_object() && part.contains("type") && part["type"] == "text" &&
+              part.contains("text") && part["text"].is_string()) {
             text += part["text"].get<std::string>();
           }
         }
@@ -254,6 +269,7 @@ bool prompt_of(const OJson& body, bool chat, const ProtocolContext& ctx, std::ve
       *err = {400, text.status().message(), "invalid_request_error", "messages"};
       return false;
     }
+    if (!fits_context(text->size(), ctx, "messages", err)) return false;
     *ids = ctx.tok->encode(*text);
   }
   if (ids->empty()) {
@@ -266,7 +282,7 @@ bool prompt_of(const OJson& body, bool chat, const ProtocolContext& ctx, std::ve
 }  // namespace
 
 bool parse_request(const OJson& body, bool chat, const ProtocolContext& ctx, ParsedRequest* out,
-                   HttpError* err) {
+                   HttpError* err) try {
   std::string model_name;
   if (!get_field(body, "model", &model_name, err)) return false;
   if (!model_name.empty() && model_name != ctx.served_model_name) {
@@ -303,6 +319,11 @@ bool parse_request(const OJson& body, bool chat, const ProtocolContext& ctx, Par
     out->top_logprobs = static_cast<int>(top);
   }
   return true;
+} catch (const OJson::exception& e) {
+  // Every field is type-checked before use; this keeps a check that was missed from leaving
+  // the parser as an exception.
+  *err = {400, std::string("malformed request: ") + e.what()};
+  return false;
 }
 
 OJson LogprobsJson::entry(int32_t id, float logprob) const {

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 
+#include "core/json_util.h"
 #include "core/log.h"
 #include "server/http_server.h"
 #include "server/openai_protocol.h"
@@ -175,6 +176,10 @@ struct OpenAiServer::Impl {
     g->lps = std::make_unique<LogprobsJson>(*tok, chat);
     // The body is JSON whatever its Content-Type, as vLLM and SGLang read it (curl -d sends
     // application/x-www-form-urlencoded).
+    if (json_nests_deeper_than(text, kMaxJsonDepth)) {
+      return fail(*g, {400, "the request body nests JSON deeper than " +
+                                std::to_string(kMaxJsonDepth) + " levels"});
+    }
     OJson body = OJson::parse(text, nullptr, false);
     if (body.is_discarded() || !body.is_object()) {
       return fail(*g, {400, "the request body is not a JSON object"});
