@@ -151,7 +151,7 @@ async def disconnecter(host, port, stop, streaming):
     """Starts a long generation and goes away mid-way."""
     body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "stream": streaming,
                        "ignore_eos": True}).encode()
-    await asyncio.sleep(random.uniform(0, 2))  # clients that arrive together leave together
+    await asyncio.sleep(random.uniform(0, 4))  # clients that arrive together leave together
     while not stop.is_set():
         try:
             reader, writer = await asyncio.open_connection(host, port)
@@ -161,12 +161,12 @@ async def disconnecter(host, port, stop, streaming):
                 if streaming:
                     await asyncio.wait_for(reader.readuntil(b"data: "), 30)
                 else:
-                    await asyncio.sleep(0.05)
+                    await asyncio.sleep(0.01)
             finally:
                 writer.transport.abort()
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
             pass
-        await asyncio.sleep(random.uniform(1, 3))
+        await asyncio.sleep(random.uniform(2, 6))
 
 
 async def settle(host, port):
@@ -212,7 +212,8 @@ async def load(host, port, pid):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     await fetch(host, port, "POST", "/v1/chat/completions", GOOD_BODY)  # warm up
-    idle = await run_phase(host, port, pid, "idle", [], min(SECONDS, 15))
+    # As long as each group, so that both p99s are over as many requests.
+    idle = await run_phase(host, port, pid, "idle", [], SECONDS)
     idle_rss = rss_mb(pid)
     base = percentile(idle["latencies"], 0.99)
     groups = [

@@ -325,7 +325,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Between polls a disconnect goes unnoticed; a request the client abandoned is cancelled
   // within this, without a read racing the next request's bytes.
   void poll_disconnect() {
-    poll_timer_.expires_after(std::chrono::milliseconds(50));
+    poll_timer_.expires_after(std::chrono::milliseconds(10));
     poll_timer_.async_wait([self = shared_from_this()](error_code ec) {
       if (ec || !self->in_exchange_ || self->closed_) return;
       char c;

@@ -62,4 +62,17 @@ struct Stmt {
 // lstrip_blocks, trim_blocks).
 Result<Body> parse_template(const std::string& source);
 
+// Counts one level of nesting (parser recursion, evaluation) for as long as it lives.
+class Nest {
+ public:
+  explicit Nest(int* depth) : depth_(depth) { ++*depth_; }
+  ~Nest() { --*depth_; }
+  Nest(const Nest&) = delete;
+  Nest& operator=(const Nest&) = delete;
+  int depth() const { return *depth_; }
+
+ private:
+  int* depth_;
+};
+
 }  // namespace mx::jinja

@@ -48,22 +48,11 @@ class Scope {
 
 enum class Flow { kNormal, kBreak, kContinue };
 
-// Counts one level of evaluation for as long as it lives.
-class Nest {
- public:
-  explicit Nest(int* depth) : depth_(depth) { ++*depth_; }
-  ~Nest() { --*depth_; }
-  Nest(const Nest&) = delete;
-  Nest& operator=(const Nest&) = delete;
-  Status check() const {
-    if (*depth_ <= kMaxEvalDepth) return Status::ok();
-    return error("evaluation depth limit: more than " + std::to_string(kMaxEvalDepth) +
-                 " nested evaluations");
-  }
-
- private:
-  int* depth_;
-};
+Status check_depth(const Nest& nest) {
+  if (nest.depth() <= kMaxEvalDepth) return Status::ok();
+  return error("evaluation depth limit: more than " + std::to_string(kMaxEvalDepth) +
+               " nested evaluations");
+}
 
 // Integer arithmetic wraps as two's complement instead of overflowing, which is undefined.
 int64_t wrap(uint64_t v) { return static_cast<int64_t>(v); }
@@ -85,7 +74,7 @@ class Interpreter {
  private:
   Status exec(const Body& body, std::string* out, Flow* flow) {
     Nest nest(&depth_);
-    MX_RETURN_IF_ERROR(nest.check());
+    MX_RETURN_IF_ERROR(check_depth(nest));
     for (const auto& st : body) {
       MX_RETURN_IF_ERROR(budget_.step());
       MX_RETURN_IF_ERROR(exec_one(*st, out, flow));
@@ -231,7 +220,7 @@ class Interpreter {
   // Every expression node passes here: one step each, plus what its result cost to build.
   Result<Value> eval(const Expr& e) {
     Nest nest(&depth_);
-    MX_RETURN_IF_ERROR(nest.check());
+    MX_RETURN_IF_ERROR(check_depth(nest));
     MX_RETURN_IF_ERROR(budget_.step());
     MX_ASSIGN_OR_RETURN(Value v, eval_node(e));
     switch (e.kind) {

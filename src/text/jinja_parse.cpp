@@ -142,18 +142,6 @@ Result<std::vector<Tok>> lex_expr(const std::string& src) {
   return out;
 }
 
-// Counts one level of recursion for as long as it lives.
-class Nest {
- public:
-  explicit Nest(int* depth) : depth_(depth) { ++*depth_; }
-  ~Nest() { --*depth_; }
-  Nest(const Nest&) = delete;
-  Nest& operator=(const Nest&) = delete;
-
- private:
-  int* depth_;
-};
-
 class ExprParser {
  public:
   explicit ExprParser(std::vector<Tok> toks) : t_(std::move(toks)) {}
