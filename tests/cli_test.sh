@@ -183,6 +183,24 @@ spid=$!
 for _ in $(seq 1 300); do grep -q 'http://127\.0\.0\.1:' "$tmp/notmpl" && break; sleep 0.1; done
 grep -q 'http://127\.0\.0\.1:' "$tmp/notmpl"; check "serve: no chat template is fine" $?
 kill $spid 2>/dev/null; wait $spid 2>/dev/null
+# A template that opens <think> in the prompt (as Qwen3.5's does): the tiny model never writes
+# </think>, so its whole reply is reasoning, printed plain (stdout is no terminal) or hidden.
+copy_model "$tmp/think"
+python3 - "$tmp/think/tokenizer_config.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+old = "{{- '<|im_start|>assistant\\n' }}\n    {%- if enable_thinking"
+assert d["chat_template"].count(old) == 1
+d["chat_template"] = d["chat_template"].replace(old, old.replace("\\n'", "\\n<think>\\n'"))
+json.dump(d, open(sys.argv[1], "w"))
+PY
+printf 'Hello there\n' | "$bin" chat -m "$tmp/think" --seed 3 -n 12 >"$tmp/think.out" 2>&1
+[ $? -eq 0 ] && [ "$(grep -c . "$tmp/think.out")" -ge 1 ] && ! grep -q $'\x1b' "$tmp/think.out"
+check "chat: reasoning printed plain when stdout is not a terminal" $?
+printf 'Hello there\n' | "$bin" chat -m "$tmp/think" --seed 3 -n 12 --hide-think >"$tmp/think.out" 2>&1
+[ $? -eq 0 ] && [ "$(grep -c . "$tmp/think.out")" -eq 0 ]; check "chat --hide-think: reasoning left out" $?
+printf 'Hello there\n' | "$bin" chat -m "$model" --seed 3 -n 12 --no-think --hide-think >"$tmp/think.out" 2>&1
+[ $? -eq 0 ] && [ "$(grep -c . "$tmp/think.out")" -ge 1 ]; check "chat --hide-think: content still printed" $?
 # config.json fields that change the math and are not implemented, and absurd sizes.
 for edit in 'rope_scaling={"rope_type":"yarn","factor":4.0}|rope_scaling' 'hidden_act="gelu"|hidden_act' \
   'use_sliding_window=true|use_sliding_window' 'attention_bias=true|attention_bias' \

@@ -2,10 +2,12 @@
 
 #include <cstdio>
 #include <iostream>
+#include <string_view>
 
 #include "app/commands.h"
 #include "loader/model_text.h"
 #include "runtime/generate.h"
+#include "server/reasoning_parser.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -16,7 +18,39 @@ struct ChatArgs {
   ModelArgs m;
   std::string system;
   bool no_think = false;
+  bool hide_think = false;
   SamplingParams sampling;
+};
+
+// Prints a reply as it streams: its reasoning dimmed when stdout is a terminal (or left out),
+// then a blank line and the content.
+class ReplyPrinter {
+ public:
+  ReplyPrinter(bool dim, bool hide_reasoning) : dim_(dim), hide_(hide_reasoning) {}
+  void print(const ReasoningSplit& s) {
+    if (!s.reasoning.empty() && !hide_) {
+      if (dim_ && !in_dim_) write("\x1b[2m");
+      in_dim_ = dim_;
+      write(s.reasoning);
+      shown_reasoning_ = true;
+    }
+    if (!s.content.empty()) {
+      end_dim();
+      if (shown_reasoning_ && !in_content_) write("\n\n");
+      in_content_ = true;
+      write(s.content);
+    }
+    std::fflush(stdout);
+  }
+  void end_dim() {
+    if (in_dim_) write("\x1b[0m");
+    in_dim_ = false;
+  }
+
+ private:
+  static void write(std::string_view s) { std::fwrite(s.data(), 1, s.size(), stdout); }
+  bool dim_, hide_;
+  bool in_dim_ = false, shown_reasoning_ = false, in_content_ = false;
 };
 
 int chat(ChatArgs& a) {
@@ -35,6 +69,7 @@ int chat(ChatArgs& a) {
                                    defaults.end());
   if (auto end = (*tok)->token_id("<|im_end|>")) a.sampling.stop_token_ids.push_back(*end);
   const bool tty = ::isatty(STDIN_FILENO) != 0;
+  const bool out_tty = ::isatty(STDOUT_FILENO) != 0;
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
@@ -60,11 +95,13 @@ int chat(ChatArgs& a) {
       std::fprintf(stderr, "mxserve chat: %s\n", prompt.status().to_string().c_str());
       return 1;
     }
+    ReasoningParser think(prompt_starts_in_reasoning(*prompt));
+    ReplyPrinter printer(out_tty, a.hide_think);
     auto r = generate(*model, **tok, (*tok)->encode(*prompt), a.sampling,
-                      model->config().max_position_embeddings, [](const std::string& s) {
-                        std::fputs(s.c_str(), stdout);
-                        std::fflush(stdout);
-                      });
+                      model->config().max_position_embeddings,
+                      [&](const std::string& s) { printer.print(think.push(s)); });
+    printer.print(think.finish());
+    printer.end_dim();
     if (!r.is_ok()) {
       // The conversation outgrew the context: say so and start over.
       std::fprintf(stderr, "\nmxserve chat: %s; use /reset\n", r.status().to_string().c_str());
@@ -90,6 +127,8 @@ void register_chat(CLI::App& app, int& exit_code) {
   add_model_flags(cmd, &a->m);
   cmd->add_option("--system", a->system, "System prompt");
   cmd->add_flag("--no-think", a->no_think, "Render with enable_thinking=false");
+  cmd->add_flag("--hide-think", a->hide_think,
+                "Leave the reasoning (<think>...</think>) out of the printed replies");
   add_sampling_flags(cmd, &a->sampling);
   cmd->callback([a, &exit_code] { exit_code = chat(*a); });
 }
