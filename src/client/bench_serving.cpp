@@ -128,6 +128,136 @@ Result<BenchServingResult> bench_serving(const BenchServingOptions& opt) {
   return r;
 }
 
+namespace {
+
+// Per turn index: the TTFTs and prompt lengths of the conversations that got that far.
+MultiTurnResult by_turn(const std::vector<std::vector<StreamedCompletion>>& out) {
+  MultiTurnResult r;
+  const size_t convs = out.size(), turns = out.empty() ? 0 : out[0].size();
+  for (size_t t = 0; t < turns; ++t) {
+    std::vector<double> ttft;
+    double prompt = 0;
+    for (size_t c = 0; c < convs; ++c) {
+      const StreamedCompletion& x = out[c][t];
+      if (!x.ok) {
+        ++r.failed;
+        if (!x.error.empty()) r.errors.push_back(x.error);
+        continue;
+      }
+      ++r.completed;
+      ttft.push_back(x.ttft);
+      prompt += static_cast<double>(x.prompt_tokens);
+    }
+    r.mean_prompt_tokens.push_back(ttft.empty() ? 0 : prompt / static_cast<double>(ttft.size()));
+    r.ttft.push_back(LatencyStats::of(ttft));
+  }
+  return r;
+}
+
+}  // namespace
+
+Result<MultiTurnResult> bench_multi_turn(const BenchServingOptions& opt) {
+  if (opt.num_prompts < 1 || opt.multi_turn < 1 || opt.system_len < 0 || opt.turn_len < 1 ||
+      opt.output_len < 1) {
+    return invalid_argument(
+        "--num-prompts, --multi-turn, --turn-len and --output-len must be at least 1, "
+        "--system-len at least 0");
+  }
+  std::string model = opt.model;
+  if (model.empty()) {
+    MX_ASSIGN_OR_RETURN(model, first_model_id(opt.endpoint));
+  }
+  std::mt19937_64 rng(opt.seed);
+  std::uniform_int_distribution<int> byte_token(0, 255);
+  auto fresh = [&](std::mt19937_64& g, int n) {
+    std::vector<int> ids(static_cast<size_t>(n));
+    for (int& id : ids) id = byte_token(g);
+    return ids;
+  };
+  const std::vector<int> system = fresh(rng, opt.system_len);
+  auto body = [&](const std::vector<int>& prompt, int max_tokens) {
+    return nlohmann::json{{"model", model},
+                          {"prompt", prompt},
+                          {"max_tokens", max_tokens},
+                          {"temperature", 0.0},
+                          {"ignore_eos", true}};
+  };
+  if (opt.warmup) {
+    // Tokens of its own, so that it caches nothing the conversations could reuse.
+    const StreamedCompletion r = stream_completion(
+        opt.endpoint, body(fresh(rng, opt.turn_len), std::min(opt.output_len, 4)));
+    if (!r.ok) return io_error("the warm-up request failed: " + r.error);
+  }
+  const size_t turns = static_cast<size_t>(opt.multi_turn);
+  const size_t convs = static_cast<size_t>(opt.num_prompts);
+  std::vector<std::vector<StreamedCompletion>> out(convs, std::vector<StreamedCompletion>(turns));
+  std::vector<uint64_t> seeds(convs);
+  for (uint64_t& sd : seeds) sd = rng();
+  std::atomic<size_t> next{0};
+  const size_t workers =
+      opt.max_concurrency > 0 ? std::min(convs, static_cast<size_t>(opt.max_concurrency)) : convs;
+  const Clock::time_point start = Clock::now();
+  std::vector<std::thread> pool;
+  for (size_t w = 0; w < workers; ++w) {
+    pool.emplace_back([&] {
+      for (size_t c; (c = next.fetch_add(1)) < convs;) {
+        std::mt19937_64 g(seeds[c]);
+        std::vector<int> history = system;
+        for (size_t t = 0; t < turns; ++t) {
+          const std::vector<int> user = fresh(g, opt.turn_len);
+          history.insert(history.end(), user.begin(), user.end());
+          StreamedCompletion& r = out[c][t];
+          r = stream_completion(opt.endpoint, body(history, opt.output_len));
+          if (!r.ok) break;  // the conversation ends; its later turns count as failed
+          const std::vector<int> reply = fresh(g, static_cast<int>(r.completion_tokens));
+          history.insert(history.end(), reply.begin(), reply.end());
+        }
+      }
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  MultiTurnResult r = by_turn(out);
+  r.duration = std::chrono::duration<double>(Clock::now() - start).count();
+  return r;
+}
+
+nlohmann::json MultiTurnResult::to_json() const {
+  nlohmann::json by_turn = nlohmann::json::array();
+  for (size_t t = 0; t < ttft.size(); ++t) {
+    nlohmann::json j = stats_json(ttft[t]);
+    j["turn"] = t + 1;
+    j["mean_prompt_tokens"] = mean_prompt_tokens[t];
+    by_turn.push_back(j);
+  }
+  return {{"completed", completed},
+          {"failed", failed},
+          {"duration_s", duration},
+          {"ttft_by_turn", by_turn},
+          {"errors", errors}};
+}
+
+std::string MultiTurnResult::report() const {
+  std::string s;
+  char line[512];
+  s += "============ Multi-turn Benchmark Result ============\n";
+  std::snprintf(line, sizeof line, "%-40s %12d\n%-40s %12d\n%-40s %12.2f\n",
+                "Successful requests:", completed, "Failed requests:", failed,
+                "Benchmark duration (s):", duration);
+  s += line;
+  std::snprintf(line, sizeof line, "%6s %14s %16s %16s %14s\n", "Turn", "Prompt tokens",
+                "Mean TTFT (ms)", "Median TTFT (ms)", "P99 TTFT (ms)");
+  s += line;
+  for (size_t t = 0; t < ttft.size(); ++t) {
+    std::snprintf(line, sizeof line, "%6zu %14.0f %16.2f %16.2f %14.2f\n", t + 1,
+                  mean_prompt_tokens[t], ttft[t].mean * 1e3, ttft[t].median * 1e3,
+                  ttft[t].p99 * 1e3);
+    s += line;
+  }
+  s += "=====================================================\n";
+  for (const std::string& e : errors) s += "error: " + e + "\n";
+  return s;
+}
+
 nlohmann::json BenchServingResult::to_json() const {
   return {{"completed", completed},
           {"failed", failed},

@@ -13,12 +13,13 @@ int64_t BatchPlan::tokens() const {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config)
-    : config_(config), alloc_(config.num_blocks, config.block_size) {
+    : config_(config), alloc_(config.num_blocks, config.block_size), cache_(config.block_size) {
   for (int32_t s = config.max_running_requests - 1; s >= 0; --s) free_slots_.push_back(s);
   MX_CHECK(config.max_running_requests > 0 && config.chunked_prefill_size > 0);
 }
 
-Status Scheduler::add(uint64_t id, int64_t prompt_len, int64_t max_new_tokens) {
+Status Scheduler::add(uint64_t id, std::vector<int32_t> prompt, int64_t max_new_tokens) {
+  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
   if (prompt_len <= 0 || max_new_tokens <= 0)
     return invalid_argument("empty prompt or token budget");
   if (seqs_.count(id)) return invalid_argument("request " + std::to_string(id) + " exists");
@@ -40,14 +41,81 @@ Status Scheduler::add(uint64_t id, int64_t prompt_len, int64_t max_new_tokens) {
   s.arrival = next_arrival_++;
   s.prompt_len = prompt_len;
   s.max_new_tokens = max_new_tokens;
+  s.tokens = std::move(prompt);
   seqs_.emplace(id, std::move(s));
   waiting_.push_back(id);
   return Status::ok();
 }
 
+bool Scheduler::reserve(SeqInfo& s, int64_t tokens) {
+  const int32_t short_by = BlockAllocator::blocks_for(tokens, alloc_.block_size()) -
+                           static_cast<int32_t>(s.table.blocks.size()) - alloc_.free_blocks();
+  // Cached blocks go only when that makes room: a request that cannot fit anyway keeps them.
+  if (short_by > 0 && short_by <= cache_.evictable_blocks()) {
+    std::vector<int32_t> freed;
+    MX_CHECK(cache_.evict(short_by, &freed) == short_by);
+    MX_CHECK(alloc_.release(freed).is_ok());
+  }
+  return s.table.reserve(tokens, &alloc_);
+}
+
+void Scheduler::release_blocks(SeqInfo& s) {
+  const std::vector<int32_t>& b = s.table.blocks;
+  const auto split = b.begin() + s.shared_blocks;
+  MX_CHECK(cache_.release(std::vector<int32_t>(b.begin(), split)).is_ok());
+  MX_CHECK(alloc_.release(std::vector<int32_t>(split, b.end())).is_ok());
+  s.table.blocks.clear();
+  s.table.tokens = 0;
+  s.shared_blocks = 0;
+}
+
+void Scheduler::match_prefix(SeqInfo& s) {
+  if (!config_.prefix_caching || !s.table.blocks.empty()) return;
+  const int64_t bs = config_.block_size;
+  // The last known token is always computed: its logits sample the next one.
+  std::vector<int32_t> hit = cache_.match(s.tokens.data(), (s.known() - 1) / bs * bs);
+  if (hit.empty()) return;
+  MX_CHECK(cache_.acquire(hit).is_ok());
+  s.shared_blocks = static_cast<int32_t>(hit.size());
+  s.computed = static_cast<int64_t>(hit.size()) * bs;
+  s.table.tokens = s.computed;
+  s.table.blocks = std::move(hit);
+}
+
+void Scheduler::cache_full_blocks(SeqInfo& s) {
+  if (!config_.prefix_caching) return;
+  const int32_t full = static_cast<int32_t>(s.computed / config_.block_size);
+  if (full <= s.shared_blocks) return;
+  std::vector<int32_t> duplicates;
+  cache_.insert(s.tokens.data(), full, s.shared_blocks, &s.table.blocks, &duplicates);
+  MX_CHECK(alloc_.release(duplicates).is_ok());
+  s.shared_blocks = full;
+}
+
+// A waiting request that shares at least this many tokens beyond its cached prefix with what a
+// request admitted in the same step computes waits one step to read them from the cache (as
+// SGLang's in-batch prefix caching): n > 1 copies of a prompt compute it once.
+constexpr int64_t kInBatchShareTokens = 32;
+
+bool Scheduler::shares_with_admitted(const SeqInfo& s, const BatchPlan& plan, size_t from) const {
+  if (!config_.prefix_caching) return false;
+  const int64_t bs = config_.block_size;
+  const int64_t limit = (s.known() - 1) / bs * bs;
+  for (size_t k = from; k < plan.items.size(); ++k) {
+    const PlanItem& i = plan.items[k];
+    const std::vector<int32_t>& t = seqs_.at(i.id).tokens;
+    const int64_t end = std::min(limit, i.start + i.count);
+    int64_t common = 0;
+    while (common < end && s.tokens[static_cast<size_t>(common)] == t[static_cast<size_t>(common)])
+      ++common;
+    if (common / bs * bs - s.computed >= kInBatchShareTokens) return true;
+  }
+  return false;
+}
+
 void Scheduler::preempt(uint64_t id) {
   SeqInfo& s = seqs_.at(id);
-  MX_CHECK(s.table.release(&alloc_).is_ok());
+  release_blocks(s);
   s.computed = 0;
   ++s.preemptions;
   free_slots_.push_back(s.slot);
@@ -70,7 +138,7 @@ BatchPlan Scheduler::schedule() {
   for (uint64_t id : decoding) {
     if (std::find(running_.begin(), running_.end(), id) == running_.end()) continue;  // preempted
     SeqInfo& s = seqs_.at(id);
-    while (!s.table.reserve(s.computed + 1, &alloc_)) {
+    while (!reserve(s, s.computed + 1)) {
       const uint64_t victim = running_.back();  // the latest arrival
       preempt(victim);
       plan.preempted.push_back(victim);
@@ -91,7 +159,7 @@ BatchPlan Scheduler::schedule() {
   auto prefill = [&](SeqInfo& s) -> bool {
     const int64_t remaining = s.known() - s.computed;
     const int64_t chunk = std::min(remaining, budget);
-    if (chunk <= 0 || !s.table.reserve(s.computed + chunk, &alloc_)) return false;
+    if (chunk <= 0 || !reserve(s, s.computed + chunk)) return false;
     plan.items.push_back({s.id, s.computed, chunk, s.computed + chunk == s.known()});
     budget -= chunk;
     return true;
@@ -101,10 +169,21 @@ BatchPlan Scheduler::schedule() {
     const bool is_decoding = s.generated > 0 && s.computed == s.known() - 1;
     if (!is_decoding && budget > 0) prefill(s);
   }
+  const size_t admitted_from = plan.items.size();
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_running_requests) {
     SeqInfo& s = seqs_.at(waiting_.front());
-    if (!prefill(s)) break;  // no KV room: admit nothing out of order
+    match_prefix(s);
+    // No KV room, or better computed by a request just admitted: admit nothing out of order.
+    if (shares_with_admitted(s, plan, admitted_from) || !prefill(s)) {
+      release_blocks(s);
+      s.computed = 0;
+      break;
+    }
+    if (config_.prefix_caching) {
+      prefix_stats_.queries += s.known();
+      prefix_stats_.hits += static_cast<int64_t>(s.shared_blocks) * config_.block_size;
+    }
     MX_CHECK(!free_slots_.empty());
     s.slot = free_slots_.back();
     free_slots_.pop_back();
@@ -119,7 +198,7 @@ BatchPlan Scheduler::schedule() {
 void Scheduler::retire(uint64_t id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
-  MX_CHECK(it->second.table.release(&alloc_).is_ok());
+  release_blocks(it->second);
   if (it->second.slot >= 0) free_slots_.push_back(it->second.slot);
   running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
@@ -127,20 +206,32 @@ void Scheduler::retire(uint64_t id) {
 }
 
 std::vector<uint64_t> Scheduler::complete(const BatchPlan& plan,
+                                          const std::vector<int32_t>& sampled,
                                           const std::vector<uint64_t>& finished) {
   std::vector<uint64_t> retired;
+  size_t next_sample = 0;
   for (const PlanItem& i : plan.items) {
+    int32_t token = -1;
+    if (i.samples) {
+      MX_CHECK(next_sample < sampled.size());
+      token = sampled[next_sample++];
+    }
     auto it = seqs_.find(i.id);
     if (it == seqs_.end()) continue;  // cancelled meanwhile
     SeqInfo& s = it->second;
     s.computed = std::max(s.computed, i.start + i.count);
-    if (i.samples) ++s.generated;
+    if (i.samples) {
+      ++s.generated;
+      s.tokens.push_back(token);
+    }
+    cache_full_blocks(s);
     const bool stop = std::find(finished.begin(), finished.end(), i.id) != finished.end();
     if (s.generated >= s.max_new_tokens || stop) {
       retired.push_back(i.id);
       retire(i.id);
     }
   }
+  MX_CHECK(next_sample == sampled.size());
   return retired;
 }
 

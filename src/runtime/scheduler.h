@@ -6,6 +6,15 @@
 // step finds no free block, the most recently arrived running request is preempted: its
 // blocks are freed and it waits again, keeping its place by arrival, to recompute its prompt
 // and generated tokens later.
+//
+// With prefix caching, full blocks enter a radix tree (runtime/prefix_cache.h) as soon as a
+// step completes them (prompt and generated tokens alike), so requests running at the same
+// time share them too. Admission matches a request's known tokens against the tree and starts
+// computing after the longest cached run of whole blocks, capped one token short of the end
+// (the last token's logits are needed); the KV budget counts only its new blocks. A request
+// that would compute many of the same tokens as one admitted in the same step waits a step
+// instead, and reads them. Cached blocks nobody reads are evicted, least recently used first,
+// before anyone is preempted.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +24,7 @@
 
 #include "core/status.h"
 #include "runtime/kv_blocks.h"
+#include "runtime/prefix_cache.h"
 
 namespace mx {
 
@@ -24,6 +34,15 @@ struct SchedulerConfig {
   int32_t max_waiting_requests = 256;
   int32_t num_blocks = 1024;
   int32_t block_size = 16;
+  // Reuse the KV blocks of cached prefixes. The engine turns it off for models with recurrent
+  // state, whose state at a prefix's end is not cached.
+  bool prefix_caching = true;
+};
+
+// Prefix-cache lookups in tokens, as vLLM counts them: `queries` adds the known tokens of each
+// admitted request, `hits` those it found cached.
+struct PrefixCacheStats {
+  int64_t queries = 0, hits = 0;
 };
 
 // Compute positions [start, start + count) of request `id`; when `samples`, the last
@@ -54,6 +73,10 @@ struct SeqInfo {
   // max_running_requests slots, so an admitted request always finds one.
   int32_t slot = -1;
   BlockTable table;
+  // The first `shared_blocks` blocks of `table` belong to the prefix cache (this request holds
+  // a reference to each); the rest are its own.
+  int32_t shared_blocks = 0;
+  std::vector<int32_t> tokens;  // prompt then generated
   int64_t known() const { return prompt_len + generated; }
 };
 
@@ -63,27 +86,44 @@ class Scheduler {
 
   // Fails with kOutOfRange when the waiting queue is full (retry later), and with
   // kInvalidArgument when the request could never fit the KV budget.
-  Status add(uint64_t id, int64_t prompt_len, int64_t max_new_tokens);
+  Status add(uint64_t id, std::vector<int32_t> prompt, int64_t max_new_tokens);
   BatchPlan schedule();
-  // After the model ran `plan` and sampled for its sampling items: advances the requests and
-  // retires those that reached max_new_tokens or are listed in `finished` (a stop string or
-  // token). Returns the ids retired.
-  std::vector<uint64_t> complete(const BatchPlan& plan, const std::vector<uint64_t>& finished);
+  // After the model ran `plan` and sampled `sampled` (one token per sampling item, in plan
+  // order): advances the requests, caches their newly full blocks, and retires those that
+  // reached max_new_tokens or are listed in `finished` (a stop string or token). Returns the
+  // ids retired.
+  std::vector<uint64_t> complete(const BatchPlan& plan, const std::vector<int32_t>& sampled,
+                                 const std::vector<uint64_t>& finished = {});
   // Drops a request wherever it is and frees its blocks; false when unknown.
   bool cancel(uint64_t id);
 
   size_t running() const { return running_.size(); }
   size_t waiting() const { return waiting_.size(); }
   const BlockAllocator& allocator() const { return alloc_; }
+  const PrefixCache& prefix_cache() const { return cache_; }
+  const PrefixCacheStats& prefix_stats() const { return prefix_stats_; }
+  // Blocks that requests hold: in use, less the cached blocks nobody reads.
+  int32_t held_blocks() const { return alloc_.used_blocks() - cache_.evictable_blocks(); }
   const SeqInfo* find(uint64_t id) const;
   const SchedulerConfig& config() const { return config_; }
 
  private:
   void preempt(uint64_t id);
   void retire(uint64_t id);
+  // Grows a table to `tokens` slots, evicting unread cached blocks when the pool is short.
+  bool reserve(SeqInfo& s, int64_t tokens);
+  // Drops the request's references and frees its own blocks.
+  void release_blocks(SeqInfo& s);
+  // Starts a request that holds no blocks at its longest cached prefix.
+  void match_prefix(SeqInfo& s);
+  void cache_full_blocks(SeqInfo& s);
+  // Whether `s` should wait for blocks that plan items [from, end) are about to compute.
+  bool shares_with_admitted(const SeqInfo& s, const BatchPlan& plan, size_t from) const;
 
   SchedulerConfig config_;
   BlockAllocator alloc_;
+  PrefixCache cache_;
+  PrefixCacheStats prefix_stats_;
   uint64_t next_arrival_ = 0;
   std::map<uint64_t, SeqInfo> seqs_;
   std::vector<uint64_t> running_;  // arrival order
