@@ -51,6 +51,33 @@ check "eval-server: BF16 accuracy $remote_acc equals mxserve eval ($local_acc) a
 [ "$(field "$tmp/remote5.json" "d['accuracy'], d['invalid_rate']")" = "$(field "$tmp/local5.json" "d['task_accuracy'], d['invalid_rate']")" ]
 check "eval-server --shots 5: same accuracy and invalid rate as mxserve eval --shots 5" $?
 
+# gsm8k-format rows (worked answers ending "#### N"): SGLang's prompts, stops and report. The
+# tiny model scores nothing here; what is held is the report's shape and that the server and
+# the local evaluator generate the same text for every question, greedy, in 5 shots (SGLang's
+# default, 17 of the 22 rows scored) and in 1 shot (where some answers hold no number).
+gsm=$src/tests/data/gsm8k_style.jsonl
+"$bin" eval-server --base-url "$url" --api-key k --task "$gsm" --max-new-tokens 64 >"$tmp/g.txt"
+check "eval-server gsm8k: exit 0" $?
+grep -qxE 'Accuracy: [01]\.[0-9]{3}' "$tmp/g.txt" && grep -qxE 'Invalid: [01]\.[0-9]{3}' "$tmp/g.txt" &&
+  grep -qxE 'Latency: [0-9]+\.[0-9]{3} s' "$tmp/g.txt" &&
+  grep -qxE 'Output throughput: [0-9]+\.[0-9]{3} token/s' "$tmp/g.txt"
+check "eval-server gsm8k: prints SGLang's Accuracy, Invalid, Latency and Output throughput lines" $?
+for shots in 5 1; do
+  "$bin" eval-server --base-url "$url" --api-key k --task "$gsm" --shots $shots --max-new-tokens 64 \
+    --json --dump "$tmp/gr$shots.jsonl" >"$tmp/gr$shots.json"
+  "$bin" eval -m "$model" --task "$gsm" --shots $shots --max-new-tokens 64 --json \
+    --dump "$tmp/gl$shots.jsonl" >"$tmp/gl$shots.json"
+  [ "$(field "$tmp/gr$shots.json" "d['correct'], d['invalid'], d['questions']")" = \
+    "$(field "$tmp/gl$shots.json" "d['correct'], d['invalid'], d['questions']")" ] &&
+    cmp -s "$tmp/gr$shots.jsonl" "$tmp/gl$shots.jsonl"
+  check "gsm8k --shots $shots: mxserve eval and eval-server agree on every question's text, correct and invalid counts ($(field "$tmp/gr$shots.json" "d['correct'], d['invalid'], d['questions']"))" $?
+done
+field "$tmp/gr5.json" "int(all(k in d for k in ('task', 'backend', 'num_gpus', 'latency', 'accuracy', 'num_requests', 'output_throughput', 'invalid_rate')) and set(d['other']) == {'num_questions', 'parallel'} and d['task'] == 'gsm8k_style' and d['num_requests'] == d['questions'] == 17 and 0 <= d['accuracy'] <= 1 and 0 <= d['invalid_rate'] <= 1 and d['output_tokens'] > 0)" | grep -qx 1
+check "eval-server gsm8k --json: SGLang's keys, 17 questions, accuracy and invalid rate in [0,1]" $?
+"$bin" eval-server --base-url "$url" --api-key k --task "$gsm" >"$tmp/o" 2>&1
+[ $? -ne 0 ] && grep -q 'plus max_tokens (512) exceeds the context length of 1024' "$tmp/o"
+check "eval-server gsm8k: SGLang's 512-token budget past the tiny model's context is refused by name" $?
+
 start_server url8 --quantization mxfp8
 "$bin" eval -m "$model" --quantization mxfp8 --task "$task" --max-questions 150 --json >"$tmp/l8.json"
 "$bin" eval-server --base-url "$url8" --task "$task" --max-questions 150 --json >"$tmp/r8.json"

@@ -16,9 +16,10 @@ struct EvalArgs {
   ModelArgs m;
   std::string ppl_file, task_file;
   PplOptions ppl;
-  int64_t max_questions = 0;
-  int64_t shots = -1;
-  int64_t max_new_tokens = 8;
+  TaskOptions task;
+  std::string format = "auto";
+  std::string dump_file;
+  int64_t max_new_tokens = 0;  // <= 0: task_max_new_tokens' default for each row's format
   bool compare_bf16 = false;
   bool json = false;
 };
@@ -50,6 +51,7 @@ int eval(EvalArgs& a) {
     std::fprintf(stderr, "mxserve eval: %s\n", tok.status().to_string().c_str());
     return 1;
   }
+  std::string report;  // the task's figures as SGLang prints them
   Json out = {{"model", a.m.model},
               {"schemes", model->scheme_summary()},
               {"offline", model->offline_quantized}};
@@ -80,7 +82,14 @@ int eval(EvalArgs& a) {
     for (const char* s : {"<|im_end|>", "<|endoftext|>"}) {
       if (auto id = (*tok)->token_id(s)) stops.push_back(*id);
     }
-    auto items = load_task(a.task_file, a.shots, a.max_questions);
+    auto format = parse_task_format(a.format);
+    if (!format.is_ok()) {
+      std::fprintf(stderr, "mxserve eval: --task-format: %s\n",
+                   format.status().to_string().c_str());
+      return 2;
+    }
+    a.task.format = *format;
+    auto items = load_task(a.task_file, a.task);
     if (!items.is_ok()) {
       std::fprintf(stderr, "mxserve eval: %s\n", items.status().to_string().c_str());
       return 1;
@@ -90,10 +99,17 @@ int eval(EvalArgs& a) {
       std::fprintf(stderr, "mxserve eval: %s\n", r.status().to_string().c_str());
       return 1;
     }
+    if (!a.dump_file.empty()) {
+      if (Status s = write_task_dump(a.dump_file, *items, *r); !s.is_ok()) {
+        std::fprintf(stderr, "mxserve eval: %s\n", s.to_string().c_str());
+        return 1;
+      }
+    }
     out["task_accuracy"] = r->accuracy();
     out["questions"] = r->questions;
-    out["invalid_rate"] = r->invalid_rate();
+    out.update(task_report_json(*r, task_name(a.task_file), "local", 1));
     if (ref) out["ref_task_accuracy"] = r->ref_accuracy();
+    report = task_report(*r);
   }
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
@@ -118,7 +134,7 @@ int eval(EvalArgs& a) {
                 static_cast<long long>(out["questions"].get<int64_t>()));
     if (out.contains("ref_task_accuracy"))
       std::printf(" (bf16 %.3f)", out["ref_task_accuracy"].get<double>());
-    std::printf("\n");
+    std::printf("\n%s", report.c_str());
   }
   return 0;
 }
@@ -135,13 +151,21 @@ void register_eval(CLI::App& app, int& exit_code) {
   cmd->add_option("--stride", a->ppl.stride, "Window stride (= ctx: non-overlapping)")
       ->capture_default_str();
   cmd->add_option("--max-windows", a->ppl.max_windows, "Stop after this many windows (0: all)");
-  cmd->add_option("--task", a->task_file, "JSONL with prompt and answer per row");
-  cmd->add_option("--shots", a->shots,
-                  "Build prompts with this many worked examples from the file's first rows "
-                  "(default: each row's own prompt)");
-  cmd->add_option("--max-questions", a->max_questions, "Stop after this many questions (0: all)");
-  cmd->add_option("--max-new-tokens", a->max_new_tokens, "Answer length limit")
+  cmd->add_option("--task", a->task_file, "JSONL with prompt (or question) and answer per row");
+  cmd->add_option("--task-format", a->format,
+                  "auto (rows whose answer holds '####' are gsm8k), line or gsm8k")
       ->capture_default_str();
+  cmd->add_option("--shots", a->task.shots,
+                  "Build prompts with this many worked examples from the file's first rows "
+                  "(default: each row's own prompt; gsm8k rows without one: 5)");
+  cmd->add_option("--shots-file", a->task.shots_file,
+                  "Take the examples from this JSONL instead, and score every task row");
+  cmd->add_option("--max-questions", a->task.max_questions,
+                  "Stop after this many questions (0: all)");
+  cmd->add_option("--max-new-tokens", a->max_new_tokens,
+                  "Answer length limit (default: 8 for one-line answers, 512 for gsm8k)");
+  cmd->add_option("--dump", a->dump_file,
+                  "Write each question's label, prediction and generated text (JSONL)");
   cmd->add_flag("--compare-bf16", a->compare_bf16,
                 "Also run the BF16 model: KL, top-1 agreement, deltas");
   cmd->add_flag("--json", a->json, "Print one JSON object");

@@ -12,6 +12,7 @@
 
 #include "client/openai_client.h"
 #include "core/status.h"
+#include "runtime/evaluate.h"
 
 namespace mx {
 
@@ -19,20 +20,17 @@ struct EvalServerOptions {
   Endpoint endpoint;
   std::string model;  // empty: the first model the server lists
   std::string task_file;
-  int64_t shots = -1;  // as in load_task
+  TaskOptions task;  // shots, format, examples file, question limit: as in load_task
   int parallel = 8;
-  int64_t max_new_tokens = 8;
-  int64_t max_questions = 0;
+  int64_t max_new_tokens = 0;  // <= 0: task_max_new_tokens' default for each row's format
+  std::string dump_file;       // non-empty: write_task_dump there
 };
 
 struct EvalServerResult {
-  int64_t questions = 0, correct = 0, invalid = 0;
-  int64_t output_tokens = 0;
-  double latency = 0;  // seconds for the whole set
-  double accuracy() const;
-  double invalid_rate() const;
-  double output_throughput() const;
-  nlohmann::json to_json() const;
+  TaskResult score;  // latency: seconds for the whole set, requests in parallel
+  std::string task;  // task_name of the file
+  int parallel = 0;
+  nlohmann::json to_json() const;  // task_report_json
 };
 
 // Fails when the task cannot be read or any request fails (naming the first failure).
