@@ -39,13 +39,19 @@ const Model& model() {
 }
 
 void check_accepted(const mx::ParsedRequest& r, bool chat, const Model& m) {
-  MX_FUZZ_CHECK(!r.prompt.empty(), "empty prompt accepted");
-  for (int32_t id : r.prompt) {
-    MX_FUZZ_CHECK(id >= 0 && id < m.tok->vocab_size(), std::to_string(id));
-  }
+  MX_FUZZ_CHECK(!r.prompts.empty(), "no prompt accepted");
   const mx::SamplingParams& p = r.params;
   MX_FUZZ_CHECK(p.max_tokens >= 1, "max_tokens");
-  MX_FUZZ_CHECK(static_cast<int64_t>(r.prompt.size()) + p.max_tokens <= m.ctx.context, "context");
+  for (const std::vector<int32_t>& prompt : r.prompts) {
+    MX_FUZZ_CHECK(!prompt.empty(), "empty prompt accepted");
+    for (int32_t id : prompt) {
+      MX_FUZZ_CHECK(id >= 0 && id < m.tok->vocab_size(), std::to_string(id));
+    }
+    MX_FUZZ_CHECK(static_cast<int64_t>(prompt.size()) + p.max_tokens <= m.ctx.context, "context");
+  }
+  MX_FUZZ_CHECK(r.n >= 1 && r.n <= r.best_of && r.best_of <= mx::kMaxChoices, "n, best_of");
+  MX_FUZZ_CHECK(p.min_tokens >= 0 && p.min_tokens <= p.max_tokens, "min_tokens");
+  const std::vector<int32_t>& prompt0 = r.prompts[0];
   MX_FUZZ_CHECK(p.temperature >= 0 && p.temperature <= 2, "temperature");
   MX_FUZZ_CHECK(p.top_p > 0 && p.top_p <= 1, "top_p");
   MX_FUZZ_CHECK(r.top_logprobs <= (chat ? 20 : 5), "top_logprobs");
@@ -53,12 +59,12 @@ void check_accepted(const mx::ParsedRequest& r, bool chat, const Model& m) {
   // Log-probs of the prompt's first tokens, with the next ones as alternatives.
   mx::LogprobsJson lj(*m.tok, chat);
   std::vector<mx::TokenLogprob> lps;
-  for (size_t i = 0; i < r.prompt.size() && i < 4; ++i) {
+  for (size_t i = 0; i < prompt0.size() && i < 4; ++i) {
     mx::TokenLogprob lp;
-    lp.token = r.prompt[i];
+    lp.token = prompt0[i];
     lp.logprob = -static_cast<float>(i);
     for (int k = 0; k < r.top_logprobs; ++k) {
-      lp.top.emplace_back(r.prompt[(i + 1 + static_cast<size_t>(k)) % r.prompt.size()], -1.0f);
+      lp.top.emplace_back(prompt0[(i + 1 + static_cast<size_t>(k)) % prompt0.size()], -1.0f);
     }
     lps.push_back(lp);
   }

@@ -28,7 +28,9 @@ case $target in
   quant_description) max_len=8192 dict=json ci_runs=8000 ;;
   tokenizer) max_len=16384 dict=json ci_runs=3000 ;;
   chat_template) max_len=8192 dict=jinja ci_runs=14000 ;;
+  grammar) max_len=4096 dict=grammar ci_runs=400 ;;
   openai_request) max_len=4096 dict=openai ci_runs=10000 ;;
+  tool_parser) max_len=4096 dict=tools ci_runs=10000 ;;
   gguf) max_len=65536 dict=gguf ci_runs=60000 ;;
   *)
     echo "run.sh: unknown target '$target'" >&2

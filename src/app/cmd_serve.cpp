@@ -10,6 +10,7 @@
 #include "loader/model_text.h"
 #include "runtime/generate.h"
 #include "server/openai_server.h"
+#include "server/tool_parser.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -19,6 +20,7 @@ namespace {
 struct ServeArgs {
   ModelArgs m;
   ServerConfig server;
+  bool auto_tool_choice = false;
   // 0: room for max_running_requests full contexts, capped at 1M tokens and at a quarter of
   // physical memory.
   int64_t max_total_tokens = 0;
@@ -97,6 +99,20 @@ Result<KvPlan> plan_kv_cache(const ServeArgs& a, int64_t model_context, int64_t 
   return plan;
 }
 
+// --tool-call-parser auto picks the form the chat template writes calls in.
+bool resolve_output_parsers(const ChatTemplate* tmpl, ServerConfig* c) {
+  if (c->tool_call_parser.empty()) return true;
+  auto format = resolve_tool_parser(c->tool_call_parser, tmpl ? tmpl->source() : "");
+  if (!format.is_ok()) {
+    std::fprintf(stderr, "mxserve serve: --tool-call-parser: %s\n",
+                 format.status().message().c_str());
+    return false;
+  }
+  c->tool_call_parser = tool_call_format_name(*format);
+  MX_LOG_INFO("tool calls: " + c->tool_call_parser + " parser");
+  return true;
+}
+
 int serve(ServeArgs& a) {
   auto model = load_model_or_report(a.m, "serve");
   if (!model) return 1;
@@ -150,6 +166,7 @@ int serve(ServeArgs& a) {
                    ? "; recurrent state: " + std::to_string(c.scheduler.max_running_requests) +
                          " slots of " + std::to_string(slot_bytes >> 10) + " KiB"
                    : std::string()));
+  if (!resolve_output_parsers(tmpl ? &*tmpl : nullptr, &c)) return 1;
   OpenAiServer server(*model, *tok, std::move(tmpl), stops, c);
   // SIGINT and SIGTERM begin the server's graceful shutdown (its own signal handling).
   const Status s = server.run();
@@ -186,6 +203,10 @@ void register_serve(CLI::App& app, int& exit_code) {
                   "Prefill tokens per step")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
+  // SGLang's flag, and vLLM's names for the same switch (on by default).
+  cmd->add_flag("!--disable-radix-cache,!--no-enable-prefix-caching,--enable-prefix-caching",
+                c.scheduler.prefix_caching,
+                "Recompute every prompt instead of reusing the KV blocks of cached prefixes");
   cmd->add_option("--max-queued-requests", c.scheduler.max_waiting_requests,
                   "Waiting requests before 503")
       ->check(CLI::Range(1, 1 << 20))
@@ -211,6 +232,16 @@ void register_serve(CLI::App& app, int& exit_code) {
                   "Seconds between throughput and queue lines in the log (0: none)")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
+  cmd->add_option("--tool-call-parser", c.tool_call_parser,
+                  "Tool-call format of replies: hermes (Qwen3), qwen3_coder (Qwen3.5), or auto "
+                  "(the chat template's)")
+      ->check(CLI::IsMember({"hermes", "qwen3_coder", "auto"}));
+  // vLLM requires this beside --tool-call-parser; here the parser alone turns tool calls on.
+  cmd->add_flag("--enable-auto-tool-choice", a->auto_tool_choice,
+                "Accepted for vLLM compatibility");
+  cmd->add_option("--reasoning-parser", c.reasoning_parser,
+                  "Split <think> blocks into reasoning_content: qwen3")
+      ->check(CLI::IsMember({"qwen3"}));
   cmd->callback([a, &exit_code] { exit_code = serve(*a); });
 }
 

@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/log.h"
 
@@ -8,6 +9,17 @@ namespace mx {
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+// Prefix caching reuses keys and values only; a model with recurrent state (linear-attention
+// layers) would also need that state at the prefix's end, which is not kept.
+SchedulerConfig checked_prefix_caching(SchedulerConfig c, const ModelConfig& m) {
+  for (LayerKind k : m.layer_kinds) {
+    if (c.prefix_caching && k == LayerKind::kLinearAttention) {
+      c.prefix_caching = false;
+      MX_LOG_INFO("prefix caching is off: the model keeps recurrent state, which is not cached");
+    }
+  }
+  return c;
 }
 bool uses_history(const SamplingParams& p) {
   return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
@@ -17,10 +29,10 @@ bool uses_history(const SamplingParams& p) {
 Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config)
     : model_(model),
       tok_(tok),
-      config_(config),
+      config_(checked_prefix_caching(config, model.config())),
       kv_(model.config(), config.num_blocks, config.block_size, model.kv_dtype(),
           config.max_running_requests),
-      sched_(config) {
+      sched_(config_) {
   stats_.kv_blocks_total = config.num_blocks;
   thread_ = std::thread([this] { loop(); });
 }
@@ -53,7 +65,7 @@ Result<uint64_t> Engine::submit(EngineRequest req) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
-  MX_RETURN_IF_ERROR(sched_.add(id, n, req.params.max_tokens));
+  MX_RETURN_IF_ERROR(sched_.add(id, req.prompt, req.params.max_tokens));
   inbox_.push_back({id, std::move(req), std::chrono::steady_clock::now()});
   wake_.notify_all();
   return id;
@@ -70,7 +82,10 @@ EngineStats Engine::stats() const {
   EngineStats s = stats_;
   s.running = static_cast<int64_t>(sched_.running());
   s.waiting = static_cast<int64_t>(sched_.waiting());
-  s.kv_blocks_used = sched_.allocator().used_blocks();
+  s.kv_blocks_used = sched_.held_blocks();
+  s.kv_blocks_cached = sched_.prefix_cache().cached_blocks();
+  s.prefix_cache_queries = sched_.prefix_stats().queries;
+  s.prefix_cache_hits = sched_.prefix_stats().hits;
   return s;
 }
 
@@ -85,6 +100,7 @@ void Engine::finish(uint64_t id, const std::string& reason) {
   }
   ev.finished = true;
   ev.finish_reason = reason;
+  if (reason == "stop") ev.stop_reason = l.text->stop_reason();
   ev.prompt_tokens = static_cast<int64_t>(l.req.prompt.size());
   ev.completion_tokens = static_cast<int64_t>(l.tokens.size() - l.req.prompt.size());
   if (l.req.on_event) l.req.on_event(ev);
@@ -111,6 +127,38 @@ void Engine::loop() {
   std::vector<uint64_t> ids;
   for (const auto& [id, _] : live_) ids.push_back(id);
   for (uint64_t id : ids) finish(id, "cancelled");
+}
+
+int32_t Engine::sample_for(Live& l, float* row, bool* ended) {
+  const int64_t vocab = model_.config().vocab_size;
+  const SamplingParams& p = l.req.params;
+  const auto split = l.tokens.begin() + static_cast<std::ptrdiff_t>(l.req.prompt.size());
+  apply_logit_processors(row, vocab, p, l.tokens.end() - split);
+  if (l.req.grammar) {
+    // Tokens past the tokenizer's vocabulary (padding rows of the lm_head) are never allowed.
+    const int64_t words = (vocab + 31) / 32;
+    l.mask.assign(static_cast<size_t>(words), 0);
+    l.req.grammar->fill_mask(l.mask.data());
+    for (int64_t w = 0; w < words; ++w) {
+      const uint32_t bits = l.mask[static_cast<size_t>(w)];
+      if (bits == ~0u) continue;
+      for (int64_t t = w * 32; t < std::min(vocab, w * 32 + 32); ++t) {
+        if (!(bits >> (t & 31) & 1u)) row[t] = -INFINITY;
+      }
+    }
+  }
+  int32_t id;
+  if (uses_history(p)) {
+    const std::vector<int32_t> prompt(l.tokens.begin(), split), output(split, l.tokens.end());
+    id = l.sampler->sample(row, vocab, prompt, output);
+  } else {
+    static const std::vector<int32_t> none;
+    id = l.sampler->sample(row, vocab, none, none);
+  }
+  // A grammar that is complete ends the output; one that cannot take the token (no allowed
+  // token had a finite logit) ends it too rather than emit text outside the grammar.
+  *ended = l.req.grammar && (!l.req.grammar->accept(id) || l.req.grammar->must_end());
+  return id;
 }
 
 void Engine::step_once() {
@@ -166,29 +214,24 @@ void Engine::step_once() {
     return;
   }
   std::vector<uint64_t> stopped;
+  std::vector<int32_t> sampled;
   std::vector<double> ttft, itl;
   const auto now = std::chrono::steady_clock::now();
-  const std::vector<int32_t> none;
   for (size_t i = 0; i < samplers.size(); ++i) {
     Live& l = live_.at(samplers[i]);
     float* row = logits.data() + i * static_cast<size_t>(vocab);
     std::vector<float> raw;
     if (l.req.top_logprobs >= 0) raw.assign(row, row + vocab);
-    int32_t id;
-    if (uses_history(l.req.params)) {
-      const auto split = l.tokens.begin() + static_cast<std::ptrdiff_t>(l.req.prompt.size());
-      const std::vector<int32_t> prompt(l.tokens.begin(), split), output(split, l.tokens.end());
-      id = l.sampler->sample(row, vocab, prompt, output);
-    } else {
-      id = l.sampler->sample(row, vocab, none, none);
-    }
+    bool ended = false;
+    const int32_t id = sample_for(l, row, &ended);
     const bool first = l.tokens.size() == l.req.prompt.size();
     (first ? ttft : itl)
         .push_back(std::chrono::duration<double>(now - (first ? l.arrival : l.last_token)).count());
     l.last_token = now;
     l.tokens.push_back(id);
+    sampled.push_back(id);
     const TextStream::Step ts = l.text->push(id);
-    if (ts.stop) {
+    if (ts.stop || ended) {
       l.stopped = true;
       stopped.push_back(samplers[i]);
     }
@@ -202,7 +245,7 @@ void Engine::step_once() {
   std::vector<uint64_t> retired;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    retired = sched_.complete(plan, stopped);
+    retired = sched_.complete(plan, sampled, stopped);
     stats_.generated_tokens += static_cast<int64_t>(samplers.size());
     for (double t : ttft) stats_.time_to_first_token.observe(t);
     for (double t : itl) stats_.inter_token_latency.observe(t);

@@ -22,6 +22,7 @@
 #include "runtime/histogram.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 
 namespace mx {
@@ -35,6 +36,7 @@ struct StreamEvent {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   std::vector<TokenLogprob> logprobs;  // one per token in `tokens` when requested
+  nlohmann::json stop_reason;          // once finished: vLLM's stop_reason
 };
 
 struct EngineRequest {
@@ -42,12 +44,19 @@ struct EngineRequest {
   SamplingParams params;
   std::function<void(const StreamEvent&)> on_event;
   int top_logprobs = -1;  // < 0: no log-probs; else also this many most likely alternatives
+  // Constrained decoding: only tokens the grammar allows are sampled, and the output ends when
+  // the grammar is complete.
+  std::shared_ptr<GrammarMatcher> grammar = nullptr;
 };
 
 struct EngineStats {
   Histogram time_to_first_token, inter_token_latency, e2e_latency;  // seconds
   int64_t running = 0, waiting = 0;
-  int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0, kv_blocks_total = 0;  // used: held by requests
+  int64_t kv_blocks_cached = 0;                     // in the prefix cache, read or not
+  // Prompt tokens looked up in the prefix cache at admission, and those found (vLLM's
+  // prefix_cache_queries and prefix_cache_hits).
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0;  // totals since start
   int64_t finished_requests = 0, steps = 0, preemptions = 0;
 };
@@ -74,6 +83,7 @@ class Engine {
     std::vector<int32_t> tokens;  // prompt then generated
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<TextStream> text;
+    std::vector<uint32_t> mask;  // the grammar's token mask, reused each step
     bool stopped = false;
     std::chrono::steady_clock::time_point arrival, last_token;
   };
@@ -85,6 +95,9 @@ class Engine {
   void loop();
   void step_once();
   void finish(uint64_t id, const std::string& reason);
+  // Applies the request's logit processors and grammar to `row` and samples; `ended` is set
+  // when the grammar allows nothing more.
+  int32_t sample_for(Live& l, float* row, bool* ended);
 
   DecoderModel& model_;
   const Tokenizer& tok_;

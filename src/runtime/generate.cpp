@@ -34,12 +34,17 @@ std::vector<int32_t> default_stop_token_ids(const std::string& model_dir, const 
   return ids;
 }
 
-size_t find_stop(const std::string& text, size_t from, const std::vector<std::string>& stops) {
+size_t find_stop(const std::string& text, size_t from, const std::vector<std::string>& stops,
+                 size_t* which) {
   size_t best = std::string::npos;
-  for (const std::string& s : stops) {
+  for (size_t i = 0; i < stops.size(); ++i) {
+    const std::string& s = stops[i];
     if (s.empty()) continue;
     const size_t p = text.find(s, from);
-    if (p < best) best = p;
+    if (p < best) {
+      best = p;
+      if (which) *which = i;
+    }
   }
   return best;
 }
@@ -57,21 +62,35 @@ size_t stop_holdback(const std::string& text, const std::vector<std::string>& st
   return hold;
 }
 
+bool TextStream::stopped_by_string(size_t from) {
+  size_t which = 0;
+  const size_t stop_at = find_stop(text_, from, params_.stop, &which);
+  if (stop_at == std::string::npos) return false;
+  const std::string& stop = params_.stop[which];
+  text_.resize(params_.include_stop_str_in_output ? stop_at + stop.size() : stop_at);
+  stop_reason_ = stop;
+  return true;
+}
+
 TextStream::Step TextStream::push(int32_t id) {
   Step st;
-  const bool stop_token = std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(),
-                                    id) != params_.stop_token_ids.end();
-  if (stop_token && !params_.ignore_eos) {
+  // Before min_tokens nothing stops the output (the sampler masks the end tokens).
+  const bool armed = ++tokens_ > params_.min_tokens;
+  const auto has = [id](const std::vector<int32_t>& ids) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  if (armed && has(params_.forced_stop_token_ids)) {
+    stop_reason_ = id;
+    st.stop = true;
+    return st;
+  }
+  if (armed && has(params_.stop_token_ids) && !params_.ignore_eos) {
     st.stop = true;
     return st;
   }
   const size_t before = text_.size();
   text_ += dec_.push(id);
-  const size_t stop_at = find_stop(text_, before >= 64 ? before - 64 : 0, params_.stop);
-  if (stop_at != std::string::npos) {
-    text_.resize(stop_at);
-    st.stop = true;
-  }
+  if (armed) st.stop = stopped_by_string(before >= 64 ? before - 64 : 0);
   const size_t ready = st.stop ? text_.size() : text_.size() - stop_holdback(text_, params_.stop);
   if (ready > emitted_) {
     st.delta = text_.substr(emitted_, ready - emitted_);
@@ -83,9 +102,7 @@ TextStream::Step TextStream::push(int32_t id) {
 std::string TextStream::finish(bool* stopped) {
   text_ += dec_.flush();
   // A stop string may complete only with the bytes flushed last.
-  const size_t stop_at = find_stop(text_, 0, params_.stop);
-  *stopped = stop_at != std::string::npos;
-  if (*stopped) text_.resize(stop_at);
+  *stopped = tokens_ >= params_.min_tokens && stopped_by_string(0);
   std::string rest = text_.size() > emitted_ ? text_.substr(emitted_) : std::string();
   emitted_ = text_.size();
   return rest;
@@ -116,6 +133,7 @@ Result<GenerateResult> generate(DecoderModel& model, const Tokenizer& tok,
   r.finish_reason = "length";
   auto t_first = clock::now();
   for (int64_t step = 0; step < budget; ++step) {
+    apply_logit_processors(logits.data(), vocab, params, step);
     const int32_t id = sampler.sample(logits.data(), vocab, prompt, r.token_ids);
     if (step == 0) {
       t_first = clock::now();

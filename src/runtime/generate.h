@@ -3,6 +3,8 @@
 // broken UTF-8 and nothing that might still turn out to be part of a stop string.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -29,8 +31,10 @@ struct GenerateResult {
 // Stop token ids from config.json and generation_config.json (eos_token_id, int or list).
 std::vector<int32_t> default_stop_token_ids(const std::string& model_dir, const ModelConfig& c);
 
-// Finds the earliest stop string in `text` at or after `from`; npos when none.
-size_t find_stop(const std::string& text, size_t from, const std::vector<std::string>& stops);
+// Finds the earliest stop string in `text` at or after `from`; npos when none. `which`, when
+// given, receives the index of the stop string found.
+size_t find_stop(const std::string& text, size_t from, const std::vector<std::string>& stops,
+                 size_t* which = nullptr);
 // How many trailing bytes of `text` could begin a stop string and must be held back.
 size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops);
 
@@ -44,6 +48,9 @@ class TextStream {
     std::string delta;  // text that can be shown now (may be empty)
     bool stop = false;  // a stop token or stop string ended the generation
   };
+  // What ended the generation, as vLLM's stop_reason: the stop string or the stop token id
+  // from the request; null for the model's end token or none.
+  const nlohmann::json& stop_reason() const { return stop_reason_; }
   Step push(int32_t id);
   // At the end of a generation that ran out of budget: whatever was held back.
   std::string finish(bool* stopped);
@@ -52,8 +59,12 @@ class TextStream {
  private:
   SamplingParams params_;  // a copy: the request that owns the original may move
   IncrementalDecoder dec_;
+  bool stopped_by_string(size_t from);
+
   std::string text_;
   size_t emitted_ = 0;
+  int64_t tokens_ = 0;
+  nlohmann::json stop_reason_;
 };
 
 // Fails when the prompt plus one token does not fit the context.

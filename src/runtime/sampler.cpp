@@ -46,6 +46,19 @@ std::string sampling_param_error(std::string_view param, double value) {
   return std::string("unknown sampling parameter '") + std::string(param) + "'";
 }
 
+void apply_logit_processors(float* logits, int64_t vocab, const SamplingParams& p,
+                            int64_t generated) {
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id >= 0 && id < vocab) logits[id] += bias;
+  }
+  if (generated >= p.min_tokens) return;
+  for (const std::vector<int32_t>* ids : {&p.stop_token_ids, &p.forced_stop_token_ids}) {
+    for (int32_t id : *ids) {
+      if (id >= 0 && id < vocab) logits[id] = -INFINITY;
+    }
+  }
+}
+
 void apply_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
                      const std::vector<int32_t>& output, const SamplingParams& p) {
   if (p.repetition_penalty != 1.0f) {

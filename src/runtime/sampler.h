@@ -23,9 +23,15 @@ struct SamplingParams {
   std::optional<uint64_t> seed;
   int max_tokens = 128;
   std::vector<std::string> stop;
-  std::vector<int32_t> stop_token_ids;
+  std::vector<int32_t> stop_token_ids;  // the model's end tokens: ignore_eos ignores them
   bool ignore_eos = false;
+  // The request's own stop_token_ids: they stop the output even under ignore_eos, as vLLM's.
+  std::vector<int32_t> forced_stop_token_ids;
+  // End tokens and stop strings have no effect before this many tokens (vLLM's min_tokens).
+  int min_tokens = 0;
+  bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits before sampling
 };
 
 // Why `value` is not allowed for the sampling parameter `param`, or "" when it is. Names are
@@ -34,6 +40,11 @@ struct SamplingParams {
 // most 2, as OpenAI's API), so the server and the CLI accept what vLLM accepts and nothing
 // reaches the sampler that it cannot draw from (NaN, a top_k beyond int).
 std::string sampling_param_error(std::string_view param, double value);
+
+// The request's logit processors in place, before the penalties: logit_bias, and while fewer
+// than min_tokens tokens are out (`generated`), every stop token masked to -inf.
+void apply_logit_processors(float* logits, int64_t vocab, const SamplingParams& p,
+                            int64_t generated);
 
 // Penalizes logits in place. `prompt` feeds only the repetition penalty.
 void apply_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,

@@ -1,7 +1,11 @@
 #include "server/openai_protocol.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdint>
+
+#include "server/openai_fields.h"
 
 namespace mx {
 
@@ -150,11 +154,55 @@ bool parse_max_tokens(const OJson& body, bool chat, int64_t prompt_len, const Pr
   return true;
 }
 
+// Token ids listed under `key`, each inside the vocabulary.
+bool get_token_ids(const OJson& body, const char* key, const ProtocolContext& ctx,
+                   std::vector<int32_t>* out, HttpError* err) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return true;
+  if (!it->is_array() || it->size() > 1024) {
+    *err = {400, std::string("'") + key + "' must be a list of up to 1024 token ids",
+            "invalid_request_error", key};
+    return false;
+  }
+  for (const OJson& v : *it) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+        v.get<int64_t>() >= ctx.tok->vocab_size()) {
+      *err = {400,
+              std::string("'") + key + "' holds " + v.dump() + ", not a token id of the " +
+                  std::to_string(ctx.tok->vocab_size()) + "-token vocabulary",
+              "invalid_request_error", key};
+      return false;
+    }
+    out->push_back(v.get<int32_t>());
+  }
+  return true;
+}
+
+// n and best_of: best_of choices are generated and the n most likely returned.
+bool parse_choices(const OJson& body, ParsedRequest* out, HttpError* err) {
+  int64_t n = 1, best_of = 0;
+  if (!get_int_field(body, "n", 1, kMaxChoices, &n, err) ||
+      !get_int_field(body, "best_of", 1, kMaxChoices, &best_of, err)) {
+    return false;
+  }
+  if (best_of == 0) best_of = n;
+  if (best_of < n) {
+    *err = {400,
+            "'best_of' (" + std::to_string(best_of) + ") must be at least 'n' (" +
+                std::to_string(n) + ")",
+            "invalid_request_error", "best_of"};
+    return false;
+  }
+  out->n = static_cast<int>(n);
+  out->best_of = static_cast<int>(best_of);
+  return true;
+}
+
 bool parse_sampling(const OJson& body, bool chat, int64_t prompt_len, const ProtocolContext& ctx,
                     SamplingParams* p, HttpError* err) {
   p->temperature = 1.0f;
   p->top_p = 1.0f;
-  int64_t n = 1, seed = 0;
+  int64_t seed = 0, min_tokens = 0;
   if (!get_sampling_field(body, "temperature", &p->temperature, err) ||
       !get_sampling_field(body, "top_p", &p->top_p, err) ||
       !get_sampling_field(body, "top_k", &p->top_k, err) ||
@@ -163,19 +211,19 @@ bool parse_sampling(const OJson& body, bool chat, int64_t prompt_len, const Prot
       !get_sampling_field(body, "frequency_penalty", &p->frequency_penalty, err) ||
       !get_sampling_field(body, "repetition_penalty", &p->repetition_penalty, err) ||
       !get_field(body, "ignore_eos", &p->ignore_eos, err) ||
-      !get_int_field(body, "n", INT64_MIN, INT64_MAX, &n, err) ||
-      !get_int_field(body, "seed", INT64_MIN, INT64_MAX, &seed, err)) {
+      !get_field(body, "include_stop_str_in_output", &p->include_stop_str_in_output, err) ||
+      !get_field(body, "skip_special_tokens", &p->skip_special_tokens, err) ||
+      !get_int_field(body, "seed", INT64_MIN, INT64_MAX, &seed, err) ||
+      !get_token_ids(body, "stop_token_ids", ctx, &p->forced_stop_token_ids, err) ||
+      !parse_logit_bias(body, ctx, p, err)) {
     return false;
   }
   if (body.contains("seed") && !body["seed"].is_null()) p->seed = static_cast<uint64_t>(seed);
-  if (n != 1) {
-    *err = {400, "'n' must be 1 (one choice per request is supported), got " + std::to_string(n),
-            "invalid_request_error", "n"};
-    return false;
-  }
   if (!parse_stop(body, p, err) || !parse_max_tokens(body, chat, prompt_len, ctx, p, err)) {
     return false;
   }
+  if (!get_int_field(body, "min_tokens", 0, p->max_tokens, &min_tokens, err)) return false;
+  p->min_tokens = static_cast<int>(min_tokens);
   p->stop_token_ids = ctx.stop_ids;
   return true;
 }
@@ -192,112 +240,155 @@ bool fits_context(size_t bytes, const ProtocolContext& ctx, const char* param, H
   return false;
 }
 
-bool prompt_of(const OJson& body, bool chat, const ProtocolContext& ctx, std::vector<int32_t>* ids,
-               HttpError* err) {
-  if (!chat) {
-    auto it = body.find("prompt");
-    if (it == body.end()) {
-      *err = {400, "'prompt' is required", "invalid_request_error", "prompt"};
+constexpr size_t kMaxPrompts = 64;
+
+bool encode_text(const OJson& v, const ProtocolContext& ctx, ParsedRequest* out, HttpError* err) {
+  const std::string& t = v.get_ref<const std::string&>();
+  if (!fits_context(t.size(), ctx, "prompt", err)) return false;
+  out->prompts.push_back(ctx.tok->encode(t));
+  out->prompt_texts.push_back(t);
+  return true;
+}
+
+bool token_prompt(const OJson& v, const ProtocolContext& ctx, ParsedRequest* out, HttpError* err) {
+  std::vector<int32_t> ids;
+  for (const OJson& t : v) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+        t.get<int64_t>() >= ctx.tok->vocab_size()) {
+      *err = {400, "'prompt' holds an invalid token id", "invalid_request_error", "prompt"};
       return false;
     }
-    const OJson* text = it->is_string()                                             ? &*it
-                        : it->is_array() && it->size() == 1 && (*it)[0].is_string() ? &(*it)[0]
-                                                                                    : nullptr;
-    if (text) {
-      const std::string& t = text->get_ref<const std::string&>();
-      if (!fits_context(t.size(), ctx, "prompt", err)) return false;
-      *ids = ctx.tok->encode(t);
-    } else if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) {
-      for (const OJson& v : *it) {
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
-            v.get<int64_t>() >= ctx.tok->vocab_size()) {
-          *err = {400, "'prompt' holds an invalid token id", "invalid_request_error", "prompt"};
-          return false;
-        }
-        ids->push_back(v.get<int32_t>());
-      }
-    } else {
-      *err = {400, "'prompt' must be a string or a list of token ids", "invalid_request_error",
-              "prompt"};
-      return false;
-    }
-  } else {
-    auto it = body.find("messages");
-    if (it == body.end() || !it->is_array() || it->empty()) {
-      *err = {400, "'messages' must be a non-empty list", "invalid_request_error", "messages"};
-      return false;
-    }
-    OJson messages = OJson::array();
-    for (const OJson& m : *it) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-        *err = {400, "each message needs a string 'role'", "invalid_request_error", "messages"};
-        return false;
-      }
-      OJson msg = m;
-      // Content given as parts: join the text parts.
-      if (m.contains("content") && m["content"].is_array()) {
-        std::string text;
-        for (const OJson& part : m["content"]) {
-          if (part.is_object() && part.contains("type") && part["type"] == "text" &&
-              part.contains("text") && part["text"].is_string()) {
-            text += part["text"].get<std::string>();
-          }
-        }
-        msg["content"] = text;
-      } else if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null()) {
-        *err = {400, "message content must be a string or a list of parts", "invalid_request_error",
-                "messages"};
-        return false;
-      }
-      if (!msg.contains("content") || msg["content"].is_null()) msg["content"] = "";
-      messages.push_back(msg);
-    }
-    if (ctx.tmpl == nullptr) {
-      *err = {400, "this model has no chat template", "invalid_request_error", "messages"};
-      return false;
-    }
-    OJson extra = OJson::object();
-    if (body.contains("tools") && body["tools"].is_array()) extra["tools"] = body["tools"];
-    if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object()) {
-      for (auto kv = body["chat_template_kwargs"].begin(); kv != body["chat_template_kwargs"].end();
-           ++kv) {
-        extra[kv.key()] = kv.value();
-      }
-    }
-    auto text = ctx.tmpl->apply(messages, true, extra);
-    if (!text.is_ok()) {
-      *err = {400, text.status().message(), "invalid_request_error", "messages"};
-      return false;
-    }
-    if (!fits_context(text->size(), ctx, "messages", err)) return false;
-    *ids = ctx.tok->encode(*text);
+    ids.push_back(t.get<int32_t>());
   }
-  if (ids->empty()) {
-    *err = {400, "the prompt is empty", "invalid_request_error", "prompt"};
+  out->prompt_texts.push_back(ctx.tok->decode(ids));
+  out->prompts.push_back(std::move(ids));
+  return true;
+}
+
+// A string, a list of strings, a list of token ids, or a list of token-id lists.
+bool completion_prompts(const OJson& body, const ProtocolContext& ctx, ParsedRequest* out,
+                        HttpError* err) {
+  auto it = body.find("prompt");
+  if (it == body.end()) {
+    *err = {400, "'prompt' is required", "invalid_request_error", "prompt"};
     return false;
+  }
+  const char* shape =
+      "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of "
+      "token ids";
+  if (it->is_string()) return encode_text(*it, ctx, out, err);
+  if (!it->is_array() || it->empty()) {
+    *err = {400, shape, "invalid_request_error", "prompt"};
+    return false;
+  }
+  if ((*it)[0].is_number()) return token_prompt(*it, ctx, out, err);
+  if (it->size() > kMaxPrompts) {
+    *err = {400, "'prompt' holds more than " + std::to_string(kMaxPrompts) + " prompts",
+            "invalid_request_error", "prompt"};
+    return false;
+  }
+  for (const OJson& v : *it) {
+    const bool ok = v.is_string() ? encode_text(v, ctx, out, err)
+                    : v.is_array() && !v.empty()
+                        ? token_prompt(v, ctx, out, err)
+                        : (*err = {400, shape, "invalid_request_error", "prompt"}, false);
+    if (!ok) return false;
   }
   return true;
 }
 
-}  // namespace
+// A message as the chat template reads it: content parts joined, tool-call arguments (JSON
+// text on the wire) decoded to objects, as the Qwen templates iterate over them.
+bool template_message(const OJson& m, OJson* msg, HttpError* err) {
+  if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+    *err = {400, "each message needs a string 'role'", "invalid_request_error", "messages"};
+    return false;
+  }
+  *msg = m;
+  if (m.contains("content") && m["content"].is_array()) {
+    std::string text;
+    for (const OJson& part : m["content"]) {
+      if (part.is_object() && part.contains("type") && part["type"] == "text" &&
+          part.contains("text") && part["text"].is_string()) {
+        text += part["text"].get<std::string>();
+      }
+    }
+    (*msg)["content"] = text;
+  } else if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null()) {
+    *err = {400, "message content must be a string or a list of parts", "invalid_request_error",
+            "messages"};
+    return false;
+  }
+  if (!msg->contains("content") || (*msg)["content"].is_null()) (*msg)["content"] = "";
+  if (auto calls = msg->find("tool_calls"); calls != msg->end() && calls->is_array()) {
+    for (OJson& call : *calls) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+        continue;
+      OJson& args = call["function"]["arguments"];
+      if (!args.is_string()) continue;
+      OJson decoded = OJson::parse(args.get<std::string>(), nullptr, false);
+      if (!decoded.is_discarded()) args = std::move(decoded);
+    }
+  }
+  return true;
+}
 
-bool parse_request(const OJson& body, bool chat, const ProtocolContext& ctx, ParsedRequest* out,
-                   HttpError* err) try {
-  std::string model_name;
-  if (!get_field(body, "model", &model_name, err)) return false;
-  if (!model_name.empty() && model_name != ctx.served_model_name) {
-    *err = {404, "The model '" + model_name + "' does not exist", "invalid_request_error", "model"};
+bool chat_prompt(const OJson& body, const ProtocolContext& ctx, ParsedRequest* out,
+                 HttpError* err) {
+  auto it = body.find("messages");
+  if (it == body.end() || !it->is_array() || it->empty()) {
+    *err = {400, "'messages' must be a non-empty list", "invalid_request_error", "messages"};
     return false;
   }
-  if (!prompt_of(body, chat, ctx, &out->prompt, err) ||
-      !parse_sampling(body, chat, static_cast<int64_t>(out->prompt.size()), ctx, &out->params,
-                      err) ||
-      !get_field(body, "stream", &out->stream, err)) {
+  OJson messages = OJson::array();
+  for (const OJson& m : *it) {
+    OJson msg;
+    if (!template_message(m, &msg, err)) return false;
+    messages.push_back(std::move(msg));
+  }
+  if (ctx.tmpl == nullptr) {
+    *err = {400, "this model has no chat template", "invalid_request_error", "messages"};
     return false;
   }
-  if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
-    if (!get_field(*so, "include_usage", &out->include_usage, err)) return false;
+  bool add_generation_prompt = true;
+  if (!get_field(body, "add_generation_prompt", &add_generation_prompt, err)) return false;
+  OJson extra = OJson::object();
+  if (body.contains("tools") && body["tools"].is_array()) extra["tools"] = body["tools"];
+  if (body.contains("reasoning_effort") && body["reasoning_effort"].is_string()) {
+    extra["reasoning_effort"] = body["reasoning_effort"];
   }
+  if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object()) {
+    for (auto kv = body["chat_template_kwargs"].begin(); kv != body["chat_template_kwargs"].end();
+         ++kv) {
+      extra[kv.key()] = kv.value();
+    }
+  }
+  auto text = ctx.tmpl->apply(messages, add_generation_prompt, extra);
+  if (!text.is_ok()) {
+    *err = {400, text.status().message(), "invalid_request_error", "messages"};
+    return false;
+  }
+  if (!fits_context(text->size(), ctx, "messages", err)) return false;
+  out->prompts.push_back(ctx.tok->encode(*text));
+  out->prompt_texts.push_back(std::move(*text));
+  return true;
+}
+
+bool prompts_of(const OJson& body, bool chat, const ProtocolContext& ctx, ParsedRequest* out,
+                HttpError* err) {
+  if (!(chat ? chat_prompt(body, ctx, out, err) : completion_prompts(body, ctx, out, err))) {
+    return false;
+  }
+  for (const std::vector<int32_t>& ids : out->prompts) {
+    if (ids.empty()) {
+      *err = {400, "the prompt is empty", "invalid_request_error", chat ? "messages" : "prompt"};
+      return false;
+    }
+  }
+  return true;
+}
+
+bool parse_logprobs(const OJson& body, bool chat, ParsedRequest* out, HttpError* err) {
   // Completions: `logprobs` is the number of alternatives (0..5). Chat: `logprobs` is a
   // switch and `top_logprobs` (0..20) the number of alternatives.
   if (chat) {
@@ -319,9 +410,74 @@ bool parse_request(const OJson& body, bool chat, const ProtocolContext& ctx, Par
     out->top_logprobs = static_cast<int>(top);
   }
   return true;
+}
+
+// The combinations that are refused: echo needs prompt log-probs for its log-probs, and
+// best_of ranks whole outputs, which a stream cannot wait for.
+bool check_combinations(const ParsedRequest& r, HttpError* err) {
+  if (r.echo && r.top_logprobs >= 0) {
+    *err = {400, "'echo' with 'logprobs' (prompt log-probs) is not supported",
+            "invalid_request_error", "echo"};
+    return false;
+  }
+  if (r.stream && r.best_of > r.n) {
+    *err = {400, "'best_of' greater than 'n' cannot stream", "invalid_request_error", "best_of"};
+    return false;
+  }
+  if (r.prompts.size() * static_cast<size_t>(r.best_of) > 4 * kMaxPrompts) {
+    *err = {400,
+            "too many sequences: " + std::to_string(r.prompts.size()) + " prompts times " +
+                std::to_string(r.best_of) + " choices (at most " + std::to_string(4 * kMaxPrompts) +
+                ")",
+            "invalid_request_error", "best_of"};
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool parse_request(const OJson& body, bool chat, const ProtocolContext& ctx, ParsedRequest* out,
+                   HttpError* err) try {
+  if (!check_fields(body, chat, &out->ignored_fields, err)) return false;
+  std::string model_name;
+  if (!get_field(body, "model", &model_name, err)) return false;
+  if (!model_name.empty() && model_name != ctx.served_model_name) {
+    *err = {404, "The model '" + model_name + "' does not exist", "invalid_request_error", "model"};
+    return false;
+  }
+  if (!prompts_of(body, chat, ctx, out, err)) return false;
+  size_t longest = 0;
+  for (const auto& p : out->prompts) longest = std::max(longest, p.size());
+  if (!parse_sampling(body, chat, static_cast<int64_t>(longest), ctx, &out->params, err) ||
+      !get_field(body, "stream", &out->stream, err) || !parse_choices(body, out, err) ||
+      !get_field(body, "echo", &out->echo, err) || !parse_logprobs(body, chat, out, err) ||
+      !parse_structured_output(body, &out->grammar, err) || !parse_tools(body, out, err)) {
+    return false;
+  }
+  if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
+    if (!get_field(*so, "include_usage", &out->include_usage, err)) return false;
+  }
+  return check_combinations(*out, err);
 } catch (const OJson::exception& e) {
   // Every field is type-checked before use; this keeps a check that was missed from leaving
   // the parser as an exception.
+  *err = {400, std::string("malformed request: ") + e.what()};
+  return false;
+}
+
+bool tokenize_request(const OJson& body, const ProtocolContext& ctx, std::vector<int32_t>* ids,
+                      HttpError* err) try {
+  ParsedRequest r;
+  const bool chat = body.contains("messages");
+  if (!chat && body.contains("prompt") && !body["prompt"].is_string()) {
+    *err = {400, "'prompt' must be a string", "invalid_request_error", "prompt"};
+    return false;
+  }
+  if (!prompts_of(body, chat, ctx, &r, err)) return false;
+  *ids = std::move(r.prompts[0]);
+  return true;
+} catch (const OJson::exception& e) {
   *err = {400, std::string("malformed request: ") + e.what()};
   return false;
 }

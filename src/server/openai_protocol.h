@@ -11,6 +11,7 @@
 
 #include "runtime/sampler.h"
 #include "text/chat_template.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 
 namespace mx {
@@ -37,18 +38,38 @@ struct ProtocolContext {
   std::string served_model_name;
 };
 
+// At most this many choices per request (n and best_of), as the issue of shared prompt KV
+// bounds them.
+constexpr int kMaxChoices = 16;
+
 struct ParsedRequest {
-  std::vector<int32_t> prompt;
+  // Completions take a list of prompts (strings or token lists); chat has one.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> prompt_texts;  // each prompt's text (echo; chat: the rendered one)
   SamplingParams params;
   bool stream = false;
   bool include_usage = false;
   int top_logprobs = -1;  // < 0: no log-probs
+  int n = 1;              // choices returned per prompt
+  int best_of = 1;        // choices generated per prompt; the n most likely are returned
+  bool echo = false;      // completions: the prompt's text leads each choice's text
+  // Structured output (response_format, guided_json/regex/choice, structured_outputs).
+  std::shared_ptr<const Grammar> grammar;
+  OJson tools;        // the request's tools, or null
+  OJson tool_choice;  // "auto" (default with tools), "none", "required" or a named function
+  bool parallel_tool_calls = true;
+  // Fields this server does not know, ignored as vLLM ignores them.
+  std::vector<std::string> ignored_fields;
 };
 
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body; on failure fills
 // `err` with the status (400 bad request, 404 unknown model) and message.
 bool parse_request(const OJson& body, bool chat, const ProtocolContext& ctx, ParsedRequest* out,
                    HttpError* err);
+
+// vLLM's /tokenize body: a `prompt` string, or `messages` rendered through the chat template.
+bool tokenize_request(const OJson& body, const ProtocolContext& ctx, std::vector<int32_t>* ids,
+                      HttpError* err);
 
 // Accumulates sampled tokens' log-probs into the completions shape (tokens, token_logprobs,
 // top_logprobs, text_offset) or the chat shape (content: [{token, logprob, bytes,

@@ -4,14 +4,19 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <mutex>
+#include <random>
 #include <set>
 
 #include "core/json_util.h"
 #include "core/log.h"
+#include "server/completion_job.h"
 #include "server/http_server.h"
 #include "server/openai_protocol.h"
+#include "server/output_parser.h"
+#include "server/tool_parser.h"
 
 namespace mx {
 namespace {
@@ -34,29 +39,19 @@ std::string seconds_text(double s) {
   std::snprintf(buf, sizeof buf, "%.3g s", s);
   return buf;
 }
-std::string seconds_text(Clock::time_point since) {
-  return seconds_text(std::chrono::duration<double>(Clock::now() - since).count());
-}
 
 std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
-// One generation request, from the engine's events to the client. The events arrive on the
-// engine thread; until the request is admitted they wait in `early`.
-struct Generation {
-  std::mutex mu;
-  std::shared_ptr<HttpExchange> ex;
-  std::string rid, name, object, path;
-  bool chat = false, stream = false, include_usage = false, want_logprobs = false;
-  bool ready = false, sent_role = false, done = false;
-  int64_t created = 0;
-  uint64_t engine_id = 0;
-  Clock::time_point start;
-  std::deque<StreamEvent> early;
-  std::unique_ptr<LogprobsJson> lps;
-  std::string text;  // a whole reply's text so far
-};
+// vLLM's request ids: a prefix and 32 random hex digits (a UUID4's worth of randomness).
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return std::string(prefix) + hex;
+}
 
 }  // namespace
 
@@ -70,7 +65,9 @@ struct OpenAiServer::Impl {
   // connections of the HTTP server.
   std::unique_ptr<HttpServer> http;
   std::unique_ptr<Engine> engine;
-  std::atomic<uint64_t> next_id{1};
+  int64_t started = now_seconds();
+  // The vocabulary's trie for constrained decoding, built once.
+  std::shared_ptr<const TokenVocab> vocab;
   std::atomic<bool> shutting_down{false};
   std::atomic<int> signals_seen{0};
   std::mutex live_mu;
@@ -93,7 +90,18 @@ struct OpenAiServer::Impl {
       handle(head, std::move(body), std::move(ex));
     };
     http = std::make_unique<HttpServer>(hc, std::move(h));
+    vocab = build_vocab();
     engine = std::make_unique<Engine>(model, *tok, config.scheduler);
+  }
+
+  std::shared_ptr<const TokenVocab> build_vocab() const {
+    std::vector<std::string> bytes;
+    std::vector<int32_t> specials;
+    for (int32_t id = 0; id < tok->vocab_size(); ++id) {
+      bytes.push_back(tok->token_bytes(id));
+      if (tok->is_special(id)) specials.push_back(id);
+    }
+    return std::make_shared<const TokenVocab>(bytes, stop_ids, specials);
   }
   ~Impl() { engine.reset(); }
 
@@ -122,204 +130,294 @@ struct OpenAiServer::Impl {
     struct Route {
       const char* path;
       const char* method;
+      bool prefix;  // the path continues with an id
     };
-    static const Route kRoutes[] = {{"/health", "GET"},
-                                    {"/metrics", "GET"},
-                                    {"/v1/models", "GET"},
-                                    {"/v1/completions", "POST"},
-                                    {"/v1/chat/completions", "POST"}};
+    static const Route kRoutes[] = {{"/health", "GET", false},
+                                    {"/metrics", "GET", false},
+                                    {"/version", "GET", false},
+                                    {"/v1/models", "GET", false},
+                                    {"/v1/models/", "GET", true},
+                                    {"/tokenize", "POST", false},
+                                    {"/detokenize", "POST", false},
+                                    {"/v1/completions", "POST", false},
+                                    {"/v1/chat/completions", "POST", false}};
     const Route* route = nullptr;
-    for (const Route& r : kRoutes) route = h.path == r.path ? &r : route;
+    for (const Route& r : kRoutes) {
+      const bool match = r.prefix ? h.path.size() > std::strlen(r.path) &&
+                                        h.path.compare(0, std::strlen(r.path), r.path) == 0
+                                  : h.path == r.path;
+      if (match) route = &r;
+    }
     if (!route) return ex->send(error_reply({404, "no such endpoint: " + h.path}));
     if (h.method != route->method) {
       return ex->send(error_reply(
           {405, "method " + h.method + " is not allowed on " + h.path + "; use " + route->method}));
     }
-    if (h.path == "/health") return ex->send({200, "text/plain", "ok"});
-    if (h.path == "/metrics") return ex->send({200, "text/plain; version=0.0.4", metrics()});
-    if (h.path == "/v1/models") return ex->send(json_reply(models()));
-    generate(h, body, std::move(ex), h.path == "/v1/chat/completions");
+    const std::string path = route->path;
+    if (path == "/health") return ex->send({200, "text/plain", "ok"});
+    if (path == "/metrics") return ex->send({200, "text/plain; version=0.0.4", metrics()});
+    if (path == "/version") return ex->send(json_reply({{"version", MX_VERSION}}));
+    if (path == "/v1/models") return ex->send(json_reply(models()));
+    if (path == "/v1/models/") return ex->send(model_reply(h.path.substr(path.size())));
+    if (path == "/tokenize" || path == "/detokenize") {
+      return ex->send(token_reply(path == "/tokenize", body));
+    }
+    generate(h, body, std::move(ex), path == "/v1/chat/completions");
   }
 
-  OJson models() const {
-    OJson m = {{"id", config.served_model_name},
-               {"object", "model"},
-               {"created", now_seconds()},
-               {"owned_by", "mxserve"},
-               {"max_model_len", context()}};
-    return {{"object", "list"}, {"data", OJson::array({m})}};
+  OJson model_card() const {
+    return {{"id", config.served_model_name},
+            {"object", "model"},
+            {"created", started},
+            {"owned_by", "mxserve"},
+            {"root", config.served_model_name},
+            {"parent", nullptr},
+            {"max_model_len", context()}};
   }
 
-  void log_request(const Generation& g, int status, int64_t prompt, int64_t completion,
-                   const std::string& outcome) {
-    MX_LOG_INFO("request " + g.rid + " " + g.path + ": " + std::to_string(status) + ", " +
-                std::to_string(prompt) + " prompt + " + std::to_string(completion) +
-                " completion tokens, " + seconds_text(g.start) + ", " + outcome);
+  OJson models() const { return {{"object", "list"}, {"data", OJson::array({model_card()})}}; }
+
+  HttpReply model_reply(const std::string& id) const {
+    if (id != config.served_model_name) {
+      return error_reply(
+          {404, "The model '" + id + "' does not exist", "invalid_request_error", "model"});
+    }
+    return json_reply(model_card());
   }
 
-  void fail(Generation& g, const HttpError& e) {
-    log_request(g, e.status, 0, 0, e.message);
-    g.ex->send(error_reply(e));
+  // A JSON object body, or the error that refuses it.
+  static std::optional<HttpError> parse_body(const std::string& text, OJson* body) {
+    // The body is JSON whatever its Content-Type, as vLLM and SGLang read it (curl -d sends
+    // application/x-www-form-urlencoded).
+    if (json_nests_deeper_than(text, kMaxJsonDepth)) {
+      return HttpError{400, "the request body nests JSON deeper than " +
+                                std::to_string(kMaxJsonDepth) + " levels"};
+    }
+    *body = OJson::parse(text, nullptr, false);
+    if (body->is_discarded() || !body->is_object()) {
+      return HttpError{400, "the request body is not a JSON object"};
+    }
+    return std::nullopt;
+  }
+
+  // vLLM's /tokenize and /detokenize shapes.
+  HttpReply token_reply(bool encode, const std::string& text) const {
+    OJson body;
+    if (auto e = parse_body(text, &body)) return error_reply(*e);
+    std::string model_name;
+    if (body.contains("model") && body["model"].is_string()) model_name = body["model"];
+    if (!model_name.empty() && model_name != config.served_model_name) {
+      return error_reply(
+          {404, "The model '" + model_name + "' does not exist", "invalid_request_error", "model"});
+    }
+    if (encode) {
+      std::vector<int32_t> ids;
+      HttpError err{400, ""};
+      if (!tokenize_request(body, protocol(), &ids, &err)) return error_reply(err);
+      OJson out = {{"count", ids.size()}, {"max_model_len", context()}, {"tokens", ids}};
+      const bool strs = body.contains("return_token_strs") && body["return_token_strs"] == true;
+      OJson token_strs = OJson::array();
+      for (int32_t id : ids) token_strs.push_back(repair_utf8(tok->token_bytes(id)));
+      out["token_strs"] = strs ? token_strs : OJson();
+      return json_reply(out);
+    }
+    auto t = body.find("tokens");
+    std::vector<int32_t> ids;
+    const bool list = t != body.end() && t->is_array();
+    for (size_t i = 0; list && i < t->size(); ++i) {
+      const OJson& v = (*t)[i];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tok->vocab_size())
+        return error_reply({400, "'tokens' holds " + v.dump() + ", not a token id",
+                            "invalid_request_error", "tokens"});
+      ids.push_back(v.get<int32_t>());
+    }
+    if (!list)
+      return error_reply(
+          {400, "'tokens' must be a list of token ids", "invalid_request_error", "tokens"});
+    return json_reply({{"prompt", tok->decode(ids)}});
+  }
+
+  void reject(const std::string& rid, const std::string& path, const HttpError& e,
+              const std::shared_ptr<HttpExchange>& ex) {
+    MX_LOG_INFO("request " + rid + " " + path + ": " + std::to_string(e.status) + ", " + e.message);
+    ex->send(error_reply(e));
+  }
+
+  // The output side of a chat request: reasoning and tool calls, and the grammar that
+  // tool_choice required or named imposes. Fails with the request's error.
+  std::optional<HttpError> chat_output(const ParsedRequest& pr, const std::string& prompt_text,
+                                       JobSetup* js, std::shared_ptr<const Grammar>* grammar) {
+    const bool tools_on = !pr.tools.is_null() && pr.tool_choice != OJson("none");
+    std::shared_ptr<const Grammar> forced;
+    if (auto e = tool_output(pr, tools_on, &forced)) return e;
+    if (forced) {
+      if (*grammar) {
+        return HttpError{400,
+                         "tool_choice that forces a call cannot be combined with "
+                         "response_format",
+                         "invalid_request_error", "tool_choice"};
+      }
+      *grammar = forced;
+    }
+    const std::string tool_parser = tools_on ? config.tool_call_parser : "";
+    const std::string reasoning = config.reasoning_parser;
+    if (tool_parser.empty() && reasoning.empty()) return std::nullopt;
+    // Under a grammar the output is the constrained text from its first token, so it does
+    // not begin inside a think block whatever the prompt opened.
+    const bool in_think = !reasoning.empty() && !*grammar && prompt_opens_think(prompt_text);
+    OJson tools = pr.tools;
+    js->parser = [tool_parser, reasoning, in_think, tools] {
+      return make_output_parser(tool_parser, reasoning, in_think, tools);
+    };
+    return std::nullopt;
+  }
+
+  std::optional<HttpError> tool_output(const ParsedRequest& pr, bool tools_on,
+                                       std::shared_ptr<const Grammar>* forced) {
+    if (!tools_on) return std::nullopt;
+    const std::string& parser = config.tool_call_parser;
+    auto spec = tool_call_grammar(pr.tools, pr.tool_choice, parser.empty() ? "hermes" : parser);
+    if (!spec.is_ok()) {
+      return HttpError(400, spec.status().message(), "invalid_request_error", "tools");
+    }
+    if (!*spec) return std::nullopt;
+    if (parser.empty()) {
+      return HttpError{400,
+                       "a tool_choice that forces a call needs the server's "
+                       "--tool-call-parser",
+                       "invalid_request_error", "tool_choice"};
+    }
+    ToolCallGrammar g = std::move(**spec);
+    if (!pr.parallel_tool_calls) g.max_repeat = 1;
+    // The same tools and choice compile to the same grammar: reuse it and its masks.
+    const std::string key = "tools:" + parser + (pr.parallel_tool_calls ? "+" : "1") +
+                            pr.tool_choice.dump() + pr.tools.dump();
+    auto compiled = GrammarCache::shared().get(key, [&] {
+      return grammar_from_sequences(g.alternatives, g.min_repeat, g.max_repeat, g.separator);
+    });
+    if (!compiled.is_ok()) {
+      return HttpError(400, "tools: " + compiled.status().message(), "invalid_request_error",
+                       "tools");
+    }
+    *forced = *compiled;
+    return std::nullopt;
   }
 
   void generate(const HttpHead& h, const std::string& text, std::shared_ptr<HttpExchange> ex,
                 bool chat) {
-    auto g = std::make_shared<Generation>();
-    g->start = Clock::now();
-    g->ex = std::move(ex);
-    g->chat = chat;
-    g->path = h.path;
-    g->rid = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
-    g->name = config.served_model_name;
-    g->created = now_seconds();
-    g->object = chat ? "chat.completion" : "text_completion";
-    g->lps = std::make_unique<LogprobsJson>(*tok, chat);
-    // The body is JSON whatever its Content-Type, as vLLM and SGLang read it (curl -d sends
-    // application/x-www-form-urlencoded).
-    if (json_nests_deeper_than(text, kMaxJsonDepth)) {
-      return fail(*g, {400, "the request body nests JSON deeper than " +
-                                std::to_string(kMaxJsonDepth) + " levels"});
-    }
-    OJson body = OJson::parse(text, nullptr, false);
-    if (body.is_discarded() || !body.is_object()) {
-      return fail(*g, {400, "the request body is not a JSON object"});
-    }
+    const std::string rid = random_id(chat ? "chatcmpl-" : "cmpl-");
+    OJson body;
+    if (auto e = parse_body(text, &body)) return reject(rid, h.path, *e, ex);
     ParsedRequest pr;
     HttpError err{400, ""};
-    if (!parse_request(body, chat, protocol(), &pr, &err)) return fail(*g, err);
-    g->stream = pr.stream;
-    g->include_usage = pr.include_usage;
-    g->want_logprobs = pr.top_logprobs >= 0;
-    EngineRequest er;
-    er.prompt = std::move(pr.prompt);
-    er.params = std::move(pr.params);
-    er.top_logprobs = pr.top_logprobs;
-    er.on_event = [this, g](const StreamEvent& e) {
-      std::lock_guard<std::mutex> lock(g->mu);
-      if (!g->ready) return g->early.push_back(e);
-      on_event(*g, e);
+    if (!parse_request(body, chat, protocol(), &pr, &err)) return reject(rid, h.path, err, ex);
+    if (!pr.ignored_fields.empty()) {
+      std::string names;
+      for (const std::string& f : pr.ignored_fields) names += (names.empty() ? "" : ", ") + f;
+      MX_LOG_DEBUG("request " + rid + ": ignoring unknown fields " + names);
+    }
+    JobSetup js;
+    js.rid = rid;
+    js.model = config.served_model_name;
+    js.path = h.path;
+    js.chat = chat;
+    js.stream = pr.stream;
+    js.include_usage = pr.include_usage;
+    js.want_logprobs = pr.top_logprobs >= 0;
+    js.echo = pr.echo;
+    js.n = pr.n;
+    js.best_of = pr.best_of;
+    js.prompts = static_cast<int>(pr.prompts.size());
+    js.prompt_texts = pr.prompt_texts;
+    js.shutting_down = &shutting_down;
+    js.on_sequence_done = [this](uint64_t id) {
+      std::lock_guard<std::mutex> lock(live_mu);
+      live.erase(id);
     };
-    auto id = engine->submit(std::move(er));
-    if (!id.is_ok()) {
-      const bool full = id.status().code() == StatusCode::kOutOfRange;
-      return fail(*g, {full ? 503 : 400, id.status().message(),
-                       full ? "server_busy" : "invalid_request_error"});
+    std::shared_ptr<const Grammar> grammar = pr.grammar;
+    if (chat) {
+      if (auto e = chat_output(pr, pr.prompt_texts[0], &js, &grammar)) {
+        return reject(rid, h.path, *e, ex);
+      }
     }
-    {
-      std::lock_guard<std::mutex> lock(live_mu);
-      live.insert(*id);
+    if (grammar && !vocab) {
+      return reject(rid, h.path, {400, "structured output is not available on this server"}, ex);
     }
-    std::lock_guard<std::mutex> lock(g->mu);
-    g->engine_id = *id;
-    g->ready = true;
-    if (g->stream) g->ex->start_stream(200, "text/event-stream");
-    for (const StreamEvent& e : g->early) on_event(*g, e);
-    g->early.clear();
+    auto job = std::make_shared<CompletionJob>(std::move(js), *tok, ex);
+    submit_all(job, std::make_shared<const ParsedRequest>(std::move(pr)), grammar, ex);
+  }
+
+  // One engine request per sequence. The first candidate of each prompt goes at once; its
+  // siblings follow its first token, when the prompt's KV is in the prefix cache to share.
+  void submit_all(const std::shared_ptr<CompletionJob>& job,
+                  const std::shared_ptr<const ParsedRequest>& req,
+                  const std::shared_ptr<const Grammar>& grammar,
+                  const std::shared_ptr<HttpExchange>& ex) {
+    const ParsedRequest& pr = *req;
+    struct Shared {
+      std::atomic<bool> gone{false};
+      std::vector<std::atomic<bool>> siblings_sent;
+      explicit Shared(size_t n) : siblings_sent(n) {}
+    };
+    const size_t best_of = static_cast<size_t>(pr.best_of);
+    auto shared = std::make_shared<Shared>(pr.prompts.size());
+    auto make = [this, req, grammar, best_of](size_t s) {
+      const ParsedRequest& r = *req;
+      EngineRequest er;
+      er.prompt = r.prompts[s / best_of];
+      er.params = r.params;
+      const size_t candidate = s % best_of;
+      if (er.params.seed && candidate > 0) *er.params.seed += candidate;
+      // best_of ranks by the sampled tokens' log-probs, so they are computed even unasked.
+      er.top_logprobs = r.top_logprobs >= 0 ? r.top_logprobs : r.best_of > r.n ? 0 : -1;
+      if (grammar) er.grammar = std::make_shared<GrammarMatcher>(grammar, vocab);
+      return er;
+    };
+    auto submit = std::make_shared<std::function<bool(size_t)>>();
+    std::weak_ptr<std::function<bool(size_t)>> self = submit;
+    *submit = [this, job, make, shared, best_of, self](size_t s) {
+      EngineRequest er = make(s);
+      // Held by the engine request itself, so the siblings can still be sent after this call.
+      std::shared_ptr<std::function<bool(size_t)>> again = self.lock();
+      er.on_event = [this, job, s, shared, best_of, again](const StreamEvent& e) {
+        job->on_event(s, e);
+        const size_t p = s / best_of;
+        if (s % best_of != 0 || best_of == 1 || shared->gone.load() ||
+            shared->siblings_sent[p].exchange(true)) {
+          return;
+        }
+        for (size_t c = 1; c < best_of; ++c) {
+          if (!(*again)(p * best_of + c)) break;
+        }
+      };
+      auto id = engine->submit(std::move(er));
+      if (!id.is_ok()) {
+        const bool full = id.status().code() == StatusCode::kOutOfRange;
+        shared->gone = true;
+        for (uint64_t other : job->engine_ids()) engine->cancel(other);
+        job->fail({full ? 503 : 400, id.status().message(),
+                   full ? "server_busy" : "invalid_request_error"});
+        return false;
+      }
+      {
+        std::lock_guard<std::mutex> lock(live_mu);
+        live.insert(*id);
+      }
+      job->admitted(s, *id);
+      return true;
+    };
+    for (size_t p = 0; p < pr.prompts.size(); ++p) {
+      if (!(*submit)(p * best_of)) return;
+      if (best_of == 1) shared->siblings_sent[p] = true;
+    }
     Engine* eng = engine.get();
-    const uint64_t eid = *id;
-    g->ex->on_disconnect([eng, eid] { eng->cancel(eid); });
-  }
-
-  OJson chunk_json(Generation& g, const std::string& text, const OJson& reason,
-                   const std::vector<TokenLogprob>& lps) {
-    OJson choice = {{"index", 0},
-                    {"finish_reason", reason},
-                    {"logprobs", g.want_logprobs && !lps.empty() ? g.lps->add(lps) : OJson()}};
-    if (g.chat) {
-      OJson delta = OJson::object();
-      if (!g.sent_role) delta["role"] = "assistant";
-      delta["content"] = text;
-      choice["delta"] = delta;
-    } else {
-      choice["text"] = text;
-    }
-    g.sent_role = true;
-    OJson j = {{"id", g.rid},
-               {"object", g.chat ? "chat.completion.chunk" : "text_completion"},
-               {"created", g.created},
-               {"model", g.name},
-               {"choices", OJson::array({choice})}};
-    if (g.include_usage) j["usage"] = nullptr;
-    return j;
-  }
-
-  static OJson usage(const StreamEvent& e) {
-    return {{"prompt_tokens", e.prompt_tokens},
-            {"completion_tokens", e.completion_tokens},
-            {"total_tokens", e.prompt_tokens + e.completion_tokens}};
-  }
-
-  // Under g.mu, on the engine thread or (for events that came before admission) the handler's.
-  void on_event(Generation& g, const StreamEvent& e) {
-    if (g.done) return;
-    const bool has_lp = g.want_logprobs && !e.logprobs.empty();
-    if (g.stream && !e.finished) {
-      if (!e.text.empty() || has_lp) g.ex->write(sse(chunk_json(g, e.text, nullptr, e.logprobs)));
-      return;
-    }
-    if (!e.finished) {
-      g.text += e.text;
-      if (has_lp) g.lps->add(e.logprobs);
-      return;
-    }
-    g.done = true;
-    {
-      std::lock_guard<std::mutex> lock(live_mu);
-      live.erase(g.engine_id);
-    }
-    const bool cut_short = e.finish_reason == "cancelled" && shutting_down.load();
-    if (g.stream) return end_stream(g, e, cut_short);
-    if (cut_short) {
-      return fail(g, {503, "the server shut down before the request finished", "server_error"});
-    }
-    if (e.finish_reason == "cancelled") {
-      return log_request(g, 499, e.prompt_tokens, e.completion_tokens, "client went away");
-    }
-    g.text += e.text;
-    if (has_lp) g.lps->add(e.logprobs);
-    OJson choice = {{"index", 0}, {"finish_reason", e.finish_reason}};
-    if (g.chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", g.text}};
-    } else {
-      choice["text"] = g.text;
-    }
-    choice["logprobs"] = g.want_logprobs ? g.lps->all() : OJson();
-    OJson out = {{"id", g.rid},
-                 {"object", g.object},
-                 {"created", g.created},
-                 {"model", g.name},
-                 {"choices", OJson::array({choice})},
-                 {"usage", usage(e)}};
-    g.ex->send(json_reply(out));
-    log_request(g, 200, e.prompt_tokens, e.completion_tokens, "finish " + e.finish_reason);
-  }
-
-  static std::string sse(const OJson& j) { return "data: " + j.dump() + "\n\n"; }
-
-  void end_stream(Generation& g, const StreamEvent& e, bool cut_short) {
-    if (cut_short) {
-      // The stream's last event says why it ended, as vLLM's error events do.
-      const HttpError err{503, "the server shut down before the request finished", "server_error"};
-      g.ex->write("data: " + error_body(err) + "\n\n");
-      g.ex->write("data: [DONE]\n\n");
-      g.ex->end();
-      return log_request(g, 503, e.prompt_tokens, e.completion_tokens, "cut short by shutdown");
-    }
-    if (e.finish_reason == "cancelled") {
-      return log_request(g, 499, e.prompt_tokens, e.completion_tokens, "client went away");
-    }
-    g.ex->write(sse(chunk_json(g, e.text, e.finish_reason, e.logprobs)));
-    if (g.include_usage) {
-      g.ex->write(sse({{"id", g.rid},
-                       {"object", g.chat ? "chat.completion.chunk" : "text_completion"},
-                       {"created", g.created},
-                       {"model", g.name},
-                       {"choices", OJson::array()},
-                       {"usage", usage(e)}}));
-    }
-    g.ex->write("data: [DONE]\n\n");
-    g.ex->end();
-    log_request(g, 200, e.prompt_tokens, e.completion_tokens, "finish " + e.finish_reason);
+    std::weak_ptr<CompletionJob> weak = job;
+    ex->on_disconnect([eng, weak, shared] {
+      shared->gone = true;
+      if (auto j = weak.lock()) {
+        for (uint64_t id : j->engine_ids()) eng->cancel(id);
+      }
+    });
   }
 
   std::string metrics() const {
@@ -343,6 +441,17 @@ struct OpenAiServer::Impl {
           s.kv_blocks_total
               ? static_cast<double>(s.kv_blocks_used) / static_cast<double>(s.kv_blocks_total)
               : 0.0);
+    gauge("mxserve_kv_cache_blocks_cached", "KV cache blocks held by the prefix cache.", "gauge",
+          static_cast<double>(s.kv_blocks_cached));
+    gauge("mxserve_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+          "counter", static_cast<double>(s.prefix_cache_queries));
+    gauge("mxserve_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", "counter",
+          static_cast<double>(s.prefix_cache_hits));
+    gauge("mxserve_prefix_cache_hit_rate",
+          "Prefix-cache hits over queries, in tokens, since start.", "gauge",
+          s.prefix_cache_queries ? static_cast<double>(s.prefix_cache_hits) /
+                                       static_cast<double>(s.prefix_cache_queries)
+                                 : 0.0);
     gauge("mxserve_requests_finished_total", "Requests finished.", "counter",
           static_cast<double>(s.finished_requests));
     gauge("mxserve_preemptions_total", "Requests preempted for KV space.", "counter",

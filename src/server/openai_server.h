@@ -25,6 +25,8 @@ struct ServerConfig {
   double keep_alive_timeout_s = 30;  // an idle kept-alive connection is closed after this
   double shutdown_timeout_s = 30;    // running requests' time to finish after SIGTERM
   double stats_interval_s = 10;      // throughput and queue lines in the log; 0: none
+  std::string tool_call_parser;      // hermes or qwen3_coder; empty: tool calls stay text
+  std::string reasoning_parser;      // qwen3; empty: reasoning stays in the content
   SchedulerConfig scheduler;
 };
 

@@ -50,6 +50,11 @@ class ChatTemplate {
       const nlohmann::ordered_json& messages, bool add_generation_prompt,
       const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
 
+  // The template's text (what a tool-call parser is chosen by).
+  const std::string& source() const {
+    static const std::string kNone;
+    return source_ ? *source_ : kNone;
+  }
   const std::string& bos_token() const { return bos_; }
   const std::string& eos_token() const { return eos_; }
   void set_limits(const TemplateLimits& limits) { limits_ = limits; }
@@ -57,6 +62,7 @@ class ChatTemplate {
 
  private:
   std::shared_ptr<const std::vector<std::unique_ptr<jinja::Stmt>>> body_;
+  std::shared_ptr<const std::string> source_;
   std::string bos_, eos_;
   TemplateLimits limits_;
 };

@@ -470,6 +470,7 @@ Result<ChatTemplate> ChatTemplate::parse(const std::string& source) {
   MX_ASSIGN_OR_RETURN(jinja::Body body, jinja::parse_template(source));
   ChatTemplate t;
   t.body_ = std::make_shared<const jinja::Body>(std::move(body));
+  t.source_ = std::make_shared<const std::string>(source);
   return t;
 }
 

@@ -146,7 +146,7 @@ test("errors carry their status and an OpenAI error object", async () => {
   await assert.rejects(client.completions.create({ model: MODEL, prompt, temperature: "hot" }), (e) => e.status === 400);
   await assert.rejects(client.completions.create({ model: MODEL, prompt, max_tokens: 100000 }),
     (e) => e.status === 400 && /context length/.test(e.message));
-  await assert.rejects(client.completions.create({ model: MODEL, prompt, n: 2 }), (e) => e.status === 400);
+  await assert.rejects(client.completions.create({ model: MODEL, prompt, n: 17 }), (e) => e.status === 400);
   const headers = { "Content-Type": "application/json", Authorization: "Bearer " + process.env.API_KEY };
   let r = await fetch(process.env.BASE_URL + "/v1/completions", { method: "POST", headers, body: "{not json" });
   assert.equal(r.status, 400);
@@ -171,7 +171,7 @@ test("every bad sampling value is a 400 naming its parameter; the server stays h
     ["max_tokens", 0], ["max_tokens", -0.5], ["max_tokens", 1.5], ["max_tokens", 1e30],
     ["max_tokens", "18446744073709551615"], ["max_tokens", -5],
     ["max_completion_tokens", 0, true], ["max_completion_tokens", 1e30, true],
-    ["seed", 1.5], ["seed", "18446744073709551615"], ["n", 2], ["n", 0], ["n", 1.5],
+    ["seed", 1.5], ["seed", "18446744073709551615"], ["n", 17], ["n", 0], ["n", 1.5], ["best_of", 17], ["min_tokens", -1],
     ["logprobs", -1], ["logprobs", 6], ["logprobs", 2.5],
     ["top_logprobs", 21, true], ["top_logprobs", -1, true], ["stop", [""]],
   ];
