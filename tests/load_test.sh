@@ -15,7 +15,7 @@ fail() { echo "FAIL: $*"; cat "${logs[-1]}" | tail -40; exit 1; }
 start_server url --max-running-requests 16 --log-stats-interval 5
 $py load 127.0.0.1 "${url##*:}" "${pids[-1]}" || fail "the load test"
 grep -q "stats: " "${logs[-1]}" || fail "no periodic stats line in the log"
-grep -qE "request chatcmpl-[0-9]+ /v1/chat/completions: 200, [0-9]+ prompt \+ 48 completion" \
+grep -qE "request chatcmpl-[0-9a-f]{32} /v1/chat/completions: 200, [0-9]+ prompt \+ 48 completion" \
   "${logs[-1]}" || fail "no request log line"
 
 # Exits 0 within `limit` seconds of SIGTERM; prints how long it took.

@@ -56,7 +56,14 @@ void CompletionJob::fail(const HttpError& e) {
   if (done_) return;
   done_ = true;
   log_line(e.status, 0, 0, e.message);
-  ex_->send({e.status, "application/json", error_body(e)});
+  if (!setup_.stream || !seqs_[0].ready) {
+    ex_->send({e.status, "application/json", error_body(e)});
+    return;
+  }
+  // A sibling refused after the stream began: the stream ends with the error as its last event.
+  ex_->write("data: " + error_body(e) + "\n\n");
+  ex_->write("data: [DONE]\n\n");
+  ex_->end();
 }
 
 void CompletionJob::admitted(size_t s, uint64_t engine_id) {
@@ -129,8 +136,12 @@ void CompletionJob::stream_event(size_t s, const StreamEvent& e) {
 }
 
 void CompletionJob::handle(size_t s, const StreamEvent& e) {
-  if (done_) return;
   Seq& q = seqs_[s];
+  if (done_) {
+    // A failed request's other sequences still leave the server's list of live ones.
+    if (e.finished && setup_.on_sequence_done) setup_.on_sequence_done(q.engine_id);
+    return;
+  }
   for (const TokenLogprob& lp : e.logprobs) q.cumulative_logprob += lp.logprob;
   if (!e.finished) {
     if (setup_.stream) return stream_event(s, e);

@@ -382,7 +382,8 @@ struct OpenAiServer::Impl {
       er.on_event = [this, job, s, shared, best_of, again](const StreamEvent& e) {
         job->on_event(s, e);
         const size_t p = s / best_of;
-        if (s % best_of != 0 || best_of == 1 || shared->gone.load() ||
+        const bool cut = e.finished && e.finish_reason == "cancelled";
+        if (s % best_of != 0 || best_of == 1 || cut || shared->gone.load() ||
             shared->siblings_sent[p].exchange(true)) {
           return;
         }
