@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/isa_table.h"
 #include "formats/half.h"
 #include "formats/mx_block.h"
 #include "formats/mx_layout.h"
@@ -54,26 +55,19 @@ const ActQuantKernels kScalarKernels = {
 
 }  // namespace act_quant_detail
 
+namespace {
+constexpr IsaTable<ActQuantKernels> kActQuantKernelsTable{&act_quant_detail::kScalarKernels,
+                                                          &act_quant_detail::kAvx2Kernels,
+                                                          &act_quant_detail::kAvx512Kernels};
+}  // namespace
+
 const ActQuantKernels* act_quant_kernels_for(IsaLevel level) {
-  if (!isa_supported(level)) return nullptr;
-  switch (level) {
-    case IsaLevel::kScalar:
-      return &act_quant_detail::kScalarKernels;
-    case IsaLevel::kAvx2:
-      return &act_quant_detail::kAvx2Kernels;
-    case IsaLevel::kAvx512:
-      return &act_quant_detail::kAvx512Kernels;
-  }
-  return nullptr;
+  return kActQuantKernelsTable.at(level);
 }
 
 const ActQuantKernels& act_quant_kernels() {
-  static const ActQuantKernels* k = [] {
-    for (IsaLevel l = active_isa();; l = static_cast<IsaLevel>(static_cast<int>(l) - 1)) {
-      if (const ActQuantKernels* p = act_quant_kernels_for(l)) return p;
-    }
-  }();
-  return *k;
+  static const ActQuantKernels& k = kActQuantKernelsTable.select();
+  return k;
 }
 
 }  // namespace mx

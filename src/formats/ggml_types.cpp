@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/isa_table.h"
 #include "formats/half.h"
 #include "formats/mx_layout.h"
 
@@ -348,27 +349,17 @@ int64_t ggml_row_bytes(GgmlType t, int64_t ne0) {
   return blocks * info->block_bytes;
 }
 
-const GgmlKernels* ggml_kernels_for(IsaLevel level) {
-  if (!isa_supported(level)) return nullptr;
-  switch (level) {
-    case IsaLevel::kScalar:
-      return &ggml_detail::kScalarGgml;
-    case IsaLevel::kAvx2:
-      return &ggml_detail::kAvx2Ggml;
-    case IsaLevel::kAvx512:
-      return nullptr;  // the AVX2 kernels serve until AVX-512 ones are written
-  }
-  return nullptr;
-}
+namespace {
+// No AVX-512 table is written where it says null: the AVX2 one serves.
+constexpr IsaTable<GgmlKernels> kGgmlKernelsTable{&ggml_detail::kScalarGgml,
+                                                  &ggml_detail::kAvx2Ggml, nullptr};
+}  // namespace
+
+const GgmlKernels* ggml_kernels_for(IsaLevel level) { return kGgmlKernelsTable.at(level); }
 
 const GgmlKernels& ggml_kernels() {
-  static const GgmlKernels* k = [] {
-    for (int l = static_cast<int>(active_isa()); l >= 0; --l) {
-      if (const GgmlKernels* p = ggml_kernels_for(static_cast<IsaLevel>(l))) return p;
-    }
-    return &ggml_detail::kScalarGgml;
-  }();
-  return *k;
+  static const GgmlKernels& k = kGgmlKernelsTable.select();
+  return k;
 }
 
 bool ggml_mxfp4_row_to_ocp(const uint8_t* blocks, int64_t k, uint8_t* codes, uint8_t* scales) {

@@ -1,5 +1,6 @@
 #include "kernels/attention.h"
 
+#include "core/isa_table.h"
 #include "formats/half.h"
 #include "kernels/ops.h"
 
@@ -47,27 +48,19 @@ const AttentionKernels kScalarAttention = {IsaLevel::kScalar, head_paged_referen
 
 }  // namespace attention_detail
 
+namespace {
+// No AVX-512 table is written where it says null: the AVX2 one serves.
+constexpr IsaTable<AttentionKernels> kAttentionKernelsTable{
+    &attention_detail::kScalarAttention, &attention_detail::kAvx2Attention, nullptr};
+}  // namespace
+
 const AttentionKernels* attention_kernels_for(IsaLevel level) {
-  if (!isa_supported(level)) return nullptr;
-  switch (level) {
-    case IsaLevel::kScalar:
-      return &attention_detail::kScalarAttention;
-    case IsaLevel::kAvx2:
-      return &attention_detail::kAvx2Attention;
-    case IsaLevel::kAvx512:
-      return nullptr;  // the AVX2 kernel serves
-  }
-  return nullptr;
+  return kAttentionKernelsTable.at(level);
 }
 
 const AttentionKernels& attention_kernels() {
-  static const AttentionKernels* k = [] {
-    for (int l = static_cast<int>(active_isa()); l >= 0; --l) {
-      if (const AttentionKernels* p = attention_kernels_for(static_cast<IsaLevel>(l))) return p;
-    }
-    return &attention_detail::kScalarAttention;
-  }();
-  return *k;
+  static const AttentionKernels& k = kAttentionKernelsTable.select();
+  return k;
 }
 
 void attention_head_paged(const float* q, const float* const* k_blocks,

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/isa_table.h"
+
 namespace mx {
 namespace deltanet_detail {
 namespace {
@@ -224,27 +226,19 @@ int64_t delta_rule_chunked_scratch_floats(int64_t t, int64_t nv, int64_t dk, int
   return 3 * n + 2 * n * n + n * dv + n * dk + n * dk + n * dk + n * dv;
 }
 
+namespace {
+// No AVX-512 table is written where it says null: the AVX2 one serves.
+constexpr IsaTable<DeltaNetKernels> kDeltaNetKernelsTable{&deltanet_detail::kScalarDeltaNet,
+                                                          &deltanet_detail::kAvx2DeltaNet, nullptr};
+}  // namespace
+
 const DeltaNetKernels* deltanet_kernels_for(IsaLevel level) {
-  if (!isa_supported(level)) return nullptr;
-  switch (level) {
-    case IsaLevel::kScalar:
-      return &deltanet_detail::kScalarDeltaNet;
-    case IsaLevel::kAvx2:
-      return &deltanet_detail::kAvx2DeltaNet;
-    case IsaLevel::kAvx512:
-      return nullptr;  // the AVX2 kernels serve
-  }
-  return nullptr;
+  return kDeltaNetKernelsTable.at(level);
 }
 
 const DeltaNetKernels& deltanet_kernels() {
-  static const DeltaNetKernels* k = [] {
-    for (int l = static_cast<int>(active_isa()); l >= 0; --l) {
-      if (const DeltaNetKernels* p = deltanet_kernels_for(static_cast<IsaLevel>(l))) return p;
-    }
-    return &deltanet_detail::kScalarDeltaNet;
-  }();
-  return *k;
+  static const DeltaNetKernels& k = kDeltaNetKernelsTable.select();
+  return k;
 }
 
 }  // namespace mx

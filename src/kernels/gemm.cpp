@@ -2,6 +2,8 @@
 
 #include <bit>
 
+#include "core/isa_table.h"
+
 namespace mx {
 namespace gemm_detail {
 namespace {
@@ -34,27 +36,17 @@ void pack_bf16_panels(const uint16_t* w, int64_t n, int64_t k, int64_t ldw, uint
   }
 }
 
-const GemmKernels* gemm_kernels_for(IsaLevel level) {
-  if (!isa_supported(level)) return nullptr;
-  switch (level) {
-    case IsaLevel::kScalar:
-      return &gemm_detail::kScalarGemm;
-    case IsaLevel::kAvx2:
-      return &gemm_detail::kAvx2Gemm;
-    case IsaLevel::kAvx512:
-      return nullptr;  // the AVX2 kernel serves until one is written
-  }
-  return nullptr;
-}
+namespace {
+// No AVX-512 table is written where it says null: the AVX2 one serves.
+constexpr IsaTable<GemmKernels> kGemmKernelsTable{&gemm_detail::kScalarGemm,
+                                                  &gemm_detail::kAvx2Gemm, nullptr};
+}  // namespace
+
+const GemmKernels* gemm_kernels_for(IsaLevel level) { return kGemmKernelsTable.at(level); }
 
 const GemmKernels& gemm_kernels() {
-  static const GemmKernels* k = [] {
-    for (int l = static_cast<int>(active_isa()); l >= 0; --l) {
-      if (const GemmKernels* p = gemm_kernels_for(static_cast<IsaLevel>(l))) return p;
-    }
-    return &gemm_detail::kScalarGemm;
-  }();
-  return *k;
+  static const GemmKernels& k = kGemmKernelsTable.select();
+  return k;
 }
 
 }  // namespace mx

@@ -1,6 +1,8 @@
 // Scalar reference of the GEMM over ggml blocks (ggml_gemm.h) and the per-ISA dispatch.
 #include "kernels/ggml_gemm.h"
 
+#include "core/isa_table.h"
+
 namespace mx {
 namespace ggml_gemm_detail {
 namespace {
@@ -26,27 +28,19 @@ const GgmlGemmKernels kScalarGgmlGemm = {IsaLevel::kScalar, gemm_reference};
 
 }  // namespace ggml_gemm_detail
 
+namespace {
+// No AVX-512 table is written where it says null: the AVX2 one serves.
+constexpr IsaTable<GgmlGemmKernels> kGgmlGemmKernelsTable{
+    &ggml_gemm_detail::kScalarGgmlGemm, &ggml_gemm_detail::kAvx2GgmlGemm, nullptr};
+}  // namespace
+
 const GgmlGemmKernels* ggml_gemm_kernels_for(IsaLevel level) {
-  if (!isa_supported(level)) return nullptr;
-  switch (level) {
-    case IsaLevel::kScalar:
-      return &ggml_gemm_detail::kScalarGgmlGemm;
-    case IsaLevel::kAvx2:
-      return &ggml_gemm_detail::kAvx2GgmlGemm;
-    case IsaLevel::kAvx512:
-      return nullptr;  // the AVX2 kernel serves until one is written
-  }
-  return nullptr;
+  return kGgmlGemmKernelsTable.at(level);
 }
 
 const GgmlGemmKernels& ggml_gemm_kernels() {
-  static const GgmlGemmKernels* k = [] {
-    for (int l = static_cast<int>(active_isa()); l >= 0; --l) {
-      if (const GgmlGemmKernels* p = ggml_gemm_kernels_for(static_cast<IsaLevel>(l))) return p;
-    }
-    return &ggml_gemm_detail::kScalarGgmlGemm;
-  }();
-  return *k;
+  static const GgmlGemmKernels& k = kGgmlGemmKernelsTable.select();
+  return k;
 }
 
 }  // namespace mx

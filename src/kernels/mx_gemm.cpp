@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/isa_table.h"
+
 namespace mx {
 namespace {
 
@@ -233,27 +235,17 @@ void mx_gemm_w4a4_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
 const MxGemmKernels kScalarMxGemm = {IsaLevel::kScalar, mx_gemm_scalar, mx_gemm_w4a4_scalar};
 }  // namespace mx_gemm_detail
 
-const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level) {
-  if (!isa_supported(level)) return nullptr;
-  switch (level) {
-    case IsaLevel::kScalar:
-      return &mx_gemm_detail::kScalarMxGemm;
-    case IsaLevel::kAvx2:
-      return &mx_gemm_detail::kAvx2MxGemm;
-    case IsaLevel::kAvx512:
-      return nullptr;  // the AVX2 kernel serves until one is written
-  }
-  return nullptr;
-}
+namespace {
+// No AVX-512 table is written where it says null: the AVX2 one serves.
+constexpr IsaTable<MxGemmKernels> kMxGemmKernelsTable{&mx_gemm_detail::kScalarMxGemm,
+                                                      &mx_gemm_detail::kAvx2MxGemm, nullptr};
+}  // namespace
+
+const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level) { return kMxGemmKernelsTable.at(level); }
 
 const MxGemmKernels& mx_gemm_kernels() {
-  static const MxGemmKernels* k = [] {
-    for (int l = static_cast<int>(active_isa()); l >= 0; --l) {
-      if (const MxGemmKernels* p = mx_gemm_kernels_for(static_cast<IsaLevel>(l))) return p;
-    }
-    return &mx_gemm_detail::kScalarMxGemm;
-  }();
-  return *k;
+  static const MxGemmKernels& k = kMxGemmKernelsTable.select();
+  return k;
 }
 
 }  // namespace mx
