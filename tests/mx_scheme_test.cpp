@@ -3,6 +3,7 @@
 // double. Tolerance: FP32 summation-order rounding, (K + 16) * 2^-23 * sum |a_k * w_k|.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 
@@ -161,6 +162,68 @@ TEST(MxScheme, GroupedMatmulMatchesTheReference) {
       }
     }
   }
+}
+
+// The bank's gmm1 (gate/up GEMM, SwiGLU and requantization fused per tile of columns and
+// rows) against the same steps taken whole by dense linears over each expert's weights:
+// identical bits. Intermediate widths off the panel (40, 200: the up half starts mid-panel),
+// with a partial block (47), past a dual-level chunk (600), and an expert of more rows than a
+// tile holds (200).
+TEST(MxScheme, FusedGmm1EqualsTheUnfusedStepsBitForBit) {
+  ThreadPool pool(2);
+  const int64_t h = 240, experts = 3;
+  const std::vector<int64_t> offsets = {0, 5, 5, 205};
+  const int64_t rows = offsets.back();
+  const auto x = test::activation_like(static_cast<size_t>(rows * h), 91);
+  int cases = 0;
+  for (Scheme s : kMxSchemes) {
+    for (int64_t inter : {40, 47, 200, 600}) {
+      std::vector<MxWeights> w13, w2;
+      for (int64_t e = 0; e < experts; ++e) {
+        const auto seed = static_cast<uint32_t>(inter * 10 + e);
+        auto g = quantize_weight(random_weight(inter, h, seed), s, ScaleRule::kFloor, "g");
+        auto u = quantize_weight(random_weight(inter, h, seed + 3), s, ScaleRule::kFloor, "u");
+        auto d = quantize_weight(random_weight(h, inter, seed + 6), s, ScaleRule::kFloor, "d");
+        ASSERT_TRUE(g.is_ok() && u.is_ok() && d.is_ok());
+        auto gu = stack_mx_weights({*g, *u}, "gu");
+        ASSERT_TRUE(gu.is_ok());
+        w13.push_back(*gu);
+        w2.push_back(*d);
+      }
+      auto bank = make_mx_expert_bank(w13, w2, ScaleRule::kFloor, "bank");
+      ASSERT_TRUE(bank.is_ok()) << bank.status().to_string();
+      ActRows in;
+      act_rows_init(s, h, ScaleRule::kFloor, &in);
+      in.resize(rows);
+      for (int64_t r = 0; r < rows; ++r)
+        act_rows_quantize(x.data() + r * h, r, ScaleRule::kFloor, &in);
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> out(static_cast<size_t>(rows * h));
+        (*bank)->run(in, offsets.data(), out.data(), p);
+        for (int64_t e = 0; e < experts; ++e) {
+          const int64_t n = offsets[e + 1] - offsets[e];
+          if (n == 0) continue;
+          auto l13 = make_mx_linear(w13[static_cast<size_t>(e)], ScaleRule::kFloor);
+          auto l2 = make_mx_linear(w2[static_cast<size_t>(e)], ScaleRule::kFloor);
+          std::vector<float> gu(static_cast<size_t>(n * 2 * inter));
+          l13->forward(x.data() + offsets[e] * h, n, gu.data(), nullptr);
+          std::vector<float> act(static_cast<size_t>(n * inter)), y(static_cast<size_t>(n * h));
+          for (int64_t r = 0; r < n; ++r)
+            swiglu(gu.data() + r * 2 * inter, gu.data() + r * 2 * inter + inter, inter,
+                   act.data() + r * inter);
+          l2->forward(act.data(), n, y.data(), nullptr);
+          for (int64_t q = 0; q < n * h; ++q) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(out[offsets[e] * h + q]),
+                      std::bit_cast<uint32_t>(y[static_cast<size_t>(q)]))
+                << scheme_info(s).name << " I=" << inter << " expert " << e << " element " << q
+                << (p ? " (pool)" : "");
+          }
+        }
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 4 * 4 * 2);
 }
 
 // The BF16 bank packs gate and up as alternating panels and applies SwiGLU per panel pair:

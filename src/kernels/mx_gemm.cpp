@@ -198,7 +198,7 @@ void mx_gemm_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
         if (w.chunk_scales != nullptr) sv *= w.chunk_scales[(p * nc + b / 16) * kMxPanelCols + c];
         acc = __builtin_fmaf(sum, sv, acc);
       }
-      a.y[i * a.ldy + col] = acc * w.post;
+      a.y[i * a.ldy + col - a.y_col0] = acc * w.post;
     }
   }
 }
@@ -226,7 +226,7 @@ void mx_gemm_w4a4_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
         const float scale = (sv * unit) * a.xscale[i * nb + b];
         acc = __builtin_fmaf(static_cast<float>(dot), scale, acc);
       }
-      a.y[i * a.ldy + col] = acc * w.post;
+      a.y[i * a.ldy + col - a.y_col0] = acc * w.post;
     }
   }
 }

@@ -114,6 +114,9 @@ struct MxGemmArgs {
   const int8_t* xq = nullptr;
   const int32_t* xsum = nullptr;
   const float* xscale = nullptr;
+  // Output column n lands at y[row * ldy + n - y_col0]: a caller that keeps only a slice of
+  // the columns (the fused gmm1's tiles) passes the slice's first column.
+  int64_t y_col0 = 0;
 };
 
 struct MxGemmKernels {

@@ -52,7 +52,7 @@ void store_totals(const float (&total)[R][C][kP], const MxGemmArgs& a, int64_t r
                   int64_t cols) {
   const __m256 post = _mm256_set1_ps(a.w->post);
   for (int r = 0; r < R; ++r) {
-    float* y = a.y + (row + r) * a.ldy + panel * kP;
+    float* y = a.y + (row + r) * a.ldy + panel * kP - a.y_col0;
     for (int c = 0; c < C; ++c) {
       const __m256 lo = _mm256_mul_ps(_mm256_load_ps(total[r][c]), post);
       const __m256 hi = _mm256_mul_ps(_mm256_load_ps(total[r][c] + 8), post);
@@ -391,7 +391,7 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
   for (int64_t i = 0; i < np; ++i) {
     const int64_t cols = std::min(n_end - (p0 + i) * kP, kP);
     for (int64_t r = 0; r < m; ++r) {
-      float* y = a.y + (row0 + r) * a.ldy + (p0 + i) * kP;
+      float* y = a.y + (row0 + r) * a.ldy + (p0 + i) * kP - a.y_col0;
       const __m256 lo = _mm256_mul_ps(_mm256_load_ps(total[i] + r * kP), post);
       const __m256 hi = _mm256_mul_ps(_mm256_load_ps(total[i] + r * kP + 8), post);
       if (cols >= kP) {

@@ -220,37 +220,64 @@ class MxExpertBank final : public ExpertBank {
     int64_t max_rows = 0;
     const std::vector<int64_t> active = active_experts(offsets, num_experts(), &max_rows);
     if (active.empty()) return;
-    // One grouped GEMM over every active expert: activations prepared once for all rows.
-    auto grouped = [&](const ActRows& a, const PackedMx& w, float* y) {
-      const int64_t cols = w.n();
-      const GemmActs acts(a, 0, total, pool);
-      for_each_expert_block(
-          active, cols, pool, total * cols * a.k, [&](int64_t e, int64_t c0, int64_t c1, int) {
-            const int64_t r0 = offsets[e];
-            acts.run(acts.args(r0, offsets[e + 1] - r0, w.view(e), y + r0 * cols, cols), c0, c1);
-          });
-    };
-    thread_local std::vector<float> gu_buffer;
-    float* gu = at_least(gu_buffer, total * 2 * i);
-    grouped(*in, w13_, gu);
-    // gmm1 epilogue: SwiGLU and requantization, rows split across threads.
     act_rows_init(w2_.scheme(), i, rule_, &act);
     act.resize(total);
-    auto epilogue = [&](int64_t r0, int64_t r1, int) {
-      thread_local std::vector<float> tmp_buffer;
-      float* tmp = at_least(tmp_buffer, i);
-      for (int64_t r = r0; r < r1; ++r) {
-        swiglu(gu + r * 2 * i, gu + r * 2 * i + i, i, tmp);
-        act_rows_quantize(tmp, r, rule_, &act);
-      }
-    };
-    for_rows(total, i, pool, epilogue);
+    const GemmActs in_acts(*in, 0, total, pool);
+    fused_gmm1(in_acts, active, offsets, total, &act, pool);
     clock.lap(times ? &times->gmm1 : nullptr);
-    grouped(act, w2_, out);
+    // gmm2: one grouped GEMM over every active expert, activations prepared once for all rows.
+    const GemmActs acts(act, 0, total, pool);
+    for_each_expert_block(
+        active, h, pool, total * h * i, [&](int64_t e, int64_t c0, int64_t c1, int) {
+          const int64_t r0 = offsets[e];
+          acts.run(acts.args(r0, offsets[e + 1] - r0, w2_.view(e), out + r0 * h, h), c0, c1);
+        });
     clock.lap(times ? &times->gmm2 : nullptr);
   }
 
  private:
+  // gmm1 fused: per expert and slice of intermediate columns, the gate and up GEMM into a
+  // small tile, SwiGLU, and requantization straight into gmm2's input rows. Slices start on
+  // whole blocks (whole 512-chunks when dual-level), which the requantization treats alone,
+  // and every GEMM output sees the same operations whatever columns or rows it is computed
+  // with, so the result is the unfused pipeline's bit for bit with no [rows, 2I] buffer.
+  void fused_gmm1(const GemmActs& acts, const std::vector<int64_t>& active, const int64_t* offsets,
+                  int64_t total, ActRows* act, ThreadPool* pool) const {
+    const int64_t h = hidden(), i = inter();
+    const int64_t unit = act_rows_unit(*act);
+    // 128 columns, the AVX2 kernel's widest panel group, unless a dual-level chunk is wider.
+    const int64_t slice = std::max<int64_t>(unit, 128);
+    constexpr int64_t kTileRows = 192;
+    auto body = [&](int64_t e, int64_t c0, int64_t c1, int) {
+      thread_local std::vector<float> tile_buffer;
+      // Gate columns [cs, ce) and up columns from the panel holding i + cs: its first `pad`
+      // columns belong to the gate slice before and are ignored.
+      const int64_t ld = slice + kMxPanelCols;
+      float* tile = at_least(tile_buffer, kTileRows * (slice + ld) + slice);
+      float* gate = tile;
+      float* up = tile + kTileRows * slice;
+      float* swi = up + kTileRows * ld;
+      for (int64_t r0 = offsets[e]; r0 < offsets[e + 1]; r0 += kTileRows) {
+        const int64_t m = std::min(kTileRows, offsets[e + 1] - r0);
+        for (int64_t cs = c0; cs < c1; cs += slice) {
+          const int64_t ce = std::min(c1, cs + slice);
+          const int64_t ub = (i + cs) / kMxPanelCols * kMxPanelCols, pad = i + cs - ub;
+          MxGemmArgs g = acts.args(r0, m, w13_.view(e), gate, slice);
+          g.y_col0 = cs;
+          acts.run(g, cs, ce);
+          MxGemmArgs u = acts.args(r0, m, w13_.view(e), up, ld);
+          u.y_col0 = ub;
+          acts.run(u, ub, i + ce);
+          for (int64_t r = 0; r < m; ++r) {
+            swiglu(gate + r * slice, up + r * ld + pad, ce - cs, swi);
+            act_rows_quantize_cols(swi, r0 + r, cs, ce - cs, rule_, act);
+          }
+        }
+      }
+    };
+    for_each_expert_block(active, i, pool, total * 2 * i * h, body, unit);
+  }
+
   PackedMx w13_;  // E parts of [2I, H]
   PackedMx w2_;   // E parts of [H, I]
   ScaleRule rule_;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/check.h"
 #include "core/thread_pool.h"
 #include "formats/act_quant.h"
 #include "formats/half.h"
@@ -208,11 +209,19 @@ void act_rows_init(Scheme scheme, int64_t k, ScaleRule rule, ActRows* out) {
 }
 
 void act_rows_quantize(const float* x, int64_t r, ScaleRule rule, ActRows* out) {
-  const int64_t k = out->k, nb = mx_num_blocks(k);
   if (!out->quantized) {
-    std::memcpy(out->f32.data() + r * k, x, static_cast<size_t>(k) * sizeof(float));
+    std::memcpy(out->f32.data() + r * out->k, x, static_cast<size_t>(out->k) * sizeof(float));
     return;
   }
+  act_rows_quantize_cols(x, r, 0, out->k, rule, out);
+}
+
+int64_t act_rows_unit(const ActRows& rows) { return rows.dual ? kMxDualChunk : kMxBlock; }
+
+void act_rows_quantize_cols(const float* x, int64_t r, int64_t col0, int64_t n, ScaleRule rule,
+                            ActRows* out) {
+  const int64_t k = out->k, nb = mx_num_blocks(k);
+  MX_CHECK(out->quantized && col0 % act_rows_unit(*out) == 0 && col0 + n <= k);
   uint8_t* codes = out->codes.data() + r * out->row_bytes;
   uint8_t* scales = out->scales.data() + r * nb;
   const ActQuantKernels& kern = act_quant_kernels();
@@ -220,22 +229,23 @@ void act_rows_quantize(const float* x, int64_t r, ScaleRule rule, ActRows* out) 
     // mxfp4_dual_quantize_row's arithmetic, with the per-32 step on the active kernel (which
     // matches mx_quantize_row bit for bit).
     float t[kMxDualChunk];
-    for (int64_t c = 0; c * kMxDualChunk < k; ++c) {
-      const int64_t base = c * kMxDualChunk;
-      const int64_t n = std::min<int64_t>(kMxDualChunk, k - base);
+    for (int64_t base = 0; base < n; base += kMxDualChunk) {
+      const int64_t len = std::min<int64_t>(kMxDualChunk, n - base);
       float amax = 0.0f;
-      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[base + i]));
+      for (int64_t i = 0; i < len; ++i) amax = std::max(amax, std::fabs(x[base + i]));
       const float s0 = amax / 6.0f;
-      out->chunk_scales[static_cast<size_t>(r * mx_num_chunks(k) + c)] = s0;
-      for (int64_t i = 0; i < n; ++i) t[i] = s0 == 0.0f ? 0.0f : round_to_bf16(x[base + i] / s0);
-      kern.f32_to_mxfp4(t, n, ScaleRule::kFloor, codes + base / 2, scales + base / kMxBlock);
+      out->chunk_scales[static_cast<size_t>(r * mx_num_chunks(k) + (col0 + base) / kMxDualChunk)] =
+          s0;
+      for (int64_t i = 0; i < len; ++i) t[i] = s0 == 0.0f ? 0.0f : round_to_bf16(x[base + i] / s0);
+      kern.f32_to_mxfp4(t, len, ScaleRule::kFloor, codes + (col0 + base) / 2,
+                        scales + (col0 + base) / kMxBlock);
     }
     return;
   }
   if (out->format == ElemFormat::kE2M1) {
-    kern.f32_to_mxfp4(x, k, rule, codes, scales);
+    kern.f32_to_mxfp4(x, n, rule, codes + col0 / 2, scales + col0 / kMxBlock);
   } else {
-    kern.f32_to_mxfp8(x, k, rule, codes, scales);
+    kern.f32_to_mxfp8(x, n, rule, codes + col0, scales + col0 / kMxBlock);
   }
 }
 

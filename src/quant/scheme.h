@@ -71,6 +71,13 @@ struct ActRows {
 void act_rows_init(Scheme scheme, int64_t k, ScaleRule rule, ActRows* out);
 // Quantizes one FP32 row into row `r` of `out` (the scheme's activation format).
 void act_rows_quantize(const float* x, int64_t r, ScaleRule rule, ActRows* out);
+// Quantizes columns [col0, col0 + n) of row `r` from x[0, n): the same bits as the whole row
+// gives them, since blocks (and dual-level chunks) are quantized independently. col0 is a
+// multiple of act_rows_unit(*out), and n reaches the row's end or is a multiple of it too.
+void act_rows_quantize_cols(const float* x, int64_t r, int64_t col0, int64_t n, ScaleRule rule,
+                            ActRows* out);
+// The columns that act_rows_quantize_cols quantizes together: 32, or 512 when dual-level.
+int64_t act_rows_unit(const ActRows& rows);
 // Copies row `src_row` of `src` (same format) into row `dst_row` of `dst`.
 void act_rows_copy(const ActRows& src, int64_t src_row, ActRows* dst, int64_t dst_row);
 
