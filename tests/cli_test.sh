@@ -229,6 +229,13 @@ expect_fail "quantize: --max-shard-size 0" "max-shard-size" \
   "$bin" quantize -m "$tmp/src" -o "$tmp/q2" --scheme W8A8_MXFP8 --max-shard-size 0
 expect_fail "quantize: --max-shard-size past 1 TiB" "max-shard-size" \
   "$bin" quantize -m "$tmp/src" -o "$tmp/q2" --scheme W8A8_MXFP8 --max-shard-size 2000000
+expect_fail "quantize: --module-scheme without =" "is not PATTERN=SCHEME" \
+  "$bin" quantize -m "$tmp/src" -o "$tmp/q2" --scheme W4A8_MXFP --module-scheme self_attn
+expect_fail "quantize: --module-scheme with an empty pattern" "is not PATTERN=SCHEME" \
+  "$bin" quantize -m "$tmp/src" -o "$tmp/q2" --scheme W4A8_MXFP --module-scheme =W8A8_MXFP8
+expect_fail "quantize: --module-scheme naming no MX scheme" "unknown scheme 'BF16' in --module-scheme 'lm_head=BF16'" \
+  "$bin" quantize -m "$tmp/src" -o "$tmp/q2" --scheme W4A8_MXFP --module-scheme lm_head=BF16
+[ ! -e "$tmp/q2" ]; check "quantize: refused flags create nothing" $?
 "$bin" quantize -m "$tmp/src" -o "$tmp/qout" --scheme W8A8_MXFP8 --force --keep-float no_such_tensor -t 2 >"$tmp/out" 2>&1
 [ $? -eq 0 ] && grep -q "keep-float 'no_such_tensor' matches no tensor" "$tmp/out" && [ -f "$tmp/qout/notes.txt" ] &&
   [ -f "$tmp/qout/quant_model_description.json" ]

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -105,6 +106,68 @@ TEST(QuantModel, QuantizedLmHeadOnlineEqualsOffline) {
     EXPECT_GT(moved, 1e-3) << scheme_info(s).name;
     EXPECT_LT(moved, 5.0) << scheme_info(s).name;
   }
+  fs::remove_all(root);
+}
+
+// Per-module schemes (experts in W4A8, attention and lm_head in W8A8_MXFP8): each tensor of
+// the mix is, type and bytes, what the single-scheme export of its scheme writes for it, and
+// the mix loads with each module in its own scheme.
+TEST(QuantModel, ModuleSchemesMixWhatTheSingleSchemesWrite) {
+  const std::string root = test::temp_dir("mix");
+  ExportOptions mix;
+  mix.scheme = Scheme::kW4A8Mxfp4;
+  mix.module_schemes = {{"self_attn", Scheme::kW8A8Mxfp8},
+                        {"lm_head", Scheme::kW8A8Mxfp8},
+                        {"no_such_module", Scheme::kW4A4Mxfp4}};
+  auto sum = export_msmodelslim(model_dir(), root + "/mix", mix);
+  ASSERT_TRUE(sum.is_ok()) << sum.status().to_string();
+  EXPECT_EQ(sum->unmatched_module_schemes, std::vector<std::string>{"no_such_module"});
+  ExportOptions w8;
+  w8.scheme = Scheme::kW8A8Mxfp8;
+  w8.quantize_lm_head = true;
+  ExportOptions w4;
+  w4.scheme = Scheme::kW4A8Mxfp4;
+  ASSERT_TRUE(export_msmodelslim(model_dir(), root + "/w8", w8).is_ok());
+  ASSERT_TRUE(export_msmodelslim(model_dir(), root + "/w4", w4).is_ok());
+  auto desc = [&](const std::string& d) {
+    auto text = read_text_file(root + "/" + d + "/quant_model_description.json");
+    EXPECT_TRUE(text.is_ok());
+    return nlohmann::json::parse(*text);
+  };
+  const nlohmann::json dm = desc("mix"), d8 = desc("w8"), d4 = desc("w4");
+  auto file = [&](const std::string& d) {
+    auto f = SafetensorsFile::open(root + "/" + d + "/quant_model_weights.safetensors");
+    EXPECT_TRUE(f.is_ok());
+    return std::move(f).value();
+  };
+  const SafetensorsFile fm = file("mix"), f8 = file("w8"), f4 = file("w4");
+  int from8 = 0, from4 = 0;
+  for (const TensorInfo& t : fm.tensors()) {
+    const bool eight =
+        t.name.find("self_attn") != std::string::npos || t.name.rfind("lm_head", 0) == 0;
+    const nlohmann::json& dref = eight ? d8 : d4;
+    const SafetensorsFile& fref = eight ? f8 : f4;
+    EXPECT_EQ(dm[t.name], dref[t.name]) << t.name;
+    const Tensor a = *fm.tensor(t.name);
+    auto b = fref.tensor(t.name);
+    ASSERT_TRUE(b.is_ok()) << t.name;
+    ASSERT_EQ(a.nbytes(), b->nbytes()) << t.name;
+    EXPECT_EQ(std::memcmp(a.data(), b->data(), a.nbytes()), 0) << t.name;
+    (eight ? from8 : from4) += dm[t.name] != "FLOAT";
+  }
+  EXPECT_GT(from8, 0);
+  EXPECT_GT(from4, 0);
+  EXPECT_EQ(dm["lm_head.weight"], "W8A8_MXFP8");
+  EXPECT_EQ(dm["model.layers.0.self_attn.q_proj.weight"], "W8A8_MXFP8");
+  EXPECT_EQ(dm["model.layers.1.mlp.experts.0.down_proj.weight"], "W4A8_MXFP");
+  LoadOptions lo;
+  lo.threads = 2;
+  auto m = load_model(root + "/mix", lo);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->layers[0].attn.qkv->scheme_name(), "w8a8_mxfp8");
+  EXPECT_EQ((*m)->layers[1].moe->experts->scheme_name(), "w4a8_mxfp4");
+  EXPECT_EQ((*m)->lm_head->scheme_name(), "w8a8_mxfp8");
+  for (float v : logits_of(**m)) ASSERT_TRUE(std::isfinite(v));
   fs::remove_all(root);
 }
 

@@ -83,12 +83,12 @@ Status check_output_dir(const std::string& src_dir, const std::string& out_dir,
 // Warned up front, before a long export: a typo in a pattern keeps nothing FLOAT.
 std::vector<std::string> unmatched_patterns(const std::vector<std::string>& names,
                                             const std::vector<std::string>& patterns,
-                                            const std::string& src_dir) {
+                                            const std::string& src_dir, const std::string& flag) {
   std::vector<std::string> unmatched;
   for (const std::string& p : patterns) {
     if (std::none_of(names.begin(), names.end(),
                      [&](const std::string& n) { return n.find(p) != std::string::npos; })) {
-      MX_LOG_WARN("--keep-float '" + p + "' matches no tensor of " + src_dir);
+      MX_LOG_WARN(flag + " '" + p + "' matches no tensor of " + src_dir);
       unmatched.push_back(p);
     }
   }
@@ -107,13 +107,22 @@ Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::
   MX_ASSIGN_OR_RETURN(std::unique_ptr<WeightSource> ck, open_safetensors_source(src_dir));
   ExportSummary sum;
   const std::vector<std::string> names = ck->logical_names();
-  sum.unmatched_keep_float = unmatched_patterns(names, opt.keep_float, src_dir);
+  sum.unmatched_keep_float = unmatched_patterns(names, opt.keep_float, src_dir, "--keep-float");
+  std::vector<std::string> module_patterns;
+  for (const auto& [pattern, scheme] : opt.module_schemes) {
+    if (scheme == Scheme::kBf16)
+      return invalid_argument("quantize: '" + pattern + "' names no MX scheme");
+    module_patterns.push_back(pattern);
+  }
+  sum.unmatched_module_schemes =
+      unmatched_patterns(names, module_patterns, src_dir, "--module-scheme");
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return io_error(out_dir + ": cannot create: " + ec.message());
-  const std::string type(scheme_info(opt.scheme).offline_type);
   nlohmann::ordered_json desc = {
-      {"version", "1.0.0"}, {"model_quant_type", type}, {"group_size", 32}};
+      {"version", "1.0.0"},
+      {"model_quant_type", std::string(scheme_info(opt.scheme).offline_type)},
+      {"group_size", 32}};
   std::vector<SafetensorsWriter> shards(1);
   auto add = [&](const std::string& name, const Tensor& t, const std::string& t_type) -> Status {
     if (shards.back().num_tensors() > 0 &&
@@ -126,8 +135,17 @@ Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::
   int64_t done = 0;
   for (const std::string& name : names) {
     MX_ASSIGN_OR_RETURN(Tensor t, ck->tensor(name));
-    bool quantize = ends_with(name, ".weight") && t.rank() == 2 &&
-                    !always_float(name, opt.quantize_router_gate, opt.quantize_lm_head);
+    Scheme scheme = opt.scheme;
+    bool named_head = false;
+    for (const auto& [pattern, s] : opt.module_schemes) {
+      if (name.find(pattern) == std::string::npos) continue;
+      scheme = s;
+      named_head = name.rfind("lm_head", 0) == 0;
+      break;
+    }
+    bool quantize =
+        ends_with(name, ".weight") && t.rank() == 2 &&
+        !always_float(name, opt.quantize_router_gate, opt.quantize_lm_head || named_head);
     for (const std::string& p : opt.keep_float) {
       if (name.find(p) != std::string::npos) quantize = false;
     }
@@ -135,10 +153,11 @@ Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::
       MX_RETURN_IF_ERROR(add(name, t, "FLOAT"));
       ++sum.kept_float;
     } else {
-      MX_ASSIGN_OR_RETURN(MxWeights q, quantize_weight(t, opt.scheme, opt.rule, name, opt.pool));
+      const std::string type(scheme_info(scheme).offline_type);
+      MX_ASSIGN_OR_RETURN(MxWeights q, quantize_weight(t, scheme, opt.rule, name, opt.pool));
       const std::string base = name.substr(0, name.size() - 7);
       Tensor codes = q.codes;
-      if (scheme_info(opt.scheme).weight == ElemFormat::kE4M3) {
+      if (scheme_info(scheme).weight == ElemFormat::kE4M3) {
         codes = Tensor::from_storage(Storage::allocate(q.codes.nbytes()), DType::kF8E4M3,
                                      q.codes.shape());
         std::memcpy(codes.mutable_data(), q.codes.data(), q.codes.nbytes());

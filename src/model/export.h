@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -20,6 +21,10 @@ struct ExportOptions {
   // Tensors whose name contains any of these stay FLOAT, besides embeddings, lm_head, norms
   // and the router gate, which always do.
   std::vector<std::string> keep_float;
+  // Mixes, as msmodelslim's recipes and llama.cpp's MXFP4_MOE make them: a weight whose name
+  // contains a pattern takes that scheme instead of `scheme` (the first pattern that matches
+  // wins; keep_float wins over all). A pattern matching lm_head quantizes it.
+  std::vector<std::pair<std::string, Scheme>> module_schemes;
   // msmodelslim may quantize the MoE router gate too; loaders must then dequantize it.
   bool quantize_router_gate = false;
   // lm_head in the same scheme as the other linear layers.
@@ -39,6 +44,8 @@ struct ExportSummary {
   // keep_float patterns that no tensor name contains (a typo keeps nothing FLOAT); each is
   // also logged as a warning before the export starts.
   std::vector<std::string> unmatched_keep_float;
+  // module_schemes patterns that no tensor name contains, warned the same way.
+  std::vector<std::string> unmatched_module_schemes;
 };
 
 // The shard size limits export_msmodelslim accepts: below, one tensor per file; above, no
