@@ -1,5 +1,9 @@
 #include "core/tensor.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -145,6 +149,16 @@ Tensor Tensor::view_as(DType dtype, Shape shape) const {
   t.strides_ = contiguous_strides(shape);
   t.shape_ = std::move(shape);
   return t;
+}
+
+void Tensor::release_mapped_pages() const {
+  if (!is_mapped() || !is_contiguous() || numel() <= 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data());
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + nbytes()) / page * page;
+  // Pages shared with a neighbouring tensor stay; only advice, so a failure changes nothing.
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 Tensor Tensor::contiguous_copy() const {

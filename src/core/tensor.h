@@ -85,6 +85,11 @@ class Tensor {
   Tensor view_as(DType dtype, Shape shape) const;
   // A contiguous owning copy (works for any strides).
   Tensor contiguous_copy() const;
+  // For a mapped contiguous tensor whose bytes were copied or converted elsewhere: lets the
+  // OS drop the resident file pages lying wholly inside them, so that a checkpoint is not held
+  // twice. A later read faults them back from the file, so this is always safe. No effect on
+  // owned storage.
+  void release_mapped_pages() const;
 
   std::string describe() const;  // "BF16[4, 256]"
 

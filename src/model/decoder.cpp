@@ -1,3 +1,5 @@
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -357,6 +359,9 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
     MX_LOG_INFO(dir + ": skipped " + std::to_string(skipped.size()) +
                 " tensors a text-only model does not read (the first: " + skipped[0] + ")");
   }
+  // Loading freed its quantization and packing buffers into the heap, which the process keeps
+  // above a high trim threshold (main.cpp); give their pages back once.
+  malloc_trim(0);
   return m;
 }
 

@@ -64,6 +64,16 @@ GgmlWeight wide_of(const StoredWeight& w) {
           c.view_as(DType::kU8, {w.out, w.in * (f32 ? 4 : 2)}), w.out, w.in};
 }
 
+// After a weight was packed, converted or quantized into memory of its own: its checkpoint
+// pages need not stay resident beside the copy.
+void release_stored(const std::vector<StoredWeight>& parts) {
+  for (const StoredWeight& p : parts) {
+    for (const Tensor* t : {&p.data, &p.scale, &p.dual_scale}) {
+      if (t->defined()) t->release_mapped_pages();
+    }
+  }
+}
+
 // Float tensors for the BF16 path: as stored, or GGUF blocks dequantized to FP32 first.
 std::vector<Tensor> floats_of(const std::vector<StoredWeight>& parts) {
   std::vector<Tensor> out;
@@ -180,14 +190,21 @@ Result<std::unique_ptr<Linear>> WeightLoader::linear_of(std::vector<StoredWeight
     for (const StoredWeight& p : parts) g.push_back(ggml_of(p));
     return make_ggml_linear(std::move(g), packed_name);
   }
-  if (!target) return make_bf16_linear(floats_of(parts), packed_name);
+  if (!target) {
+    MX_ASSIGN_OR_RETURN(std::unique_ptr<Linear> l, make_bf16_linear(floats_of(parts), packed_name));
+    release_stored(parts);
+    return l;
+  }
   std::vector<MxWeights> mx;
   for (const StoredWeight& p : parts) {
     MX_ASSIGN_OR_RETURN(MxWeights q, to_mx(p, *target));
     mx.push_back(std::move(q));
   }
   MX_ASSIGN_OR_RETURN(MxWeights all, stack_mx_weights(mx, packed_name));
-  return make_mx_linear(std::move(all), plan_.rule);
+  mx.clear();
+  std::unique_ptr<Linear> l = make_mx_linear(std::move(all), plan_.rule);
+  release_stored(parts);
+  return l;
 }
 
 Result<std::unique_ptr<Linear>> WeightLoader::packed(const std::string& prefix,
@@ -206,9 +223,15 @@ Result<std::unique_ptr<Linear>> WeightLoader::router(const std::string& module, 
   MX_ASSIGN_OR_RETURN(StoredWeight w, src_.weight(module, experts, hidden));
   // A gate the checkpoint quantized runs in its scheme, activations quantized as for any MX
   // linear (what the exporter's fake-quant reference computes), never read without its scales.
-  if (w.encoding == WeightEncoding::kMx) return make_mx_linear(mx_of(w), plan_.rule);
+  if (w.encoding == WeightEncoding::kMx) {
+    std::unique_ptr<Linear> l = make_mx_linear(mx_of(w), plan_.rule);
+    release_stored({w});
+    return l;
+  }
   if (native({w})) return make_ggml_linear({ggml_of(w)}, module);
-  return make_bf16_linear(floats_of({w}), module);
+  auto l = make_bf16_linear(floats_of({w}), module);
+  if (l.is_ok()) release_stored({w});
+  return l;
 }
 
 Result<std::unique_ptr<ExpertBank>> WeightLoader::experts(const std::string& prefix,
@@ -249,18 +272,35 @@ Result<std::unique_ptr<ExpertBank>> WeightLoader::experts(const std::string& pre
     }
     return make_ggml_expert_bank(std::move(w13), std::move(w2), prefix);
   }
-  if (!target) return make_bf16_expert_bank(floats_of(g), floats_of(u), floats_of(d), prefix);
-  std::vector<MxWeights> w13, w2;
-  for (size_t e = 0; e < g.size(); ++e) {
+  auto release = [&] {
+    for (const auto* parts : {&g, &u, &d}) release_stored(*parts);
+  };
+  if (!target) {
+    auto next = [&](int64_t x) -> Result<std::array<Tensor, 3>> {
+      const auto e = static_cast<size_t>(x);
+      if (e > 0) release_stored({g[e - 1], u[e - 1], d[e - 1]});
+      auto f = floats_of({g[e], u[e], d[e]});
+      return std::array<Tensor, 3>{f[0], f[1], f[2]};
+    };
+    auto bank = make_bf16_expert_bank(static_cast<int64_t>(g.size()), next, prefix);
+    if (bank.is_ok()) release();
+    return bank;
+  }
+  // Expert by expert: each one's checkpoint pages go once the bank has packed it, so a layer
+  // never holds its source and its quantized copy whole at once.
+  auto next = [&](int64_t x) -> Result<std::pair<MxWeights, MxWeights>> {
+    const auto e = static_cast<size_t>(x);
+    if (e > 0) release_stored({g[e - 1], u[e - 1], d[e - 1]});
     MX_ASSIGN_OR_RETURN(MxWeights gq, to_mx(g[e], *target));
     MX_ASSIGN_OR_RETURN(MxWeights uq, to_mx(u[e], *target));
     MX_ASSIGN_OR_RETURN(MxWeights dq, to_mx(d[e], *target));
     MX_ASSIGN_OR_RETURN(MxWeights gu, stack_mx_weights({gq, uq}, packed + "." + std::to_string(e) +
                                                                      ".gate_up_proj"));
-    w13.push_back(std::move(gu));
-    w2.push_back(std::move(dq));
-  }
-  return make_mx_expert_bank(std::move(w13), std::move(w2), plan_.rule, packed);
+    return std::make_pair(std::move(gu), std::move(dq));
+  };
+  auto bank = make_mx_expert_bank(static_cast<int64_t>(g.size()), next, plan_.rule, packed);
+  if (bank.is_ok()) release();
+  return bank;
 }
 
 Status WeightLoader::embedding(const std::string& module, int64_t vocab, int64_t hidden,

@@ -1,5 +1,6 @@
 // The BF16 scheme: weights stay BF16, packed once at load into the GEMM's column panels, and
 // the kernel widens them in registers.
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -54,30 +55,29 @@ class Bf16Linear final : public Linear {
 class Bf16ExpertBank final : public ExpertBank {
  public:
   // w13: [E, 2I, H], gate rows then up rows; w2: [E, H, I].
-  Bf16ExpertBank(const Tensor& w13, const Tensor& w2)
-      : ExpertBank(w13.dim(0), w13.dim(2), w13.dim(1) / 2),
-        pairs_((inter() + kBf16PanelCols - 1) / kBf16PanelCols),
-        stride13_(bf16_panel_elems(2 * pairs_ * kBf16PanelCols, hidden())),
-        stride2_(bf16_panel_elems(hidden(), inter())),
-        w13_(Tensor::empty(DType::kBF16, {num_experts() * stride13_})),
-        w2_(Tensor::empty(DType::kBF16, {num_experts() * stride2_})) {
+  // Empty; filled expert by expert with add().
+  Bf16ExpertBank(int64_t experts, int64_t hidden, int64_t inter)
+      : ExpertBank(experts, hidden, inter),
+        pairs_((inter + kBf16PanelCols - 1) / kBf16PanelCols),
+        stride13_(bf16_panel_elems(2 * pairs_ * kBf16PanelCols, hidden)),
+        stride2_(bf16_panel_elems(hidden, inter)),
+        w13_(Tensor::empty(DType::kBF16, {experts * stride13_})),
+        w2_(Tensor::empty(DType::kBF16, {experts * stride2_})) {}
+  // Expert e: gate then up [2I, H] and down [H, I], BF16 row-major.
+  void add(int64_t e, const uint16_t* w13, const uint16_t* w2) {
     const int64_t h = hidden(), i = inter(), p = kBf16PanelCols;
-    std::vector<uint16_t> paired(static_cast<size_t>(2 * pairs_ * p * h));
-    for (int64_t e = 0; e < num_experts(); ++e) {
-      const uint16_t* src = w13.data_as<uint16_t>() + e * 2 * i * h;
-      std::fill(paired.begin(), paired.end(), uint16_t{0});
-      for (int64_t u = 0; u < i; ++u) {
-        const int64_t j = u / p, c = u % p;
-        std::copy(src + u * h, src + (u + 1) * h, paired.data() + ((2 * j) * p + c) * h);
-        std::copy(src + (i + u) * h, src + (i + u + 1) * h,
-                  paired.data() + ((2 * j + 1) * p + c) * h);
-      }
-      pack_bf16_panels(paired.data(), 2 * pairs_ * p, h, h,
-                       w13_.mutable_data_as<uint16_t>() + e * stride13_);
-      pack_bf16_panels(w2.data_as<uint16_t>() + e * h * i, h, i, i,
-                       w2_.mutable_data_as<uint16_t>() + e * stride2_);
+    paired_.assign(static_cast<size_t>(2 * pairs_ * p * h), uint16_t{0});
+    for (int64_t u = 0; u < i; ++u) {
+      const int64_t j = u / p, c = u % p;
+      std::copy(w13 + u * h, w13 + (u + 1) * h, paired_.data() + ((2 * j) * p + c) * h);
+      std::copy(w13 + (i + u) * h, w13 + (i + u + 1) * h,
+                paired_.data() + ((2 * j + 1) * p + c) * h);
     }
+    pack_bf16_panels(paired_.data(), 2 * pairs_ * p, h, h,
+                     w13_.mutable_data_as<uint16_t>() + e * stride13_);
+    pack_bf16_panels(w2, h, i, i, w2_.mutable_data_as<uint16_t>() + e * stride2_);
   }
+  void done_adding() { std::vector<uint16_t>().swap(paired_); }
   std::string scheme_name() const override { return "bf16"; }
   uint64_t weight_bytes() const override {
     return static_cast<uint64_t>(num_experts() * 3 * inter() * hidden()) * 2;
@@ -131,6 +131,7 @@ class Bf16ExpertBank final : public ExpertBank {
   int64_t pairs_;               // gate/up panel pairs per expert
   int64_t stride13_, stride2_;  // packed elements per expert
   Tensor w13_, w2_;
+  std::vector<uint16_t> paired_;  // add()'s staging, released by done_adding()
 };
 
 Status check_2d(const Tensor& t, const std::string& name) {
@@ -197,27 +198,46 @@ Result<std::unique_ptr<ExpertBank>> make_bf16_expert_bank(const std::vector<Tens
   if (e == 0 || up.size() != e || down.size() != e) {
     return invalid_argument(name + ": expert tensor counts differ");
   }
-  const int64_t inter = gate[0].dim(0), hidden = gate[0].dim(1);
-  Tensor w13 = Tensor::empty(DType::kBF16, {static_cast<int64_t>(e), 2 * inter, hidden});
-  Tensor w2 = Tensor::empty(DType::kBF16, {static_cast<int64_t>(e), hidden, inter});
-  auto* p13 = w13.mutable_data_as<uint16_t>();
-  auto* p2 = w2.mutable_data_as<uint16_t>();
-  for (size_t x = 0; x < e; ++x) {
+  return make_bf16_expert_bank(
+      static_cast<int64_t>(e),
+      [&](int64_t x) -> Result<std::array<Tensor, 3>> {
+        const auto i = static_cast<size_t>(x);
+        return std::array<Tensor, 3>{gate[i], up[i], down[i]};
+      },
+      name);
+}
+
+Result<std::unique_ptr<ExpertBank>> make_bf16_expert_bank(int64_t experts,
+                                                          const Bf16ExpertSource& next,
+                                                          const std::string& name) {
+  if (experts < 1) return invalid_argument(name + ": no experts");
+  std::unique_ptr<Bf16ExpertBank> bank;
+  int64_t inter = 0, hidden = 0;
+  std::vector<uint16_t> w13, w2;  // one expert's weights as BF16
+  for (int64_t x = 0; x < experts; ++x) {
+    MX_ASSIGN_OR_RETURN(auto w, next(x));
+    const Tensor &gate = w[0], &up = w[1], &down = w[2];
     const std::string en = name + ".experts." + std::to_string(x);
-    for (const Tensor* t : {&gate[x], &up[x], &down[x]}) MX_RETURN_IF_ERROR(check_2d(*t, en));
-    if (gate[x].shape() != Shape{inter, hidden} || up[x].shape() != Shape{inter, hidden} ||
-        down[x].shape() != Shape{hidden, inter}) {
-      return invalid_argument(en + ": expert shapes " + gate[x].describe() + ", " +
-                              up[x].describe() + ", " + down[x].describe() +
-                              " differ from expert 0");
+    for (const Tensor* t : {&gate, &up, &down}) MX_RETURN_IF_ERROR(check_2d(*t, en));
+    if (x == 0) {
+      inter = gate.dim(0);
+      hidden = gate.dim(1);
+      bank = std::make_unique<Bf16ExpertBank>(experts, hidden, inter);
+      w13.resize(static_cast<size_t>(2 * inter * hidden));
+      w2.resize(static_cast<size_t>(hidden * inter));
     }
-    copy_as_bf16(gate[x], p13);
-    copy_as_bf16(up[x], p13 + inter * hidden);
-    copy_as_bf16(down[x], p2);
-    p13 += 2 * inter * hidden;
-    p2 += hidden * inter;
+    if (gate.shape() != Shape{inter, hidden} || up.shape() != Shape{inter, hidden} ||
+        down.shape() != Shape{hidden, inter}) {
+      return invalid_argument(en + ": expert shapes " + gate.describe() + ", " + up.describe() +
+                              ", " + down.describe() + " differ from expert 0");
+    }
+    copy_as_bf16(gate, w13.data());
+    copy_as_bf16(up, w13.data() + inter * hidden);
+    copy_as_bf16(down, w2.data());
+    bank->add(x, w13.data(), w2.data());
   }
-  return std::unique_ptr<ExpertBank>(new Bf16ExpertBank(w13, w2));
+  bank->done_adding();
+  return std::unique_ptr<ExpertBank>(std::move(bank));
 }
 
 }  // namespace mx

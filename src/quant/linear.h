@@ -3,10 +3,13 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -148,11 +151,21 @@ std::unique_ptr<Linear> make_mx_linear(MxWeights w, ScaleRule rule);
 Result<std::unique_ptr<ExpertBank>> make_mx_expert_bank(std::vector<MxWeights> w13,
                                                         std::vector<MxWeights> w2, ScaleRule rule,
                                                         const std::string& name);
+// The same, packing one expert at a time as `next(e)` yields its (w13, w2) for e = 0, 1, ...:
+// a loader then never holds more than one expert's quantized weights beside the bank.
+using MxExpertSource = std::function<Result<std::pair<MxWeights, MxWeights>>(int64_t expert)>;
+Result<std::unique_ptr<ExpertBank>> make_mx_expert_bank(int64_t experts, const MxExpertSource& next,
+                                                        ScaleRule rule, const std::string& name);
 
 // BF16 bank from per-expert tensors: gate[e], up[e] are [I, H]; down[e] is [H, I].
 Result<std::unique_ptr<ExpertBank>> make_bf16_expert_bank(const std::vector<Tensor>& gate,
                                                           const std::vector<Tensor>& up,
                                                           const std::vector<Tensor>& down,
+                                                          const std::string& name);
+// The same, one expert at a time as `next(e)` yields its {gate, up, down}.
+using Bf16ExpertSource = std::function<Result<std::array<Tensor, 3>>(int64_t expert)>;
+Result<std::unique_ptr<ExpertBank>> make_bf16_expert_bank(int64_t experts,
+                                                          const Bf16ExpertSource& next,
                                                           const std::string& name);
 
 // A weight [out, in] in ggml blocks as a GGUF stores it: rows U8 [out, row_bytes].

@@ -25,16 +25,19 @@ MxMatrixView act_view(const ActRows& a, int64_t row0, int64_t rows) {
 class PackedMx {
  public:
   PackedMx(const MxWeights& w, int64_t parts) : scheme_(w.scheme), n_(w.n / parts), k_(w.k) {
+    for (int64_t p = 0; p < parts; ++p) add(w, p * n_);
+  }
+  // Filled part by part with add().
+  PackedMx(Scheme scheme, int64_t n, int64_t k) : scheme_(scheme), n_(n), k_(k) {}
+  // Packs rows [row0, row0 + n) of w as the next part.
+  void add(const MxWeights& w, int64_t row0) {
     const SchemeInfo& info = scheme_info(w.scheme);
     const int64_t nb = mx_num_blocks(k_), nc = mx_num_chunks(k_);
-    for (int64_t p = 0; p < parts; ++p) {
-      const int64_t row0 = p * n_;
-      parts_.push_back(
-          pack_mx_weights({info.weight, w.codes.data_as<uint8_t>() + row0 * w.row_bytes(),
-                           w.scales.data_as<uint8_t>() + row0 * nb,
-                           info.dual ? w.chunk_scales.data_as<float>() + row0 * nc : nullptr, n_,
-                           k_, w.row_bytes()}));
-    }
+    parts_.push_back(
+        pack_mx_weights({info.weight, w.codes.data_as<uint8_t>() + row0 * w.row_bytes(),
+                         w.scales.data_as<uint8_t>() + row0 * nb,
+                         info.dual ? w.chunk_scales.data_as<float>() + row0 * nc : nullptr, n_, k_,
+                         w.row_bytes()}));
   }
   Scheme scheme() const { return scheme_; }
   int64_t n() const { return n_; }
@@ -165,8 +168,16 @@ class MxLinear final : public Linear {
 
 class MxExpertBank final : public ExpertBank {
  public:
-  MxExpertBank(const MxWeights& w13, const MxWeights& w2, int64_t experts, ScaleRule rule)
-      : ExpertBank(experts, w13.k, w2.k), w13_(w13, experts), w2_(w2, experts), rule_(rule) {}
+  // Empty; filled expert by expert with add().
+  MxExpertBank(Scheme scheme, int64_t experts, int64_t hidden, int64_t inter, ScaleRule rule)
+      : ExpertBank(experts, hidden, inter),
+        w13_(scheme, 2 * inter, hidden),
+        w2_(scheme, hidden, inter),
+        rule_(rule) {}
+  void add(const MxWeights& w13, const MxWeights& w2) {
+    w13_.add(w13, 0);
+    w2_.add(w2, 0);
+  }
   std::string scheme_name() const override { return std::string(scheme_info(w13_.scheme()).name); }
   uint64_t weight_bytes() const override { return w13_.bytes() + w2_.bytes(); }
   Scheme input_scheme(DispatchMode mode) const override {
@@ -294,18 +305,40 @@ Result<std::unique_ptr<ExpertBank>> make_mx_expert_bank(std::vector<MxWeights> w
                                                         const std::string& name) {
   if (w13.empty() || w13.size() != w2.size())
     return invalid_argument(name + ": expert counts differ");
-  const int64_t e = static_cast<int64_t>(w13.size());
-  const int64_t h = w13[0].k, i2 = w13[0].n;
-  for (int64_t x = 0; x < e; ++x) {
-    if (w13[x].n != i2 || w13[x].k != h || w2[x].n != h || w2[x].k * 2 != i2 ||
-        w13[x].scheme != w13[0].scheme || w2[x].scheme != w13[0].scheme) {
+  return make_mx_expert_bank(
+      static_cast<int64_t>(w13.size()),
+      [&](int64_t e) -> Result<std::pair<MxWeights, MxWeights>> {
+        const auto x = static_cast<size_t>(e);
+        return std::make_pair(std::move(w13[x]), std::move(w2[x]));
+      },
+      rule, name);
+}
+
+Result<std::unique_ptr<ExpertBank>> make_mx_expert_bank(int64_t experts, const MxExpertSource& next,
+                                                        ScaleRule rule, const std::string& name) {
+  if (experts < 1) return invalid_argument(name + ": no experts");
+  std::unique_ptr<MxExpertBank> bank;
+  Scheme scheme = Scheme::kW8A8Mxfp8;
+  int64_t h = 0, i2 = 0;
+  for (int64_t x = 0; x < experts; ++x) {
+    MX_ASSIGN_OR_RETURN(auto w, next(x));
+    const MxWeights& w13 = w.first;
+    const MxWeights& w2 = w.second;
+    if (x == 0) {
+      scheme = w13.scheme;
+      h = w13.k;
+      i2 = w13.n;
+      if (i2 % 2 != 0) return invalid_argument(name + ": gate_up has an odd number of rows");
+      bank = std::make_unique<MxExpertBank>(scheme, experts, h, i2 / 2, rule);
+    }
+    if (w13.n != i2 || w13.k != h || w2.n != h || w2.k * 2 != i2 || w13.scheme != scheme ||
+        w2.scheme != scheme) {
       return invalid_argument(name + ".experts." + std::to_string(x) +
                               ": shape or scheme differs from expert 0");
     }
+    bank->add(w13, w2);
   }
-  MX_ASSIGN_OR_RETURN(MxWeights s13, stack_mx_weights(w13, name + ".w13"));
-  MX_ASSIGN_OR_RETURN(MxWeights s2, stack_mx_weights(w2, name + ".w2"));
-  return std::unique_ptr<ExpertBank>(new MxExpertBank(s13, s2, e, rule));
+  return std::unique_ptr<ExpertBank>(std::move(bank));
 }
 
 }  // namespace mx

@@ -234,6 +234,9 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
   }
   BenchResult r;
   r.options = opt;
+  r.weight_bytes = model.weight_bytes();
+  r.kv_bytes = static_cast<uint64_t>(kv_bytes);
+  r.load_rss = resident_bytes();
   r.ep_size = model.dispatcher().ep_size();
   r.layers["all"] = c.num_layers;
   r.layers["head"] = 1;
@@ -298,7 +301,13 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
     r.decode_tok_s.push_back(static_cast<double>(opt.batch * opt.gen) / td);
   }
   model.set_profile(nullptr);
+  r.peak_rss = peak_resident_bytes();
   return r;
+}
+
+double BenchResult::peak_rss_ratio() const {
+  const double need = static_cast<double>(weight_bytes + kv_bytes);
+  return need > 0 ? static_cast<double>(peak_rss) / need : 0;
 }
 
 nlohmann::ordered_json BenchResult::to_json() const {
@@ -319,7 +328,12 @@ nlohmann::ordered_json BenchResult::to_json() const {
                               {"decode_bytes_per_step", cost.decode_bytes_per_step},
                               {"prefill_flops_per_token", cost.prefill_flops_per_token},
                               {"decode_roofline_frac", decode_roofline_frac()},
-                              {"prefill_roofline_frac", prefill_roofline_frac()}};
+                              {"prefill_roofline_frac", prefill_roofline_frac()},
+                              {"weight_bytes", weight_bytes},
+                              {"kv_bytes", kv_bytes},
+                              {"load_rss_bytes", load_rss},
+                              {"peak_rss_bytes", peak_rss},
+                              {"peak_rss_ratio", peak_rss_ratio()}};
   if (options.profile) {
     j["profile"] = {{"prefill", profile_json(prefill_profile)},
                     {"decode", profile_json(decode_profile)}};
@@ -362,6 +376,13 @@ std::string BenchResult::report() const {
                 static_cast<long long>(options.batch), static_cast<long long>(options.gen),
                 mean(decode_tok_s), stdev(decode_tok_s), 100 * decode_roofline_frac(),
                 cost.decode_bytes_per_step / 1e6);
+  s += line;
+  std::snprintf(line, sizeof line,
+                "memory:  peak RSS %.2f GB, %.2fx the weights (%.2f GB) and KV cache (%.2f GB); "
+                "%.2f GB after load\n",
+                static_cast<double>(peak_rss) / 1e9, peak_rss_ratio(),
+                static_cast<double>(weight_bytes) / 1e9, static_cast<double>(kv_bytes) / 1e9,
+                static_cast<double>(load_rss) / 1e9);
   s += line;
   if (options.profile) {
     profile_report("prefill", prefill_profile, layers, &s);

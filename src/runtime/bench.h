@@ -44,6 +44,10 @@ struct BenchResult {
   MachinePeaks peaks;
   ModelCost cost;
   ForwardProfile prefill_profile, decode_profile;  // summed over repetitions
+  // Memory: the weights as held (packed, quantized, or mapped), the run's KV cache and
+  // recurrent states, and this process's resident set after load and at its peak.
+  uint64_t weight_bytes = 0, kv_bytes = 0, load_rss = 0, peak_rss = 0;
+  double peak_rss_ratio() const;
   // Layers of each type ("dense", "moe", "linear", "all"), for the per-layer view.
   std::map<std::string, int64_t> layers;
   // Expert parallelism: what all ranks sent in each phase, over all repetitions,

@@ -162,6 +162,18 @@ uint64_t resident_bytes() {
   return n == 2 ? resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
 }
 
+uint64_t peak_resident_bytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmHWM: %llu kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb * 1024;
+}
+
 void install_step_broadcast(DecoderModel& model, Comm& comm) {
   g_load_rss = resident_bytes();
   model.set_step_hook([&comm](const std::vector<SeqSlice>& seqs, const PagedKv& kv) {

@@ -35,5 +35,7 @@ Result<DispatchStats> total_dispatch_stats(DecoderModel& model, Comm& comm);
 
 // Resident set of this process, from /proc/self/statm (0 where unavailable).
 uint64_t resident_bytes();
+// The process's peak resident set (VmHWM), load included; 0 where /proc does not say.
+uint64_t peak_resident_bytes();
 
 }  // namespace mx
