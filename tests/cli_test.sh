@@ -74,6 +74,11 @@ d = json.load(open(sys.argv[1]))
 for k in ["prefill_tok_s", "decode_tok_s", "bandwidth_gbs", "peak_bf16_gflops", "decode_roofline_frac", "prefill_roofline_frac"]:
     assert d[k] > 0, (k, d[k])
 assert d["lm_head"] == "w8a8_mxfp8" and d["schemes"] == "w8a8_mxfp8", d
+# Memory: 7,844,608 parameters (inspect, above) held in W8A8 codes and scales, with BF16
+# embeddings, lie between one and two bytes each; the peak includes the resident set after load.
+assert 7844608 < d["weight_bytes"] < 2 * 7844608, d["weight_bytes"]
+assert 0 < d["load_rss_bytes"] <= d["peak_rss_bytes"], d
+assert abs(d["peak_rss_ratio"] * (d["weight_bytes"] + d["kv_bytes"]) - d["peak_rss_bytes"]) < 1, d
 for phase in ("prefill", "decode"):
     p = d["profile"][phase]
     assert abs(sum(v["share"] for v in p.values()) - 1) < 1e-6
