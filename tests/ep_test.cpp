@@ -92,9 +92,10 @@ TEST(ExpertParallel, LowLatencyIsBitIdenticalOnEveryMxScheme) {
 // The model with BF16 rows on the wire (normal mode; the BF16 scheme in any mode): what the
 // rounding the dispatcher test pins down costs. The BF16 scheme stays within 2e-2 of one
 // process in log-prob (the fixture README's 1e-2 contract is for FP32 activations); MX
-// schemes requantize the rounded rows, where one flipped code moves an element by a whole
-// step, so there the greedy tokens are held: identical wherever one process's margin is
-// 0.05 or more (measured: bf16 44/44, w8a8 45/45, w4a8 12/12; w4a4 22/31, dual 44/46).
+// schemes requantize the rows (rounded to odd, so gmm1 sees one process's codes) but combine
+// in BF16, and a later layer's requantization can flip a code by a whole step, so there the
+// greedy tokens are held: identical wherever one process's margin is 0.05 or more (measured:
+// bf16 44/44, w8a8 45/45, w4a8 12/12; w4a4 22/31, dual 45/46).
 TEST(ExpertParallel, Bf16RowsOnTheWireKeepGreedyTokens) {
   const int64_t vocab = 4096;
   struct Case {

@@ -7,6 +7,7 @@
 
 #include "formats/half.h"
 #include "formats/minifloat.h"
+#include "formats/mx_block.h"
 
 namespace mx {
 namespace {
@@ -166,6 +167,44 @@ TEST(Codec, Bf16RoundsToNearestEven) {
       ASSERT_EQ(float_to_bf16(f), h);
     }
   }
+}
+
+// BF16 rounded to odd keeps what MX requantization sees: random blocks of FP32 spread over
+// many binades quantize to the same E8M0 scale and codes (E4M3 and E2M1, both scale rules)
+// from their round-to-odd BF16 values as from themselves. Round-to-nearest-even does not:
+// the test counts how often it changes a code, to show the property is not vacuous.
+TEST(Codec, Bf16RoundToOddKeepsMxRequantization) {
+  EXPECT_EQ(float_to_bf16_odd(1.0f), 0x3F80);
+  EXPECT_EQ(float_to_bf16_odd(1.0f + 0x1p-8f), 0x3F81);  // inexact: odd
+  EXPECT_EQ(float_to_bf16_odd(-(1.0f + 0x1p-20f)), 0xBF81);
+  EXPECT_EQ(float_to_bf16_odd(INFINITY), 0x7F80);
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16_odd(NAN))));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exp(-30, 30);
+  int rne_changes = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    float x[32], odd[32], rne[32];
+    const int base = exp(rng);
+    for (int i = 0; i < 32; ++i) {
+      x[i] = std::ldexp(mant(rng), base - (i % 7));
+      odd[i] = bf16_to_float(float_to_bf16_odd(x[i]));
+      rne[i] = bf16_to_float(float_to_bf16(x[i]));
+    }
+    for (ElemFormat f : {ElemFormat::kE4M3, ElemFormat::kE2M1}) {
+      for (ScaleRule rule : {ScaleRule::kFloor, ScaleRule::kRceil}) {
+        uint8_t c0[32], c1[32], c2[32], s0, s1, s2;
+        mx_quantize_block(x, 32, f, rule, c0, &s0);
+        mx_quantize_block(odd, 32, f, rule, c1, &s1);
+        mx_quantize_block(rne, 32, f, rule, c2, &s2);
+        ASSERT_EQ(s0, s1) << "trial " << trial;
+        for (int i = 0; i < 32; ++i) ASSERT_EQ(c0[i], c1[i]) << "trial " << trial << " i " << i;
+        rne_changes += s0 != s2;
+        for (int i = 0; i < 32; ++i) rne_changes += c0[i] != c2[i];
+      }
+    }
+  }
+  EXPECT_GT(rne_changes, 100);
 }
 
 }  // namespace

@@ -3,12 +3,14 @@
 // summation-order rounding, (K + 16) * 2^-23 * sum |a_k * w_k|.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "formats/half.h"
+#include "formats/minifloat.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
 #include "kernels/mx_gemm.h"
@@ -121,13 +123,24 @@ TEST(Kernels, EveryMxGemmVariant) {
             std::vector<int32_t> xsum(static_cast<size_t>(m * nb));
             std::vector<float> xscale(static_cast<size_t>(m * nb));
             if (w4a4) mx_prepare_fp4_activations(av, xq.data(), xsum.data(), xscale.data());
-            for (int path = 0; path < (w4a4 ? 2 : 1); ++path) {
+            // W4A8 also runs its int16 kernel on the 14-bit activations.
+            const bool w4a8 = !w4a4 && info.weight == ElemFormat::kE2M1;
+            std::vector<int16_t> xh(static_cast<size_t>(m * kp));
+            if (w4a8) mx_prepare_fp8_activations_i16(av, xh.data(), xscale.data());
+            for (int path : {0, 1, 2}) {
+              if ((path == 1 && !w4a4) || (path == 2 && !w4a8)) continue;
               std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
               MxGemmArgs args{af.data(), &pv, y.data(), m, kp, n};
               auto* fn = kern->gemm;
               if (path == 1) {
                 args = {nullptr, &pv, y.data(), m, kp, n, xq.data(), xsum.data(), xscale.data()};
                 fn = kern->gemm_w4a4;
+              }
+              if (path == 2) {
+                args.x = nullptr;
+                args.xh = xh.data();
+                args.xscale = xscale.data();
+                fn = kern->gemm_w4a8;
               }
               // Two column slices split at a panel boundary, as threads split them.
               const int64_t split = n > kMxPanelCols ? kMxPanelCols : 0;
@@ -146,6 +159,10 @@ TEST(Kernels, EveryMxGemmVariant) {
                   one.xsum = xsum.data() + i * nb;
                   one.xscale = xscale.data() + i * nb;
                 }
+                if (path == 2) {
+                  one.xh = xh.data() + i * kp;
+                  one.xscale = xscale.data() + i * nb;
+                }
                 fn(one, 0, n);
                 for (int64_t j = 0; j < n; ++j)
                   ASSERT_EQ(y1[j], y[i * n + j]) << isa_name(isa) << " " << info.name << " m=" << m
@@ -157,13 +174,19 @@ TEST(Kernels, EveryMxGemmVariant) {
                 for (int64_t j = 0; j < n; ++j) {
                   double sum = 0, mag = 0;
                   for (int64_t t = 0; t < k; ++t) {
-                    const double p = static_cast<double>(af[i * kp + t]) / kMxGemmInputScale *
-                                     wd.data_as<float>()[j * k + t];
+                    // W4A8's int16 path: the 14-bit activations it consumes (k0, k2, k1, k3
+                    // within each four), times 2^-5 and the block scale.
+                    const int64_t at = (t & ~int64_t{3}) + ((t & 1) << 1) + ((t >> 1) & 1);
+                    const double xv =
+                        path == 2 ? xh[i * kp + at] * static_cast<double>(xscale[i * nb + t / 32]) *
+                                        0x1p9
+                                  : static_cast<double>(af[i * kp + t]) / kMxGemmInputScale;
+                    const double p = xv * wd.data_as<float>()[j * k + t];
                     sum += p;
                     mag += std::fabs(p);
                   }
                   ASSERT_LE(std::fabs(y[i * n + j] - sum), (k + 16) * 0x1p-23 * mag + 1e-30)
-                      << isa_name(isa) << " " << info.name << (path ? " int8" : "") << " m=" << m
+                      << isa_name(isa) << " " << info.name << " path " << path << " m=" << m
                       << " k=" << k << " n=" << n << " (" << i << ", " << j << ")";
                 }
               }
@@ -174,6 +197,31 @@ TEST(Kernels, EveryMxGemmVariant) {
     }
   }
   EXPECT_GE(variants, 1);
+}
+
+// W4A8's 14-bit activations against the E4M3 codec: every code exact from 0.25 up, within
+// 2^-6 below, in the order k0, k2, k1, k3 of each four; block scales 2^(s - 141).
+TEST(Kernels, W4a8ActivationsHoldEveryE4m3CodeWithinTheBound) {
+  const int64_t k = 256;
+  std::vector<uint8_t> codes(k);
+  for (int64_t c = 0; c < k; ++c) codes[c] = static_cast<uint8_t>(c);
+  const std::vector<uint8_t> scales = {0, 127, 141, 254, 127, 127, 127, 127};
+  const MxMatrixView v{ElemFormat::kE4M3, codes.data(), scales.data(), nullptr, 1, k, k};
+  std::vector<int16_t> q(k);
+  std::vector<float> xs(k / 32);
+  mx_prepare_fp8_activations_i16(v, q.data(), xs.data());
+  for (int64_t b = 0; b < k / 32; ++b) EXPECT_EQ(xs[b], std::ldexp(1.0f, scales[b] - 141));
+  const float* e4m3 = e4m3_table();
+  for (int64_t c = 0; c < k; ++c) {
+    if (std::isnan(e4m3[c])) continue;
+    const int64_t at = c / 4 * 4 + std::array<int, 4>{0, 2, 1, 3}[c % 4];
+    const double got = q[at] / 32.0, want = e4m3[c];
+    if (std::fabs(want) >= 0.25) {
+      EXPECT_EQ(got, want) << "code " << c;
+    } else {
+      EXPECT_LE(std::fabs(got - want), 0x1p-6) << "code " << c;
+    }
+  }
 }
 
 // Scales too large for the folded exponent take the post factor: weights of 2^100 (E8M0

@@ -41,6 +41,14 @@ std::vector<float> ref_act(const float* x, int64_t k, Scheme s) {
     mx_quantize_row(x, k, info.activation, ScaleRule::kFloor, codes.data(), scales.data());
     mx_dequantize_row(codes.data(), scales.data(), k, info.activation, out.data());
   }
+  // W4A8 multiplies the E4M3 elements as 14-bit fixed point: each rounded (to nearest even)
+  // to a multiple of 2^-5 in units of its block scale.
+  if (s == Scheme::kW4A8Mxfp4) {
+    for (int64_t q = 0; q < k; ++q) {
+      const float unit = std::ldexp(1.0f, scales[static_cast<size_t>(q / 32)] - 127 - 5);
+      out[q] = std::nearbyint(out[q] / unit) * unit;
+    }
+  }
   return out;
 }
 

@@ -1,6 +1,7 @@
 #include "kernels/mx_gemm.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -96,6 +97,34 @@ void mx_prepare_fp4_activations(const MxMatrixView& a, int8_t* q, int32_t* sums,
       scales[i * nb + b] = s;
     }
   }
+}
+
+void mx_prepare_fp8_activations_i16(const MxMatrixView& a, int16_t* q, float* scales) {
+  const int64_t k = a.k, nb = (k + 31) / 32, kp = nb * 32;
+  // Every E4M3 code's fixed-point value; NaN codes (never written by the quantizer) read 0.
+  static const auto table = [] {
+    std::array<int16_t, 256> t{};
+    for (int c = 0; c < 256; ++c) {
+      const float v = e4m3_table()[c] * static_cast<float>(1 << kMxW4a8FracBits);
+      t[static_cast<size_t>(c)] = std::isfinite(v) ? static_cast<int16_t>(std::nearbyint(v)) : 0;
+    }
+    return t;
+  }();
+  for (int64_t i = 0; i < a.rows; ++i) {
+    const uint8_t* row = a.codes + i * a.row_bytes;
+    int16_t* dst = q + i * kp;
+    for (int64_t t = 0; t < kp; ++t) {
+      // k0, k2, k1, k3 within each four.
+      const int64_t src = (t & ~int64_t{3}) + ((t & 1) << 1) + ((t >> 1) & 1);
+      dst[t] = src < k ? table[row[src]] : 0;
+    }
+    for (int64_t b = 0; b < nb; ++b)
+      scales[i * nb + b] = pow2(static_cast<int>(a.scales[i * nb + b]) - 127 - 14);
+  }
+}
+
+int32_t mx_w4a8_weight_int(uint8_t code) {
+  return static_cast<int32_t>(512.0f * e2m1_table()[code & 0xF]);
 }
 
 uint8_t mx_fp4_weight_offset_code(uint8_t code) {
@@ -231,8 +260,38 @@ void mx_gemm_w4a4_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
+// W4A8 reference: per block the exact integer dot of 512 * weight and the 14-bit activations
+// (mx_prepare_fp8_activations_i16's order), then scaled as the W4A4 reference does.
+void mx_gemm_w4a8_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
+  const MxPanelView& w = *a.w;
+  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512, bb = mx_panel_block_bytes(w.format);
+  const float unit = mx_panel_scale_unit(w.format);
+  for (int64_t col = n_begin; col < n_end; ++col) {
+    const int64_t p = col / kMxPanelCols, c = col % kMxPanelCols;
+    for (int64_t i = 0; i < a.m; ++i) {
+      const int16_t* x = a.xh + i * a.ldx;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = w.codes + (p * nb + b) * bb;
+        int32_t dot = 0;
+        for (int64_t kk = 0; kk < 32; ++kk) {
+          const int64_t at = (kk & ~int64_t{3}) + ((kk & 1) << 1) + ((kk >> 1) & 1);
+          dot += mx_w4a8_weight_int(panel_code(true, blk, c, kk)) * x[b * 32 + at];
+        }
+        float sv = std::bit_cast<float>(
+            static_cast<uint32_t>(w.scales[(p * nb + b) * kMxPanelCols + c]) << 23);
+        if (w.chunk_scales != nullptr) sv *= w.chunk_scales[(p * nc + b / 16) * kMxPanelCols + c];
+        const float scale = (sv * unit) * a.xscale[i * nb + b];
+        acc = __builtin_fmaf(static_cast<float>(dot), scale, acc);
+      }
+      a.y[i * a.ldy + col - a.y_col0] = acc * w.post;
+    }
+  }
+}
+
 }  // namespace
-const MxGemmKernels kScalarMxGemm = {IsaLevel::kScalar, mx_gemm_scalar, mx_gemm_w4a4_scalar};
+const MxGemmKernels kScalarMxGemm = {IsaLevel::kScalar, mx_gemm_scalar, mx_gemm_w4a4_scalar,
+                                     mx_gemm_w4a8_scalar};
 }  // namespace mx_gemm_detail
 
 namespace {

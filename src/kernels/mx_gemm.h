@@ -105,6 +105,19 @@ void mx_prepare_fp4_activations(const MxMatrixView& a, int8_t* q, int32_t* sums,
 uint8_t mx_fp4_weight_offset_code(uint8_t code);
 constexpr int32_t kMxFp4WeightOffset = 12;
 
+// E4M3 activations for E2M1 weights (W4A8) in 14-bit fixed point, for an int16 dot per block:
+// q = round-to-nearest-even(element * 32), |q| <= 448 * 32 < 2^14, exact for every element of
+// magnitude 0.25 or more (a block's largest is at least 256 under the floor rule); smaller
+// ones move by at most 2^-6, under 2^-14 of the block's largest. Within each four k the
+// values are stored in the order k0, k2, k1, k3, so that one dword holds the pair that the
+// panel's nibbles pair (mx_gemm.h's E2M1 layout). The weights enter as 256 * 2 * value, so a
+// block's dot is 2^14 times the exact sum over the stored values, below 2^31 in magnitude;
+// scales: 2^(s - 127 - 14). q: [rows, mx_decoded_stride(k)], scales: [rows, ceil(k/32)].
+constexpr int kMxW4a8FracBits = 5;
+void mx_prepare_fp8_activations_i16(const MxMatrixView& a, int16_t* q, float* scales);
+// What the W4A8 kernels multiply per E2M1 weight code: 512 * value, in [-6144, 6144].
+int32_t mx_w4a8_weight_int(uint8_t code);
+
 struct MxGemmArgs {
   const float* x;  // [m, ldx] activations decoded with kMxGemmInputScale (gemm)
   const MxPanelView* w;
@@ -114,6 +127,8 @@ struct MxGemmArgs {
   const int8_t* xq = nullptr;
   const int32_t* xsum = nullptr;
   const float* xscale = nullptr;
+  // gemm_w4a8: 14-bit activations [m, ldx] (scales in xscale).
+  const int16_t* xh = nullptr;
   // Output column n lands at y[row * ldy + n - y_col0]: a caller that keeps only a slice of
   // the columns (the fused gmm1's tiles) passes the slice's first column.
   int64_t y_col0 = 0;
@@ -126,6 +141,9 @@ struct MxGemmKernels {
   // E2M1 weights times integer E2M1 activations: per block an exact integer dot, then scaled
   // and accumulated in FP32.
   void (*gemm_w4a4)(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
+  // E2M1 weights times 14-bit E4M3 activations: per block an exact int16 dot (vpmaddwd), then
+  // scaled and accumulated in FP32 as gemm_w4a4 does.
+  void (*gemm_w4a8)(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
 };
 const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level);
 const MxGemmKernels& mx_gemm_kernels();

@@ -137,12 +137,19 @@ class EpDispatcher final : public MoeDispatcher {
     ActRows one = wire_.layout;
     one.resize(1);
     std::vector<uint16_t> bf(static_cast<size_t>(a.hidden));
+    // BF16 rows that an MX bank requantizes on arrival are rounded to odd: its E8M0 scales
+    // and element codes are then those of the FP32 rows (half.h), and only the BF16 combine
+    // stands between normal mode and one process for single-level schemes.
+    const bool requantized = a.experts->input_scheme(DispatchMode::kLocal) != Scheme::kBf16;
     for (int64_t t = t0; t < t1; ++t) {
       const float* src = a.h + t * a.hidden;
       if (one.quantized) {
         act_rows_quantize(src, 0, a.rule, &one);
       } else {
-        for (int64_t d = 0; d < a.hidden; ++d) bf[static_cast<size_t>(d)] = float_to_bf16(src[d]);
+        for (int64_t d = 0; d < a.hidden; ++d) {
+          bf[static_cast<size_t>(d)] =
+              requantized ? float_to_bf16_odd(src[d]) : float_to_bf16(src[d]);
+        }
       }
       for (int64_t j = 0; j < k; ++j) {
         const size_t e = static_cast<size_t>(a.ids[t * k + j]);

@@ -73,55 +73,94 @@ T* at_least(std::vector<T>& v, int64_t n) {
   return v.data();
 }
 
-// Quantized activation rows in the form the GEMM consumes: decoded to FP32, or for W4A4 as
-// integers with block sums and scales (the exact int8 kernel). Held in the calling thread's
-// buffers: one GemmActs per thread at a time.
+// Quantized activation rows in the form the GEMM over `weight` consumes: decoded to FP32
+// (E4M3 weights); for E2M1 weights, integers for an exact per-block dot, with block sums and
+// scales for E2M1 activations (W4A4) or 14-bit fixed point for E4M3 ones (W4A8). Held in the
+// calling thread's buffers: one GemmActs per thread at a time.
 class GemmActs {
  public:
-  GemmActs(const ActRows& a, int64_t row0, int64_t m, ThreadPool* pool)
-      : w4a4_(a.format == ElemFormat::kE2M1),
+  enum class Kind { kF32, kW4a4, kW4a8 };
+  GemmActs(const ActRows& a, ElemFormat weight, int64_t row0, int64_t m, ThreadPool* pool)
+      : kind_(a.format == ElemFormat::kE2M1                                  ? Kind::kW4a4
+              : a.format == ElemFormat::kE4M3 && weight == ElemFormat::kE2M1 ? Kind::kW4a8
+                                                                             : Kind::kF32),
         stride_(mx_decoded_stride(a.k)),
         nb_(mx_num_blocks(a.k)) {
     thread_local Buffers buffers;
-    if (w4a4_) {
-      q_ = at_least(buffers.q, m * stride_);
-      sums_ = at_least(buffers.sums, m * nb_);
-      scales_ = at_least(buffers.scales, m * nb_);
-    } else {
-      f_ = at_least(buffers.f, m * stride_);
+    switch (kind_) {
+      case Kind::kW4a4:
+        q_ = at_least(buffers.q, m * stride_);
+        sums_ = at_least(buffers.sums, m * nb_);
+        scales_ = at_least(buffers.scales, m * nb_);
+        break;
+      case Kind::kW4a8:
+        h_ = at_least(buffers.h, m * stride_);
+        scales_ = at_least(buffers.scales, m * nb_);
+        break;
+      case Kind::kF32:
+        f_ = at_least(buffers.f, m * stride_);
+        break;
     }
     auto body = [&](int64_t r0, int64_t r1, int) {
       const MxMatrixView v = act_view(a, row0 + r0, r1 - r0);
-      if (w4a4_) {
-        mx_prepare_fp4_activations(v, q_ + r0 * stride_, sums_ + r0 * nb_, scales_ + r0 * nb_);
-      } else {
-        mx_decode_activations(v, f_ + r0 * stride_, kMxGemmInputScale);
+      switch (kind_) {
+        case Kind::kW4a4:
+          mx_prepare_fp4_activations(v, q_ + r0 * stride_, sums_ + r0 * nb_, scales_ + r0 * nb_);
+          break;
+        case Kind::kW4a8:
+          mx_prepare_fp8_activations_i16(v, h_ + r0 * stride_, scales_ + r0 * nb_);
+          break;
+        case Kind::kF32:
+          mx_decode_activations(v, f_ + r0 * stride_, kMxGemmInputScale);
+          break;
       }
     };
     for_rows(m, a.k, pool, body);
   }
   // Arguments for rows [r0, r0 + m) of these activations.
   MxGemmArgs args(int64_t r0, int64_t m, const MxPanelView& w, float* y, int64_t ldy) const {
-    if (!w4a4_) return {f_ + r0 * stride_, &w, y, m, stride_, ldy};
-    return {nullptr,           &w, y, m, stride_, ldy, q_ + r0 * stride_, sums_ + r0 * nb_,
-            scales_ + r0 * nb_};
+    MxGemmArgs g{nullptr, &w, y, m, stride_, ldy};
+    switch (kind_) {
+      case Kind::kW4a4:
+        g.xq = q_ + r0 * stride_;
+        g.xsum = sums_ + r0 * nb_;
+        g.xscale = scales_ + r0 * nb_;
+        break;
+      case Kind::kW4a8:
+        g.xh = h_ + r0 * stride_;
+        g.xscale = scales_ + r0 * nb_;
+        break;
+      case Kind::kF32:
+        g.x = f_ + r0 * stride_;
+        break;
+    }
+    return g;
   }
   void run(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) const {
     const auto& kern = mx_gemm_kernels();
-    (w4a4_ ? kern.gemm_w4a4 : kern.gemm)(a, n_begin, n_end);
+    switch (kind_) {
+      case Kind::kW4a4:
+        return kern.gemm_w4a4(a, n_begin, n_end);
+      case Kind::kW4a8:
+        return kern.gemm_w4a8(a, n_begin, n_end);
+      case Kind::kF32:
+        return kern.gemm(a, n_begin, n_end);
+    }
   }
 
  private:
   struct Buffers {
     std::vector<float> f;
     std::vector<int8_t> q;
+    std::vector<int16_t> h;
     std::vector<int32_t> sums;
     std::vector<float> scales;
   };
-  bool w4a4_;
+  Kind kind_;
   int64_t stride_, nb_;
   float* f_ = nullptr;
   int8_t* q_ = nullptr;
+  int16_t* h_ = nullptr;
   int32_t* sums_ = nullptr;
   float* scales_ = nullptr;
 };
@@ -130,7 +169,7 @@ class GemmActs {
 void gemm_rows(const ActRows& a, int64_t row0, int64_t m, const MxPanelView& w, float* y,
                ThreadPool* pool) {
   if (m == 0) return;
-  const GemmActs acts(a, row0, m, pool);
+  const GemmActs acts(a, w.format, row0, m, pool);
   const int64_t n = w.n;
   const MxGemmArgs args = acts.args(0, m, w, y, n);
   auto body = [&](int64_t b, int64_t e, int) {
@@ -233,11 +272,11 @@ class MxExpertBank final : public ExpertBank {
     if (active.empty()) return;
     act_rows_init(w2_.scheme(), i, rule_, &act);
     act.resize(total);
-    const GemmActs in_acts(*in, 0, total, pool);
+    const GemmActs in_acts(*in, scheme_info(w13_.scheme()).weight, 0, total, pool);
     fused_gmm1(in_acts, active, offsets, total, &act, pool);
     clock.lap(times ? &times->gmm1 : nullptr);
     // gmm2: one grouped GEMM over every active expert, activations prepared once for all rows.
-    const GemmActs acts(act, 0, total, pool);
+    const GemmActs acts(act, scheme_info(w2_.scheme()).weight, 0, total, pool);
     for_each_expert_block(
         active, h, pool, total * h * i, [&](int64_t e, int64_t c0, int64_t c1, int) {
           const int64_t r0 = offsets[e];
