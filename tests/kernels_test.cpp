@@ -128,7 +128,10 @@ TEST(Kernels, EveryMxGemmVariant) {
             std::vector<int16_t> xh(static_cast<size_t>(m * kp));
             if (w4a8) mx_prepare_fp8_activations_i16(av, xh.data(), xscale.data());
             for (int path : {0, 1, 2}) {
-              if ((path == 1 && !w4a4) || (path == 2 && !w4a8)) continue;
+              // The FP32 path takes E4M3 weights only.
+              if ((path == 0 && info.weight == ElemFormat::kE2M1) || (path == 1 && !w4a4) ||
+                  (path == 2 && !w4a8))
+                continue;
               std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
               MxGemmArgs args{af.data(), &pv, y.data(), m, kp, n};
               auto* fn = kern->gemm;
@@ -178,9 +181,9 @@ TEST(Kernels, EveryMxGemmVariant) {
                     // within each four), times 2^-5 and the block scale.
                     const int64_t at = (t & ~int64_t{3}) + ((t & 1) << 1) + ((t >> 1) & 1);
                     const double xv =
-                        path == 2 ? xh[i * kp + at] * static_cast<double>(xscale[i * nb + t / 32]) *
-                                        0x1p9
-                                  : static_cast<double>(af[i * kp + t]) / kMxGemmInputScale;
+                        path == 2
+                            ? xh[i * kp + at] * static_cast<double>(xscale[i * nb + t / 32]) * 0x1p9
+                            : static_cast<double>(af[i * kp + t]) / kMxGemmInputScale;
                     const double p = xv * wd.data_as<float>()[j * k + t];
                     sum += p;
                     mag += std::fabs(p);
@@ -230,7 +233,8 @@ TEST(Kernels, MxGemmWithLargeWeightScales) {
   for (IsaLevel isa : kLevels) {
     const MxGemmKernels* kern = mx_gemm_kernels_for(isa);
     if (kern == nullptr) continue;
-    for (Scheme s : {Scheme::kW8A8Mxfp8, Scheme::kW4A4Mxfp4, Scheme::kW4A4Mxfp4Dual}) {
+    for (Scheme s :
+         {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4, Scheme::kW4A4Mxfp4Dual}) {
       const SchemeInfo& info = scheme_info(s);
       const int64_t n = 3, k = 64;
       Tensor wt = Tensor::empty(DType::kF32, {n, k});
@@ -247,12 +251,35 @@ TEST(Kernels, MxGemmWithLargeWeightScales) {
       const MxPanelWeights packed = pack_mx_weights(wv);
       const MxPanelView& pv = packed.view;
       EXPECT_GT(pv.post, 1.0f);
+      // Small integers, which every activation format holds exactly.
       std::vector<float> x(static_cast<size_t>(k));
       for (int64_t t = 0; t < k; ++t) x[t] = static_cast<float>(t % 7) - 3.0f;
-      std::vector<float> xs(x);  // as the GEMM takes them
-      for (float& v : xs) v *= kMxGemmInputScale;
+      ActRows a;
+      act_rows_init(s, k, ScaleRule::kFloor, &a);
+      a.resize(1);
+      act_rows_quantize(x.data(), 0, ScaleRule::kFloor, &a);
+      const MxMatrixView av{
+          a.format, a.codes.data(), a.scales.data(), a.dual ? a.chunk_scales.data() : nullptr, 1,
+          k,        a.row_bytes};
+      std::vector<float> xs(static_cast<size_t>(k)), xscale(2);
+      std::vector<int8_t> xq(static_cast<size_t>(k));
+      std::vector<int16_t> xh(static_cast<size_t>(k));
+      std::vector<int32_t> xsum(2);
       std::vector<float> y(static_cast<size_t>(n));
-      kern->gemm({xs.data(), &pv, y.data(), 1, k, n}, 0, n);
+      if (s == Scheme::kW8A8Mxfp8) {
+        mx_decode_activations(av, xs.data(), kMxGemmInputScale);
+        kern->gemm({xs.data(), &pv, y.data(), 1, k, n}, 0, n);
+      } else if (s == Scheme::kW4A8Mxfp4) {
+        mx_prepare_fp8_activations_i16(av, xh.data(), xscale.data());
+        MxGemmArgs g{nullptr, &pv, y.data(), 1, k, n};
+        g.xh = xh.data();
+        g.xscale = xscale.data();
+        kern->gemm_w4a8(g, 0, n);
+      } else {
+        mx_prepare_fp4_activations(av, xq.data(), xsum.data(), xscale.data());
+        kern->gemm_w4a4({nullptr, &pv, y.data(), 1, k, n, xq.data(), xsum.data(), xscale.data()}, 0,
+                        n);
+      }
       for (int64_t j = 0; j < n; ++j) {
         double ref = 0, mag = 0;
         for (int64_t t = 0; t < k; ++t) {

@@ -2,20 +2,21 @@
 //   y[i, n] = sum over 32-blocks b of 2^(sa[i,b] + sw[n,b]) * dot32(a[i, b], w[n, b])
 // and for dual-level MXFP4 each 512-chunk is also scaled by s0a * s0w.
 //
-// Activations are decoded to FP32 once per call (exact: a power of two times a short
-// mantissa). Weights stay quantized in memory, packed once at load into column panels of
-// kMxPanelCols outputs, block by block along k, so that one 256-bit load widens in registers
-// to FP32 weights of the panel's sixteen columns with shifts and masks only:
+// Weights stay quantized in memory, packed once at load into column panels of kMxPanelCols
+// outputs, block by block along k, so that one 256-bit load feeds the panel's sixteen columns:
 //   - E4M3 (512 bytes per panel and block): 32-byte row j holds k = 2j and 2j + 1; byte t of
 //     dword lane l is column l + 8 * (t & 1) at k = 2j + t / 2.
 //   - E2M1 (256 bytes): 32-byte row j holds k = 4j .. 4j + 3; nibble t of dword lane l is
 //     column l + 8 * (t & 1) at k = 4j + t / 2.
-// A code's bits moved into an FP32 pattern read as its value times 2^-f (f = 120 for E4M3,
-// 126 for E2M1; subnormal codes become FP32 subnormals). Activations come pre-multiplied by
-// kMxGemmInputScale = 2^64 so that these products stay normal, and block scales are stored as
-// the FP32 exponent byte of 2^(s - 127 + f - 64 - g): each output sums a block's products in
-// one FMA chain, then adds that sum times the block's scale vector (a zero-extend and a shift
-// of the stored bytes) to its total. g > 0 only when a scale would overflow; the output is
+// E4M3 weights (gemm) meet activations decoded to FP32 once per call (exact: a power of two
+// times a short mantissa); a code's bits moved into an FP32 pattern with shifts and a mask
+// read as its value times 2^-f (f = 120; subnormal codes become FP32 subnormals). Activations
+// come pre-multiplied by kMxGemmInputScale = 2^64 so that these products stay normal, and block
+// scales are stored as the FP32 exponent byte of 2^(s - 127 + f - 64 - g): each output sums a
+// block's products in one FMA chain, then adds that sum times the block's scale vector (a
+// zero-extend and a shift of the stored bytes) to its total. E2M1 weights (f = 126 in the
+// stored scales) meet integer activations instead: an exact integer dot per block, then the
+// same scaling (gemm_w4a4, gemm_w4a8). g > 0 only when a scale would overflow; the output is
 // multiplied by 2^g. Every output sees the same operations whatever the tile shape or the
 // rows beside it: results do not depend on the batch.
 //
@@ -136,7 +137,7 @@ struct MxGemmArgs {
 
 struct MxGemmKernels {
   IsaLevel isa;
-  // Columns [n_begin, n_end) of y; n_begin is a multiple of kMxPanelCols.
+  // Columns [n_begin, n_end) of y; n_begin is a multiple of kMxPanelCols. E4M3 weights.
   void (*gemm)(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
   // E2M1 weights times integer E2M1 activations: per block an exact integer dot, then scaled
   // and accumulated in FP32.

@@ -1,7 +1,8 @@
-// AVX2 MX GEMM over packed column panels (mx_gemm.h): one 256-bit load of a panel row widens
-// to four (E4M3) or eight (E2M1) vectors of eight FP32 weights with shifts and a mask, each
-// feeding R rows of FMAs; block scales apply once per block. Weights never exist as FP32 in
-// memory.
+// AVX2 MX GEMM over packed column panels (mx_gemm.h). E4M3 weights: one 256-bit load of a
+// panel row widens to four vectors of eight FP32 weights with shifts and a mask, each feeding
+// R rows of FMAs. E2M1 weights: exact integer dots per block, int8 against E2M1 activations
+// (W4A4) and int16 against 14-bit E4M3 ones (W4A8). Block scales apply once per block, and
+// weights never exist widened in memory, except one block at a time in L1 for prefill.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -17,21 +18,14 @@ namespace {
 
 constexpr int64_t kP = kMxPanelCols;
 
-// Sub-vector t of a panel row: byte t (E4M3) or nibble t (E2M1) of every dword lane, moved
-// to the top by a left shift, then spread by an arithmetic right shift so the sign stays in
-// bit 31 and exponent and mantissa land at the FP32 exponent's low end.
-// t is a constant once the callers' loops are unrolled.
-template <bool kFp4>
+// Sub-vector t of an E4M3 panel row: byte t of every dword lane, moved to the top by a left
+// shift, then spread by an arithmetic right shift so the sign stays in bit 31 and exponent
+// and mantissa land at the FP32 exponent's low end. t is a constant once the callers' loops
+// are unrolled.
 __attribute__((always_inline)) inline __m256 widen(__m256i v, int t) {
-  if constexpr (kFp4) {
-    const __m256i top = t == 7 ? v : _mm256_slli_epi32(v, 28 - 4 * t);
-    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(top, 6),
-                                                _mm256_set1_epi32(static_cast<int>(0x81C00000u))));
-  } else {
-    const __m256i top = t == 3 ? v : _mm256_slli_epi32(v, 24 - 8 * t);
-    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(top, 4),
-                                                _mm256_set1_epi32(static_cast<int>(0x87F00000u))));
-  }
+  const __m256i top = t == 3 ? v : _mm256_slli_epi32(v, 24 - 8 * t);
+  return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(top, 4),
+                                              _mm256_set1_epi32(static_cast<int>(0x87F00000u))));
 }
 
 using avx2::store_partial;
@@ -107,10 +101,10 @@ inline const __m256* begin_block(const MxPanelView& w, int64_t panel, int64_t b,
 // R rows by C panels: per block, 2 * R * C accumulators in registers, each one FMA chain over
 // the block's k; then each is multiplied by its scale vector into a total kept in memory
 // (touched once per block, so the registers stay with the chains).
-template <bool kFp4, int R, int C>
+template <int R, int C>
 void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
-  constexpr int Q = kFp4 ? 4 : 2;
-  constexpr int64_t kRowsPerBlock = 32 / Q, kBlockBytes = kFp4 ? 256 : 512;
+  constexpr int Q = 2;
+  constexpr int64_t kRowsPerBlock = 32 / Q, kBlockBytes = 512;
   const MxPanelView& w = *a.w;
   const int64_t nb = (w.k + 31) / 32;
   alignas(32) float total[R][C][kP];
@@ -135,11 +129,11 @@ void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
           // One panel: each half widened once and each row broadcast just before its FMA,
           // so that the rows of accumulators, the panel row and the mask fit the registers.
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[0]));
-          const __m256 lo = widen<kFp4>(v, 2 * q);
+          const __m256 lo = widen(v, 2 * q);
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r)
             acc[r][0][0] = _mm256_fmadd_ps(_mm256_broadcast_ss(x[r] + q), lo, acc[r][0][0]);
-          const __m256 hi = widen<kFp4>(v, 2 * q + 1);
+          const __m256 hi = widen(v, 2 * q + 1);
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r)
             acc[r][0][1] = _mm256_fmadd_ps(_mm256_broadcast_ss(x[r] + q), hi, acc[r][0][1]);
@@ -150,8 +144,8 @@ void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
 #pragma GCC unroll 8
           for (int c = 0; c < C; ++c) {
             const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[c]));
-            const __m256 lo = widen<kFp4>(v, 2 * q);
-            const __m256 hi = widen<kFp4>(v, 2 * q + 1);
+            const __m256 lo = widen(v, 2 * q);
+            const __m256 hi = widen(v, 2 * q + 1);
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
               acc[r][c][0] = _mm256_fmadd_ps(xb[r], lo, acc[r][c][0]);
@@ -330,8 +324,7 @@ void tile_w4a8(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   store_totals(total, a, row, panel, cols);
 }
 
-// One table of tile functions per kernel: kind 0 E4M3, 1 E2M1 (FP32 path), 2 W4A4 (integers),
-// 3 W4A8 (int16).
+// One table of tile functions per kernel: kind 0 E4M3 (FP32), 2 W4A4 (int8), 3 W4A8 (int16).
 template <int Kind, int R, int C>
 void tile_of(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   if constexpr (Kind == 3) {
@@ -339,7 +332,7 @@ void tile_of(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   } else if constexpr (Kind == 2) {
     tile_w4a4<R, C>(a, row, panel, cols);
   } else {
-    tile<Kind == 1, R, C>(a, row, panel, cols);
+    tile<R, C>(a, row, panel, cols);
   }
 }
 template <int Kind, int R, int... Cs>
@@ -353,7 +346,6 @@ constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> table_of(
           row_of<Kind, Rs + 1>(std::make_integer_sequence<int, kMaxPanels>())...};
 }
 constexpr auto kFp8Tiles = table_of<0>(std::make_integer_sequence<int, kMaxRows>());
-constexpr auto kFp4Tiles = table_of<1>(std::make_integer_sequence<int, kMaxRows>());
 constexpr auto kW4a4Tiles = table_of<2>(std::make_integer_sequence<int, kMaxRows>());
 constexpr auto kW4a8Tiles = table_of<3>(std::make_integer_sequence<int, kMaxRows>());
 
@@ -422,11 +414,10 @@ constexpr int64_t kWidePanels = 8;
 
 // Rows [row0, row0 + m) (m <= kWideBlockRows) of panels [p0, p0 + np) (np <= kWidePanels);
 // output columns end at n_end.
-template <bool kFp4>
 void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64_t np,
                  int64_t n_end) {
-  constexpr int Q = kFp4 ? 4 : 2;
-  constexpr int64_t kBlockBytes = kFp4 ? 256 : 512;
+  constexpr int Q = 2;
+  constexpr int64_t kBlockBytes = 512;
   const MxPanelView& w = *a.w;
   const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
   alignas(32) float total[kWidePanels][kWideBlockRows * kP];
@@ -449,8 +440,8 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * j));
 #pragma GCC unroll 4
           for (int q = 0; q < Q; ++q) {
-            _mm256_store_ps(dst + (Q * j + q) * kP, widen<kFp4>(v, 2 * q));
-            _mm256_store_ps(dst + (Q * j + q) * kP + 8, widen<kFp4>(v, 2 * q + 1));
+            _mm256_store_ps(dst + (Q * j + q) * kP, widen(v, 2 * q));
+            _mm256_store_ps(dst + (Q * j + q) * kP + 8, widen(v, 2 * q + 1));
           }
         }
       }
@@ -482,9 +473,8 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
 }
 
 void mx_gemm_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
-  const bool fp4 = a.w->format == ElemFormat::kE2M1;
   if (a.m < kWideMinRows) {
-    run_tiles(a, n_begin, n_end, fp4 ? kFp4Tiles : kFp8Tiles);
+    run_tiles(a, n_begin, n_end, kFp8Tiles);
     return;
   }
   const int64_t p_begin = n_begin / kP, p_end = (n_end + kP - 1) / kP;
@@ -492,7 +482,7 @@ void mx_gemm_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
     const int64_t m = std::min(kWideBlockRows, a.m - r0);
     for (int64_t p = p_begin; p < p_end; p += kWidePanels) {
       const int64_t np = std::min(kWidePanels, p_end - p);
-      (fp4 ? wide_panels<true> : wide_panels<false>)(a, r0, m, p, np, n_end);
+      wide_panels(a, r0, m, p, np, n_end);
     }
   }
 }
