@@ -37,7 +37,17 @@ got=$(python3 -c "import json;print(json.dumps(json.load(open('$tmp/run16.json')
 "$bin" bench -m "$model" -p 16 -n 4 -r 1 --kv-cache-dtype bf16 --json >"$tmp/b16.json" 2>/dev/null
 python3 -c "import json;d=json.load(open('$tmp/b16.json'));assert d['kv_cache_dtype']=='bf16' and d['decode_tok_s']>0, d"
 check "bench --kv-cache-dtype bf16: reported and decodes" $?
-expect_fail "run: unknown KV cache storage" "kv-cache-dtype: fp8 not in" "$bin" run -m "$model" -p hi --kv-cache-dtype fp8
+# FP8 (vLLM's spelling "fp8" too): the same 8 greedy tokens here, and bench names it.
+for kv in fp8 fp8_e4m3; do
+  "$bin" run -m "$model" -p "It is a truth universally acknowledged, that" --temp 0 -n 8 --json \
+    --kv-cache-dtype $kv >"$tmp/run8.json" 2>"$tmp/err"
+  got=$(python3 -c "import json;print(json.dumps(json.load(open('$tmp/run8.json'))['token_ids']).replace(' ',''))")
+  [ "$got" = "$want" ]; check "run --kv-cache-dtype $kv: greedy ids equal the golden continuation" $?
+done
+"$bin" bench -m "$model" -p 16 -n 4 -r 1 --kv-cache-dtype fp8_e4m3 --json >"$tmp/b8.json" 2>/dev/null
+python3 -c "import json;d=json.load(open('$tmp/b8.json'));assert d['kv_cache_dtype']=='fp8_e4m3' and d['decode_tok_s']>0, d"
+check "bench --kv-cache-dtype fp8_e4m3: reported and decodes" $?
+expect_fail "run: unknown KV cache storage" "kv-cache-dtype: fp4 not in" "$bin" run -m "$model" -p hi --kv-cache-dtype fp4
 
 "$bin" run -m "$model" -p "Once upon a time" --seed 7 -n 16 >"$tmp/a" 2>&1
 "$bin" run -m "$model" -p "Once upon a time" --seed 7 -n 16 >"$tmp/b" 2>&1

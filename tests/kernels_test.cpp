@@ -378,6 +378,48 @@ TEST(Kernels, EveryAttentionVariant) {
             for (size_t j = 0; j < go.size(); ++j)
               ASSERT_EQ(o16[j], go[j]) << isa_name(isa) << " bf16 group " << g << " d=" << d
                                        << " len=" << len << " at " << j;
+            // An FP8 cache: each row's E4M3 codes under its power-of-two scale (the largest
+            // element in [256, 512)), bit for bit what group_paged gives on the same values
+            // widened to FP32, where nothing nears FP32's subnormals (the scale then moves
+            // from the elements to the score and the softmax weight exactly); the test data's
+            // rows of magnitude 1e-40 stay within 2^-120 there.
+            const int64_t rows = static_cast<int64_t>(kv.size()) / ld;
+            std::vector<uint8_t> kv8(kv.size(), 0);
+            std::vector<float> rs(static_cast<size_t>(rows)), kv8r(kv.size(), 0.0f);
+            for (int64_t r = 0; r < rows; ++r) {
+              float amax = 0.0f;
+              for (int64_t j = 0; j < d; ++j) amax = std::max(amax, std::fabs(kv[r * ld + j]));
+              int e = 0;
+              std::frexp(amax, &e);
+              rs[r] = std::ldexp(1.0f, e - 1 - 8);
+              for (int64_t j = 0; j < d; ++j) {
+                kv8[r * ld + j] = float_to_e4m3(kv[r * ld + j] / rs[r]);
+                kv8r[r * ld + j] = e4m3_to_float(kv8[r * ld + j]) * rs[r];
+              }
+            }
+            std::vector<const uint8_t*> kb8(kb.size()), vb8(kb.size());
+            std::vector<const float*> ks8(kb.size()), vs8(kb.size());
+            for (size_t b = 0; b < kb.size(); ++b) {
+              kb8[b] = kv8.data() + (kb[b] - kv.data());
+              vb8[b] = kv8.data() + (vb[b] - kv.data());
+              ks8[b] = rs.data() + (kb[b] - kv.data()) / ld;
+              vs8[b] = rs.data() + (vb[b] - kv.data()) / ld;
+              kbr[b] = kv8r.data() + (kb[b] - kv.data());
+              vbr[b] = kv8r.data() + (vb[b] - kv.data());
+            }
+            std::vector<float> o8(go.size()), s8(gs.size());
+            kern->group_paged(qg.data(), g, kbr.data(), vbr.data(), bs, len, ld, d, scale,
+                              gs.data(), go.data());
+            kern->group_paged_fp8(qg.data(), g, kb8.data(), vb8.data(), ks8.data(), vs8.data(), bs,
+                                  len, ld, d, scale, s8.data(), o8.data());
+            for (size_t j = 0; j < go.size(); ++j) {
+              if (std::fabs(go[j]) >= 0x1p-100f) {
+                ASSERT_EQ(o8[j], go[j]) << isa_name(isa) << " fp8 group " << g << " d=" << d
+                                        << " len=" << len << " bs=" << bs << " at " << j;
+              } else {
+                ASSERT_NEAR(o8[j], go[j], 0x1p-120f) << isa_name(isa) << " fp8 group " << g;
+              }
+            }
           }
         }
       }

@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -145,8 +146,9 @@ int serve(ServeArgs& a) {
   const ModelConfig& mc = model->config();
   int64_t attention_layers = 0;
   for (LayerKind k : mc.layer_kinds) attention_layers += k == LayerKind::kFullAttention ? 1 : 0;
-  const int64_t token_bytes = 2 * attention_layers * mc.num_kv_heads * mc.head_dim *
-                              (model->kv_dtype() == KvDtype::kBF16 ? 2 : 4);
+  const auto token_bytes = static_cast<int64_t>(
+      std::ceil(2.0 * static_cast<double>(attention_layers * mc.num_kv_heads * mc.head_dim) *
+                kv_element_bytes(model->kv_dtype(), mc.head_dim)));
   // Hybrid models hold a recurrent state per running request: it comes out of the budget.
   const int64_t slot_bytes =
       static_cast<int64_t>(PagedKv(mc, 0, 1, model->kv_dtype(), 1).slot_bytes());

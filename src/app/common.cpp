@@ -136,9 +136,10 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a) {
   cmd->add_flag("--quantize-lm-head", a->quantize_lm_head,
                 "With --quantization, quantize lm_head in the same scheme (default: BF16)");
   cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype,
-                  "KV cache storage: auto (fp32, the attention's precision), fp32 or bf16 (half "
-                  "the memory and reads)")
-      ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
+                  "KV cache storage: auto (fp32, the attention's precision), fp32, bf16 (half "
+                  "the memory and reads) or fp8_e4m3 (fp8: a quarter, each row with its own "
+                  "scale)")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp8", "fp8_e4m3"}))
       ->capture_default_str();
   cmd->add_option("--ep-size", a->ep_size,
                   "Expert parallelism: split each layer's experts over N processes, started as "
@@ -251,7 +252,9 @@ std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const cha
   opt.gguf_dequant_bf16 = a.gguf_dequant == "bf16";
   parse_scale_rule(a.scale_rule, &opt.scale_rule);
   opt.quantize_lm_head = a.quantize_lm_head;
-  opt.kv_dtype = a.kv_cache_dtype == "bf16" ? KvDtype::kBF16 : KvDtype::kF32;
+  opt.kv_dtype = a.kv_cache_dtype == "bf16"                                    ? KvDtype::kBF16
+                 : a.kv_cache_dtype == "fp8" || a.kv_cache_dtype == "fp8_e4m3" ? KvDtype::kFp8E4M3
+                                                                               : KvDtype::kF32;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   opt.progress = terminal_progress("loading", "layers");
   auto m = load_model(dir, opt);

@@ -29,6 +29,15 @@ struct AttentionKernels {
   void (*group_paged_bf16)(const float* q, int64_t group, const uint16_t* const* k_blocks,
                            const uint16_t* const* v_blocks, int64_t block_size, int64_t len,
                            int64_t ld, int64_t head_dim, float scale, float* scores, float* out);
+  // group_paged over an FP8 cache: E4M3 codes, each position's key (value) row times its
+  // own scale, ks_blocks[t / block_size][t % block_size] (vs_blocks likewise; the block
+  // pointers already point at this head's scales). The rows are widened exactly (code times
+  // scale, a power of two) as they are read, then the same operations as group_paged on the
+  // widened values.
+  void (*group_paged_fp8)(const float* q, int64_t group, const uint8_t* const* k_blocks,
+                          const uint8_t* const* v_blocks, const float* const* ks_blocks,
+                          const float* const* vs_blocks, int64_t block_size, int64_t len,
+                          int64_t ld, int64_t head_dim, float scale, float* scores, float* out);
 };
 
 const AttentionKernels* attention_kernels_for(IsaLevel level);

@@ -1,4 +1,4 @@
-// AVX2 attention over a paged FP32 or BF16 cache: the scores of several positions at once
+// AVX2 attention over a paged FP32, BF16 or FP8 cache: the scores of several positions at once
 // (independent FMA chains over d, reduced together), the softmax with a vectorized exp, and
 // the weighted sum of values accumulated in registers.
 #include <immintrin.h>
@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/attention.h"
 
@@ -72,8 +73,34 @@ inline __m256 load8(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
+// E4M3 codes: sign and the seven exponent and mantissa bits moved into an FP32 pattern read as
+// the value times 2^-120 (subnormal codes become FP32 subnormals), then scaled back, exactly.
+// NaN codes are never written (a row that is not finite stores a NaN scale instead).
+inline __m256 load8(const uint8_t* p) {
+  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m256i mag = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7F)), 20);
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+  return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_or_si256(mag, sign)), _mm256_set1_ps(0x1p120f));
+}
 inline float widen(float x) { return x; }
 inline float widen(uint16_t x) { return std::bit_cast<float>(static_cast<uint32_t>(x) << 16); }
+inline float widen(uint8_t x) {
+  return std::bit_cast<float>((static_cast<uint32_t>(x & 0x7F) << 20) |
+                              (static_cast<uint32_t>(x & 0x80) << 24)) *
+         0x1p120f;
+}
+
+// A position's row scale: FP8 caches scale each key and value row by a power of two, applied
+// to its score (keys) and to its softmax weight (values); the products are the same as those
+// of the scaled elements, so the result is group_paged's on the widened rows, bit for bit.
+template <typename T>
+inline float row_scale(const float* const* s, int64_t blk, int64_t i) {
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    return s[blk][i];
+  } else {
+    return 1.0f;
+  }
+}
 
 // Eight dot-product accumulators reduced to their eight sums, in order: pairs added within
 // 128-bit lanes twice, then the two lanes. Every sum comes out of the same adds whatever its
@@ -90,8 +117,9 @@ inline __m256 reduce8(const __m256* a) {
 // (explicit FMAs, so that no element type changes the rounding), times scale. A block's last pass
 // repeats its final position in the unused lanes and keeps only the real ones.
 template <int G, typename T>
-void head_scores(const float* q, const T* const* k_blocks, int64_t block_size, int64_t len,
-                 int64_t ld, int64_t head_dim, float scale, float* scores) {
+void head_scores(const float* q, const T* const* k_blocks, const float* const* ks,
+                 int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
+                 float* scores) {
   constexpr int P = G == 1 ? 8 : G == 2 ? 4 : G <= 4 ? 2 : 1;
   const int64_t d8 = head_dim & ~int64_t{7};
   for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
@@ -125,7 +153,14 @@ void head_scores(const float* q, const T* const* k_blocks, int64_t block_size, i
         const int f = std::min(i, G * P - 1);
         flat[i] = acc[f / P][f % P];
       }
-      const __m256 sums = reduce8(flat);
+      __m256 sums = reduce8(flat);
+      alignas(32) float rs[8];
+      if constexpr (std::is_same_v<T, uint8_t>) {
+        for (int i = 0; i < 8; ++i) {
+          rs[i] = row_scale<T>(ks, blk, j + std::min(std::min(i, G * P - 1) % P, live - 1));
+        }
+        if (d8 == head_dim) sums = _mm256_mul_ps(sums, _mm256_load_ps(rs));
+      }
       if (live == P && d8 == head_dim && (P == 8 || P == 4)) {
         // Whole passes without a tail of d: each head's P scores in one store.
         const __m256 scaled = _mm256_mul_ps(sums, _mm256_set1_ps(scale));
@@ -144,6 +179,9 @@ void head_scores(const float* q, const T* const* k_blocks, int64_t block_size, i
         for (int p = 0; p < live; ++p) {
           float sc = sum[h * P + p];
           for (int64_t d = d8; d < head_dim; ++d) sc = std::fma(qh[d], widen(k[p][d]), sc);
+          if constexpr (std::is_same_v<T, uint8_t>) {
+            if (d8 != head_dim) sc *= rs[h * P + p];
+          }
           scores[h * len + t0 + j + p] = sc * scale;
         }
       }
@@ -156,13 +194,20 @@ void head_scores(const float* q, const T* const* k_blocks, int64_t block_size, i
 // every output column is the same sequence of operations for any G.
 template <int G, typename T>
 void heads_paged(const float* q, const T* const* k_blocks, const T* const* v_blocks,
-                 int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
-                 float* scores, float* out) {
+                 const float* const* ks, const float* const* vs, int64_t block_size, int64_t len,
+                 int64_t ld, int64_t head_dim, float scale, float* scores, float* out) {
   constexpr int W = G == 1 ? 8 : G == 2 ? 4 : G <= 4 ? 2 : 1;
   const int64_t d8 = head_dim & ~int64_t{7};
-  head_scores<G, T>(q, k_blocks, block_size, len, ld, head_dim, scale, scores);
+  head_scores<G, T>(q, k_blocks, ks, block_size, len, ld, head_dim, scale, scores);
   float inv[G];
   for (int h = 0; h < G; ++h) inv[h] = exp_scores(scores + h * len, len);
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    // Each softmax weight takes its value row's scale (the normalizers are already summed).
+    for (int h = 0; h < G; ++h) {
+      for (int64_t t = 0; t < len; ++t)
+        scores[h * len + t] *= row_scale<T>(vs, t / block_size, t % block_size);
+    }
+  }
   for (int64_t d0 = 0; d0 < d8; d0 += 8 * W) {
     const int w = static_cast<int>(std::min<int64_t>(W, (d8 - d0) / 8));
     // Columns past the head's end (a last pass with w < W) repeat a real one, unused.
@@ -210,29 +255,40 @@ void heads_paged(const float* q, const T* const* k_blocks, const T* const* v_blo
 void head_paged_avx2(const float* q, const float* const* k_blocks, const float* const* v_blocks,
                      int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
                      float* scores, float* out) {
-  heads_paged<1, float>(q, k_blocks, v_blocks, block_size, len, ld, head_dim, scale, scores, out);
+  heads_paged<1, float>(q, k_blocks, v_blocks, nullptr, nullptr, block_size, len, ld, head_dim,
+                        scale, scores, out);
 }
 
 // Groups past eight heads run in parts of at most eight.
 template <typename T>
-void group_paged_avx2(const float* q, int64_t group, const T* const* k_blocks,
-                      const T* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
-                      int64_t head_dim, float scale, float* scores, float* out) {
-  using Fn = void (*)(const float*, const T* const*, const T* const*, int64_t, int64_t, int64_t,
-                      int64_t, float, float*, float*);
+void group_scaled_avx2(const float* q, int64_t group, const T* const* k_blocks,
+                       const T* const* v_blocks, const float* const* ks, const float* const* vs,
+                       int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
+                       float* scores, float* out) {
+  using Fn =
+      void (*)(const float*, const T* const*, const T* const*, const float* const*,
+               const float* const*, int64_t, int64_t, int64_t, int64_t, float, float*, float*);
   constexpr Fn kHeads[9] = {nullptr,           heads_paged<1, T>, heads_paged<2, T>,
                             heads_paged<3, T>, heads_paged<4, T>, heads_paged<5, T>,
                             heads_paged<6, T>, heads_paged<7, T>, heads_paged<8, T>};
   for (int64_t h = 0; h < group; h += 8) {
     const int64_t g = std::min<int64_t>(8, group - h);
-    kHeads[g](q + h * head_dim, k_blocks, v_blocks, block_size, len, ld, head_dim, scale,
+    kHeads[g](q + h * head_dim, k_blocks, v_blocks, ks, vs, block_size, len, ld, head_dim, scale,
               scores + h * len, out + h * head_dim);
   }
+}
+
+template <typename T>
+void group_paged_avx2(const float* q, int64_t group, const T* const* k_blocks,
+                      const T* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
+                      int64_t head_dim, float scale, float* scores, float* out) {
+  group_scaled_avx2<T>(q, group, k_blocks, v_blocks, nullptr, nullptr, block_size, len, ld,
+                       head_dim, scale, scores, out);
 }
 
 }  // namespace
 
 const AttentionKernels kAvx2Attention = {IsaLevel::kAvx2, head_paged_avx2, group_paged_avx2<float>,
-                                         group_paged_avx2<uint16_t>};
+                                         group_paged_avx2<uint16_t>, group_scaled_avx2<uint8_t>};
 
 }  // namespace mx::attention_detail

@@ -47,5 +47,11 @@ void attention_group_paged_bf16(const float* q, int64_t group, const uint16_t* c
                                 const uint16_t* const* v_blocks, int64_t block_size, int64_t len,
                                 int64_t ld, int64_t head_dim, float scale, float* scores,
                                 float* out);
+// The same over an FP8 cache (kernels/attention.h).
+void attention_group_paged_fp8(const float* q, int64_t group, const uint8_t* const* k_blocks,
+                               const uint8_t* const* v_blocks, const float* const* ks_blocks,
+                               const float* const* vs_blocks, int64_t block_size, int64_t len,
+                               int64_t ld, int64_t head_dim, float scale, float* scores,
+                               float* out);
 
 }  // namespace mx

@@ -1,9 +1,12 @@
 // Attention of one layer over the batch: q/k/v projection, per-head q/k RMSNorm, NeoX RoPE,
 // the new keys and values into their paged blocks, causal grouped-query attention, o_proj.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "formats/half.h"
+#include "formats/mx_block.h"
 #include "kernels/ops.h"
 #include "model/blocks.h"
 
@@ -39,6 +42,28 @@ void split_gated_queries(QkvLayout* l, int64_t n, std::vector<float>* qbuf,
   l->q_ld = nq * d;
 }
 
+// One key or value row of an FP8 cache (model.h): its power-of-two scale by the MX floor
+// rule over the whole row, and its elements rounded to nearest even in E4M3 (x / scale is
+// exact). A row that is not finite keeps a NaN scale, so attention over it stays NaN as FP32
+// attention would.
+void store_fp8_row(const float* x, int64_t d, uint8_t* codes, float* scale) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t j = 0; j < d; ++j) {
+    finite = finite && std::isfinite(x[j]);
+    amax = std::max(amax, std::fabs(x[j]));
+  }
+  if (!finite) {
+    for (int64_t j = 0; j < d; ++j) codes[j] = 0;
+    *scale = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  const int byte = mx_scale_byte(amax, ElemFormat::kE4M3, ScaleRule::kFloor);
+  const float s = std::ldexp(1.0f, byte - 127);
+  *scale = s;
+  for (int64_t j = 0; j < d; ++j) codes[j] = float_to_e4m3(static_cast<double>(x[j]) / s);
+}
+
 // q/k norms, RoPE, and the new keys and values into their blocks: all rows first, so that
 // rows of one prefill chunk see each other's keys. A block holds each KV head's slots together
 // ([kv_head][slot][head_dim]).
@@ -49,7 +74,7 @@ void store_keys_values(const AttentionBlock& attn, int64_t li, ForwardContext& c
   const auto* qn = attn.q_norm.data_as<float>();
   const auto* kn = attn.k_norm.data_as<float>();
   PagedKv& kv = ctx.kv;
-  const bool bf16_kv = kv.dtype() == KvDtype::kBF16;
+  const KvDtype dtype = kv.dtype();
   for (int64_t t = 0; t < ctx.rows; ++t) {
     float* row = l.qkv + t * l.qkv_w;
     const int64_t pos = ctx.row_pos[static_cast<size_t>(t)];
@@ -68,13 +93,17 @@ void store_keys_values(const AttentionBlock& attn, int64_t li, ForwardContext& c
       rope_neox_cs(kr, rot, cos, sin);
       const int64_t at = hd * head_block + (pos % bs) * d;
       const float* vr = row + l.qw + (l.nkv + hd) * d;
-      if (bf16_kv) {
+      if (dtype == KvDtype::kBF16) {
         uint16_t* k = kv.k_bf16(li, block) + at;
         uint16_t* v = kv.v_bf16(li, block) + at;
         for (int64_t j = 0; j < d; ++j) {
           k[j] = float_to_bf16(kr[j]);
           v[j] = float_to_bf16(vr[j]);
         }
+      } else if (dtype == KvDtype::kFp8E4M3) {
+        const int64_t srow = hd * bs + pos % bs;
+        store_fp8_row(kr, d, kv.k_fp8(li, block) + at, kv.k_scales(li, block) + srow);
+        store_fp8_row(vr, d, kv.v_fp8(li, block) + at, kv.v_scales(li, block) + srow);
       } else {
         std::memcpy(kv.k(li, block) + at, kr, static_cast<size_t>(d) * sizeof(float));
         std::memcpy(kv.v(li, block) + at, vr, static_cast<size_t>(d) * sizeof(float));
@@ -90,11 +119,12 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
   const int64_t bs = ctx.kv.block_size(), head_block = bs * d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   PagedKv& kv = ctx.kv;
-  const bool bf16_kv = kv.dtype() == KvDtype::kBF16;
+  const KvDtype dtype = kv.dtype();
   ctx.pool->parallel_for(ctx.rows * nkv, [&](int64_t b, int64_t e, int) {
     std::vector<float> scores;
-    std::vector<const float*> kb, vb;
+    std::vector<const float*> kb, vb, ksb, vsb;
     std::vector<const uint16_t*> kb16, vb16;
+    std::vector<const uint8_t*> kb8, vb8;
     for (int64_t idx = b; idx < e; ++idx) {
       const int64_t t = idx / nkv, kvh = idx % nkv;
       const int64_t len = ctx.row_pos[static_cast<size_t>(t)] + 1;
@@ -104,7 +134,20 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
       const int64_t h0 = kvh * group;
       const float* q = l.q + t * l.q_ld + h0 * d;
       float* o = out + (t * nq + h0) * d;
-      if (bf16_kv) {
+      if (dtype == KvDtype::kFp8E4M3) {
+        kb8.resize(static_cast<size_t>(nblk));
+        vb8.resize(static_cast<size_t>(nblk));
+        ksb.resize(static_cast<size_t>(nblk));
+        vsb.resize(static_cast<size_t>(nblk));
+        for (int64_t j = 0; j < nblk; ++j) {
+          kb8[j] = kv.k_fp8(li, sq.blocks[j]) + kvh * head_block;
+          vb8[j] = kv.v_fp8(li, sq.blocks[j]) + kvh * head_block;
+          ksb[j] = kv.k_scales(li, sq.blocks[j]) + kvh * bs;
+          vsb[j] = kv.v_scales(li, sq.blocks[j]) + kvh * bs;
+        }
+        attention_group_paged_fp8(q, group, kb8.data(), vb8.data(), ksb.data(), vsb.data(), bs, len,
+                                  d, d, scale, scores.data(), o);
+      } else if (dtype == KvDtype::kBF16) {
         kb16.resize(static_cast<size_t>(nblk));
         vb16.resize(static_cast<size_t>(nblk));
         for (int64_t j = 0; j < nblk; ++j) {

@@ -14,7 +14,29 @@
 
 namespace mx {
 
-const char* kv_dtype_name(KvDtype d) { return d == KvDtype::kBF16 ? "bf16" : "fp32"; }
+const char* kv_dtype_name(KvDtype d) {
+  switch (d) {
+    case KvDtype::kBF16:
+      return "bf16";
+    case KvDtype::kFp8E4M3:
+      return "fp8_e4m3";
+    case KvDtype::kF32:
+      break;
+  }
+  return "fp32";
+}
+
+double kv_element_bytes(KvDtype d, int64_t head_dim) {
+  switch (d) {
+    case KvDtype::kBF16:
+      return 2.0;
+    case KvDtype::kFp8E4M3:
+      return 1.0 + 4.0 / static_cast<double>(head_dim);
+    case KvDtype::kF32:
+      break;
+  }
+  return 4.0;
+}
 
 namespace {
 uint64_t next_kv_id() {
@@ -28,6 +50,7 @@ PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size, K
     : num_blocks_(num_blocks),
       block_size_(block_size),
       row_(c.num_kv_heads * c.head_dim),
+      kv_heads_(c.num_kv_heads),
       dtype_(dtype),
       slots_(slots),
       id_(next_kv_id()) {
@@ -49,6 +72,12 @@ PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size, K
   if (dtype == KvDtype::kBF16) {
     k16_ = std::make_unique_for_overwrite<uint16_t[]>(n);
     v16_ = std::make_unique_for_overwrite<uint16_t[]>(n);
+  } else if (dtype == KvDtype::kFp8E4M3) {
+    k8_ = std::make_unique_for_overwrite<uint8_t[]>(n);
+    v8_ = std::make_unique_for_overwrite<uint8_t[]>(n);
+    const size_t rows = static_cast<size_t>(c.num_layers * num_blocks * block_size * kv_heads_);
+    ks_ = std::make_unique_for_overwrite<float[]>(rows);
+    vs_ = std::make_unique_for_overwrite<float[]>(rows);
   } else {
     k_ = std::make_unique_for_overwrite<float[]>(n);
     v_ = std::make_unique_for_overwrite<float[]>(n);

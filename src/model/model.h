@@ -21,11 +21,17 @@
 
 namespace mx {
 
-// How cached keys and values are stored: FP32, what the attention computes in, or BF16, half
+// How cached keys and values are stored: FP32, what the attention computes in; BF16, half
 // the bytes for every step's reads and twice the tokens in the same memory, at the cost of
-// rounding each key and value to 8 significant bits.
-enum class KvDtype { kF32, kBF16 };
+// rounding each key and value to 8 significant bits; or FP8 (E4M3), a quarter of the bytes:
+// each position's key and value row of each KV head takes its own power-of-two scale (the
+// OCP MX rule over the row: its largest element lands in [256, 448]), and its elements round
+// to 4 significant bits. The scale is computed from the row alone when it is written, so
+// results do not depend on what else is in the batch.
+enum class KvDtype { kF32, kBF16, kFp8E4M3 };
 const char* kv_dtype_name(KvDtype d);
+// Cache bytes per key or value element, FP8's row scales included.
+double kv_element_bytes(KvDtype d, int64_t head_dim);
 
 // Keys and values of many sequences in fixed-size blocks,
 // [layer][block][kv_head][slot][head_dim]. Which blocks a sequence owns is the scheduler's
@@ -45,6 +51,11 @@ class PagedKv {
   // BF16 caches only.
   uint16_t* k_bf16(int64_t layer, int32_t block) { return k16_.get() + offset(layer, block); }
   uint16_t* v_bf16(int64_t layer, int32_t block) { return v16_.get() + offset(layer, block); }
+  // FP8 caches only: E4M3 codes, and the row scales of a block, [kv_head][slot].
+  uint8_t* k_fp8(int64_t layer, int32_t block) { return k8_.get() + offset(layer, block); }
+  uint8_t* v_fp8(int64_t layer, int32_t block) { return v8_.get() + offset(layer, block); }
+  float* k_scales(int64_t layer, int32_t block) { return ks_.get() + scale_offset(layer, block); }
+  float* v_scales(int64_t layer, int32_t block) { return vs_.get() + scale_offset(layer, block); }
   // A linear-attention layer's recurrent state of one sequence slot: the conv inputs
   // [kernel - 1, conv_dim] and the delta-rule state [nv, dk, dv], FP32.
   int32_t slots() const { return slots_; }
@@ -60,8 +71,11 @@ class PagedKv {
   size_t offset(int64_t layer, int32_t block) const {
     return static_cast<size_t>((layer * num_blocks_ + block) * block_size_ * row_);
   }
+  size_t scale_offset(int64_t layer, int32_t block) const {
+    return static_cast<size_t>((layer * num_blocks_ + block) * block_size_ * kv_heads_);
+  }
   int32_t num_blocks_, block_size_;
-  int64_t row_;
+  int64_t row_, kv_heads_;
   KvDtype dtype_;
   int32_t slots_;
   uint64_t id_;
@@ -72,6 +86,8 @@ class PagedKv {
   // pages of a large cache cost no memory until a sequence reaches them.
   std::unique_ptr<float[]> k_, v_;
   std::unique_ptr<uint16_t[]> k16_, v16_;
+  std::unique_ptr<uint8_t[]> k8_, v8_;
+  std::unique_ptr<float[]> ks_, vs_;
 };
 
 // One sequence in a batch: tokens at positions [start, start + count), whose keys and values

@@ -177,7 +177,7 @@ ModelCost model_cost(const DecoderModel& m, int64_t batch, int64_t prompt, int64
   const double head_macs = static_cast<double>(c.vocab_size * c.hidden_size);
   // Keys and values read at the mean decode context, per sequence.
   const double ctx = static_cast<double>(prompt) + static_cast<double>(gen) / 2;
-  const double kv_elem = m.kv_dtype() == KvDtype::kBF16 ? 2.0 : 4.0;
+  const double kv_elem = kv_element_bytes(m.kv_dtype(), c.head_dim);
   const double kv = 2.0 * attn_layers * static_cast<double>(c.num_kv_heads * c.head_dim) * kv_elem *
                     ctx * static_cast<double>(batch);
   cost.decode_bytes_per_step = bytes + head_bytes + kv + state_bytes * static_cast<double>(batch);
@@ -218,7 +218,7 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
   const double kv_bytes =
       2.0 * attention_layers * static_cast<double>(c.num_kv_heads * c.head_dim) *
           static_cast<double>(opt.prompt + opt.gen + 15) * static_cast<double>(opt.batch) *
-          (model.kv_dtype() == KvDtype::kBF16 ? 2 : 4) +
+          kv_element_bytes(model.kv_dtype(), c.head_dim) +
       static_cast<double>(PagedKv(c, 0, 16, model.kv_dtype(), 1).slot_bytes()) *
           static_cast<double>(opt.batch);
   const double memory =
