@@ -35,7 +35,7 @@ void BM_GemmBf16(benchmark::State& state, IsaLevel isa) {
   std::vector<uint16_t> w(wf.size());
   for (size_t i = 0; i < w.size(); ++i) w[i] = float_to_bf16(wf[i]);
   std::vector<uint16_t> packed(static_cast<size_t>(bf16_panel_elems(n, kd)));
-  pack_bf16_panels(w.data(), n, kd, kd, packed.data());
+  k->pack(w.data(), n, kd, kd, packed.data());
   std::vector<float> y(static_cast<size_t>(m * n));
   const GemmBf16Args a{x.data(), packed.data(), y.data(), m, kd, kd, n};
   for (auto _ : state) {
@@ -75,7 +75,7 @@ void BM_GemmMx(benchmark::State& state, IsaLevel isa, Scheme scheme) {
                         n,
                         kd,
                         q->row_bytes()};
-  const MxPanelWeights packed = pack_mx_weights(wv);
+  const MxPanelWeights packed = k->pack(wv);
   const MxPanelView& pv = packed.view;
   const auto x = values(static_cast<size_t>(m * kd), 1);
   std::vector<float> y(static_cast<size_t>(m * n));
@@ -104,8 +104,8 @@ void BM_GemmMx(benchmark::State& state, IsaLevel isa, Scheme scheme) {
   const bool w4a8 = !w4a4 && info.weight == ElemFormat::kE2M1;
   std::vector<int16_t> xh(static_cast<size_t>(m * kd));
   if (w4a8) {
-    const MxMatrixView av{acts.format, acts.codes.data(), acts.scales.data(), nullptr, m, kd,
-                          acts.row_bytes};
+    const MxMatrixView av{acts.format, acts.codes.data(), acts.scales.data(), nullptr, m,
+                          kd,          acts.row_bytes};
     mx_prepare_fp8_activations_i16(av, xh.data(), xscale.data());
     a.x = nullptr;
     a.xh = xh.data();

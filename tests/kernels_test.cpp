@@ -40,7 +40,7 @@ TEST(Kernels, EveryBf16GemmVariant) {
           std::vector<uint16_t> w(wf.size());
           for (size_t i = 0; i < w.size(); ++i) w[i] = float_to_bf16(wf[i]);
           std::vector<uint16_t> packed(static_cast<size_t>(bf16_panel_elems(n, k)));
-          pack_bf16_panels(w.data(), n, k, k, packed.data());
+          kern->pack(w.data(), n, k, k, packed.data());
           std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
           // Two column slices split at a panel boundary, as threads split them.
           const GemmBf16Args a{x.data(), packed.data(), y.data(), m, k, k, n};
@@ -114,7 +114,7 @@ TEST(Kernels, EveryMxGemmVariant) {
                                   n,
                                   k,
                                   q->row_bytes()};
-            const MxPanelWeights packed = pack_mx_weights(wv);
+            const MxPanelWeights packed = kern->pack(wv);
             const MxPanelView& pv = packed.view;
             // W4A4 also runs its integer kernel on the same activations.
             const bool w4a4 = info.activation == ElemFormat::kE2M1;
@@ -248,7 +248,7 @@ TEST(Kernels, MxGemmWithLargeWeightScales) {
       const MxMatrixView wv{
           info.weight,   q->codes.data_as<uint8_t>(), q->scales.data_as<uint8_t>(), cs, n, k,
           q->row_bytes()};
-      const MxPanelWeights packed = pack_mx_weights(wv);
+      const MxPanelWeights packed = kern->pack(wv);
       const MxPanelView& pv = packed.view;
       EXPECT_GT(pv.post, 1.0f);
       // Small integers, which every activation format holds exactly.

@@ -41,8 +41,11 @@ int eval(EvalArgs& a) {
                    a.m.model.c_str());
       return 1;
     }
+    // The reference is the unquantized model with the FP32 KV cache, so that KL also
+    // measures what --kv-cache-dtype costs.
     ModelArgs r = a.m;
     r.quantization.clear();
+    r.kv_cache_dtype = "auto";
     ref = load_model_or_report(r, "eval", false);
     if (!ref) return 1;
   }
@@ -167,7 +170,7 @@ void register_eval(CLI::App& app, int& exit_code) {
   cmd->add_option("--dump", a->dump_file,
                   "Write each question's label, prediction and generated text (JSONL)");
   cmd->add_flag("--compare-bf16", a->compare_bf16,
-                "Also run the BF16 model: KL, top-1 agreement, deltas");
+                "Also run the BF16 model (FP32 KV cache): KL, top-1 agreement, deltas");
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->callback([a, &exit_code] { exit_code = eval(*a); });
 }

@@ -24,7 +24,7 @@ void bf16_reference(const GemmBf16Args& a, int64_t n_begin, int64_t n_end) {
 
 }  // namespace
 
-const GemmKernels kScalarGemm = {IsaLevel::kScalar, bf16_reference};
+const GemmKernels kScalarGemm = {IsaLevel::kScalar, pack_bf16_panels, bf16_reference};
 
 }  // namespace gemm_detail
 

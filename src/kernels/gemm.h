@@ -43,6 +43,9 @@ struct GemmBf16Args {
 
 struct GemmKernels {
   IsaLevel isa;
+  // Packs weights at load into the layout this table's kernels read (pack_bf16_panels for
+  // both ISAs here; an ISA with its own layout brings its own packer).
+  void (*pack)(const uint16_t* w, int64_t n, int64_t k, int64_t ldw, uint16_t* out);
   // Columns [n_begin, n_end) of y; n_begin is a multiple of kBf16PanelCols.
   void (*bf16)(const GemmBf16Args& a, int64_t n_begin, int64_t n_end);
 };

@@ -115,6 +115,6 @@ void bf16_avx2(const GemmBf16Args& a, int64_t n_begin, int64_t n_end) {
 
 }  // namespace
 
-const GemmKernels kAvx2Gemm = {IsaLevel::kAvx2, bf16_avx2};
+const GemmKernels kAvx2Gemm = {IsaLevel::kAvx2, pack_bf16_panels, bf16_avx2};
 
 }  // namespace mx::gemm_detail

@@ -497,7 +497,7 @@ void mx_gemm_w4a8_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
 
 }  // namespace
 
-const MxGemmKernels kAvx2MxGemm = {IsaLevel::kAvx2, mx_gemm_avx2, mx_gemm_w4a4_avx2,
-                                   mx_gemm_w4a8_avx2};
+const MxGemmKernels kAvx2MxGemm = {IsaLevel::kAvx2, pack_mx_weights, mx_gemm_avx2,
+                                   mx_gemm_w4a4_avx2, mx_gemm_w4a8_avx2};
 
 }  // namespace mx::mx_gemm_detail

@@ -30,7 +30,7 @@ void gemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, fl
 Tensor pack(const Tensor& w) {
   const int64_t n = w.dim(0), k = w.dim(1);
   Tensor out = Tensor::empty(DType::kBF16, {bf16_panel_elems(n, k)});
-  pack_bf16_panels(w.data_as<uint16_t>(), n, k, k, out.mutable_data_as<uint16_t>());
+  gemm_kernels().pack(w.data_as<uint16_t>(), n, k, k, out.mutable_data_as<uint16_t>());
   return out;
 }
 
@@ -73,9 +73,9 @@ class Bf16ExpertBank final : public ExpertBank {
       std::copy(w13 + (i + u) * h, w13 + (i + u + 1) * h,
                 paired_.data() + ((2 * j + 1) * p + c) * h);
     }
-    pack_bf16_panels(paired_.data(), 2 * pairs_ * p, h, h,
-                     w13_.mutable_data_as<uint16_t>() + e * stride13_);
-    pack_bf16_panels(w2, h, i, i, w2_.mutable_data_as<uint16_t>() + e * stride2_);
+    const auto pack = gemm_kernels().pack;
+    pack(paired_.data(), 2 * pairs_ * p, h, h, w13_.mutable_data_as<uint16_t>() + e * stride13_);
+    pack(w2, h, i, i, w2_.mutable_data_as<uint16_t>() + e * stride2_);
   }
   void done_adding() { std::vector<uint16_t>().swap(paired_); }
   std::string scheme_name() const override { return "bf16"; }

@@ -34,10 +34,10 @@ class PackedMx {
     const SchemeInfo& info = scheme_info(w.scheme);
     const int64_t nb = mx_num_blocks(k_), nc = mx_num_chunks(k_);
     parts_.push_back(
-        pack_mx_weights({info.weight, w.codes.data_as<uint8_t>() + row0 * w.row_bytes(),
-                         w.scales.data_as<uint8_t>() + row0 * nb,
-                         info.dual ? w.chunk_scales.data_as<float>() + row0 * nc : nullptr, n_, k_,
-                         w.row_bytes()}));
+        mx_gemm_kernels().pack({info.weight, w.codes.data_as<uint8_t>() + row0 * w.row_bytes(),
+                                w.scales.data_as<uint8_t>() + row0 * nb,
+                                info.dual ? w.chunk_scales.data_as<float>() + row0 * nc : nullptr,
+                                n_, k_, w.row_bytes()}));
   }
   Scheme scheme() const { return scheme_; }
   int64_t n() const { return n_; }
