@@ -176,23 +176,23 @@ void attention_forward(const AttentionBlock& attn, int64_t li, ForwardContext& c
   const ModelConfig& c = ctx.config;
   const int64_t d = c.head_dim, nq = c.num_heads, nkv = c.num_kv_heads, n = ctx.rows;
   const int64_t qw = (attn.output_gate ? 2 : 1) * nq * d, qkv_w = qw + 2 * nkv * d;
-  std::vector<float> qkv(static_cast<size_t>(n * qkv_w));
+  float* qkv = ctx.ws.floats(kWsQkv, n * qkv_w);
   PhaseTimer t_qkv(ctx.profile, Phase::kQkv);
-  attn.qkv->forward(h, n, qkv.data(), ctx.pool);
+  attn.qkv->forward(h, n, qkv, ctx.pool);
   t_qkv.stop();
-  QkvLayout l{qkv.data(), qkv_w, qw, qkv.data(), qkv_w, d, nq, nkv, c.rotary_dim};
+  QkvLayout l{qkv, qkv_w, qw, qkv, qkv_w, d, nq, nkv, c.rotary_dim};
   std::vector<float> qbuf, gate;
   if (attn.output_gate) split_gated_queries(&l, n, &qbuf, &gate);
   PhaseTimer t_attn(ctx.profile, Phase::kAttention);
   store_keys_values(attn, li, ctx, l);
-  std::vector<float> out(static_cast<size_t>(n * nq * d));
-  attend(li, ctx, l, out.data());
+  float* out = ctx.ws.floats(kWsAttention, n * nq * d);
+  attend(li, ctx, l, out);
   if (attn.output_gate) {
-    for (size_t i = 0; i < out.size(); ++i) out[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+    for (int64_t i = 0; i < n * nq * d; ++i) out[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
   }
   t_attn.stop();
   PhaseTimer t_o(ctx.profile, Phase::kOProj);
-  attn.o->forward(out.data(), n, h, ctx.pool);
+  attn.o->forward(out, n, h, ctx.pool);
 }
 
 }  // namespace mx

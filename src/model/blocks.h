@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/workspace.h"
 #include "model/model.h"
 #include "model/profile.h"
 #include "model/weights.h"
@@ -31,7 +32,12 @@ struct ForwardContext {
   bool has_prefill;            // a slice holds more than one token
   uint64_t step;               // forward passes of the model so far
   std::vector<float> scratch;  // reused by blocks within the pass
+  // The model's buffers for this pass's activations, kept from step to step (slots below).
+  Workspace& ws;
 };
+
+// Workspace slots of a forward pass: each is used by one block at a time.
+enum WorkspaceSlot : int { kWsResidual, kWsNormed, kWsRope, kWsQkv, kWsAttention };
 
 Status load_attention(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
                       AttentionBlock* out);

@@ -189,18 +189,19 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
   bool has_prefill = false;
   for (const SeqSlice& sq : seqs) has_prefill = has_prefill || sq.count > 1;
   PhaseTimer t_embed(profile_, Phase::kEmbed);
-  std::vector<float> x(static_cast<size_t>(n * hid)), h(x.size());
+  float* x = workspace_.floats(kWsResidual, n * hid);
+  float* h = workspace_.floats(kWsNormed, n * hid);
   for (int64_t r = 0, sidx = 0; sidx < static_cast<int64_t>(seqs.size()); ++sidx) {
     for (int64_t i = 0; i < seqs[sidx].count; ++i, ++r)
-      embed.row(seqs[sidx].tokens[i], &x[r * hid]);
+      embed.row(seqs[sidx].tokens[i], x + r * hid);
   }
   // Rotary angles once per row for every layer: sin and cos cost more than the rotations.
   std::vector<int64_t> row_pos(static_cast<size_t>(n));
-  std::vector<float> rope(static_cast<size_t>(n * rot));
+  float* rope = workspace_.floats(kWsRope, n * rot);
   for (int64_t t = 0, r = 0; t < static_cast<int64_t>(seqs.size()); ++t) {
     for (int64_t i = 0; i < seqs[t].count; ++i, ++r) {
       row_pos[r] = seqs[t].start + i;
-      float* cs = rope.data() + r * rot;
+      float* cs = rope + r * rot;
       rope_cos_sin(rot, row_pos[r], inv_freq_.data(), cs, cs + rot / 2);
     }
   }
@@ -214,30 +215,31 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
                      seqs,
                      row_seq,
                      row_pos,
-                     rope.data(),
+                     rope,
                      kv,
                      n,
                      *dispatcher_,
                      has_prefill,
                      steps_++,
-                     {}};
+                     {},
+                     workspace_};
   const LayerForward layer_forward = arch_impl(c.arch)->forward;
   for (int64_t li = 0; li < c.num_layers; ++li) {
-    layer_forward(layers[static_cast<size_t>(li)], li, ctx, x.data(), h.data());
+    layer_forward(layers[static_cast<size_t>(li)], li, ctx, x, h);
   }
   const int64_t rows = static_cast<int64_t>(logit_rows.size());
   if (rows == 0) return Status::ok();
   PhaseTimer t_head(profile_, Phase::kLmHead);
   for (int64_t i = 0; i < rows; ++i) {
-    rms_norm(x.data() + logit_rows[i] * hid, final_norm.data_as<float>(), hid, c.rms_norm_eps,
-             h.data() + i * hid);
+    rms_norm(x + logit_rows[i] * hid, final_norm.data_as<float>(), hid, c.rms_norm_eps,
+             h + i * hid);
   }
   if (head_comm == nullptr) {
-    lm_head->forward(h.data(), rows, logits, pool_.get());
+    lm_head->forward(h, rows, logits, pool_.get());
     return Status::ok();
   }
   std::vector<float> mine(static_cast<size_t>(rows * (head_end - head_begin)));
-  lm_head->forward(h.data(), rows, mine.data(), pool_.get());
+  lm_head->forward(h, rows, mine.data(), pool_.get());
   gather_logits(mine, rows, logits);
   return Status::ok();
 }

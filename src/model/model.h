@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "core/workspace.h"
 #include "formats/ggml_types.h"
 #include "loader/model_config.h"
 #include "model/profile.h"
@@ -266,6 +267,8 @@ class DecoderModel {
   friend Result<std::unique_ptr<DecoderModel>> load_model(const std::string&, const LoadOptions&);
   std::vector<RouterTrace> router_trace_;
   std::vector<float> inv_freq_;
+  // Activations of a forward pass, kept from step to step (model/blocks.h names the slots).
+  Workspace workspace_;
   std::unique_ptr<MoeDispatcher> dispatcher_;
   StepHook step_hook_;
   uint64_t steps_ = 0;
