@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -127,6 +128,20 @@ TEST(Kernels, EveryMxGemmVariant) {
             const bool w4a8 = !w4a4 && info.weight == ElemFormat::kE2M1;
             std::vector<int16_t> xh(static_cast<size_t>(m * kp));
             if (w4a8) mx_prepare_fp8_activations_i16(av, xh.data(), xscale.data());
+            // The ISA's own activation decoders: the scalar ones' bits.
+            if (info.activation == ElemFormat::kE4M3) {
+              std::vector<float> af2(af.size());
+              kern->decode(av, af2.data(), kMxGemmInputScale);
+              ASSERT_EQ(0, std::memcmp(af2.data(), af.data(), af.size() * sizeof(float)))
+                  << isa_name(isa) << " decode m=" << m << " k=" << k;
+              std::vector<int16_t> xh2(xh.size());
+              std::vector<float> xs2(xscale.size());
+              kern->prepare_w4a8(av, xh2.data(), xs2.data());
+              mx_prepare_fp8_activations_i16(av, xh.data(), xscale.data());
+              ASSERT_EQ(xh2, xh) << isa_name(isa) << " prepare_w4a8 m=" << m << " k=" << k;
+              ASSERT_EQ(xs2, xscale) << isa_name(isa) << " prepare_w4a8 scales";
+              if (!w4a8) std::fill(xscale.begin(), xscale.end(), 0.0f);
+            }
             for (int path : {0, 1, 2}) {
               // The FP32 path takes E4M3 weights only.
               if ((path == 0 && info.weight == ElemFormat::kE2M1) || (path == 1 && !w4a4) ||
@@ -214,6 +229,26 @@ TEST(Kernels, W4a8ActivationsHoldEveryE4m3CodeWithinTheBound) {
   std::vector<float> xs(k / 32);
   mx_prepare_fp8_activations_i16(v, q.data(), xs.data());
   for (int64_t b = 0; b < k / 32; ++b) EXPECT_EQ(xs[b], std::ldexp(1.0f, scales[b] - 141));
+  // Every ISA's decoders give the scalar ones' values for every code, NaN codes included.
+  std::vector<float> f(k);
+  mx_decode_activations(v, f.data(), 1.0f);
+  for (IsaLevel isa : kLevels) {
+    const MxGemmKernels* kern = mx_gemm_kernels_for(isa);
+    if (kern == nullptr) continue;
+    std::vector<int16_t> q2(k);
+    std::vector<float> xs2(k / 32), f2(k);
+    kern->prepare_w4a8(v, q2.data(), xs2.data());
+    EXPECT_EQ(q2, q) << isa_name(isa);
+    EXPECT_EQ(xs2, xs) << isa_name(isa);
+    kern->decode(v, f2.data(), 1.0f);
+    for (int64_t c = 0; c < k; ++c) {
+      if (std::isnan(f[c])) {
+        EXPECT_TRUE(std::isnan(f2[c])) << isa_name(isa) << " code " << c;
+      } else {
+        EXPECT_EQ(f2[c], f[c]) << isa_name(isa) << " code " << c;
+      }
+    }
+  }
   const float* e4m3 = e4m3_table();
   for (int64_t c = 0; c < k; ++c) {
     if (std::isnan(e4m3[c])) continue;

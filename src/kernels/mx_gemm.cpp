@@ -290,8 +290,9 @@ void mx_gemm_w4a8_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
 }
 
 }  // namespace
-const MxGemmKernels kScalarMxGemm = {IsaLevel::kScalar, pack_mx_weights, mx_gemm_scalar,
-                                     mx_gemm_w4a4_scalar, mx_gemm_w4a8_scalar};
+const MxGemmKernels kScalarMxGemm = {
+    IsaLevel::kScalar, pack_mx_weights,     mx_decode_activations, mx_prepare_fp8_activations_i16,
+    mx_gemm_scalar,    mx_gemm_w4a4_scalar, mx_gemm_w4a8_scalar};
 }  // namespace mx_gemm_detail
 
 namespace {

@@ -140,6 +140,9 @@ struct MxGemmKernels {
   // Packs weights at load into the layout this table's kernels read (pack_mx_weights's
   // panels for both ISAs here; an ISA with its own layout brings its own packer).
   MxPanelWeights (*pack)(const MxMatrixView& w);
+  // mx_decode_activations and mx_prepare_fp8_activations_i16, bit for bit.
+  void (*decode)(const MxMatrixView& a, float* af, float factor);
+  void (*prepare_w4a8)(const MxMatrixView& a, int16_t* q, float* scales);
   // Columns [n_begin, n_end) of y; n_begin is a multiple of kMxPanelCols. E4M3 weights.
   void (*gemm)(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
   // E2M1 weights times integer E2M1 activations: per block an exact integer dot, then scaled

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
 #include <utility>
 
 #include "kernels/avx2_util.h"
@@ -491,13 +493,85 @@ void mx_gemm_w4a4_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   run_tiles(a, n_begin, n_end, kW4a4Tiles);
 }
 
+// Eight E4M3 codes as their exact FP32 values: the code's bits in an FP32 pattern read as the
+// value times 2^-120 (subnormal codes as FP32 subnormals); NaN codes (0x7F, 0xFF) read NaN,
+// as the decode table has them.
+inline __m256 e4m3_values(const uint8_t* p) {
+  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m256i low = _mm256_and_si256(b, _mm256_set1_epi32(0x7F));
+  const __m256i bits =
+      _mm256_or_si256(_mm256_slli_epi32(low, 20),
+                      _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24));
+  const __m256 v = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0x1p120f));
+  const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x7F)));
+  return _mm256_or_ps(v,
+                      _mm256_and_ps(nan, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN())));
+}
+
+// A block's scale as mx_decode_activations computes it: 2^(s - 127) times the factor.
+inline float block_scale(uint8_t s, float factor) {
+  return std::ldexp(1.0f, static_cast<int>(s) - 127) * factor;
+}
+
+// Whole single-level E4M3 blocks eight codes at a time; everything else (other formats,
+// dual-level chunks, a row's partial last block) as the scalar decode does it.
+void decode_avx2(const MxMatrixView& a, float* af, float factor) {
+  if (a.format != ElemFormat::kE4M3 || a.chunk_scales != nullptr || a.k % 32 != 0) {
+    mx_decode_activations(a, af, factor);
+    return;
+  }
+  const int64_t nb = a.k / 32;
+  for (int64_t i = 0; i < a.rows; ++i) {
+    const uint8_t* row = a.codes + i * a.row_bytes;
+    float* dst = af + i * a.k;
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256 s = _mm256_set1_ps(block_scale(a.scales[i * nb + b], factor));
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        _mm256_storeu_ps(dst + b * 32 + 8 * q, _mm256_mul_ps(e4m3_values(row + b * 32 + 8 * q), s));
+      }
+    }
+  }
+}
+
+// mx_prepare_fp8_activations_i16 sixteen codes at a time: each value times 32 rounded to
+// nearest even (the default rounding of vcvtps2dq, as nearbyint), NaN codes 0, the order
+// k0, k2, k1, k3 within each four, packed to int16.
+void prepare_w4a8_avx2(const MxMatrixView& a, int16_t* q, float* scales) {
+  if (a.format != ElemFormat::kE4M3 || a.k % 32 != 0) {
+    mx_prepare_fp8_activations_i16(a, q, scales);
+    return;
+  }
+  const int64_t nb = a.k / 32;
+  const __m256 unit = _mm256_set1_ps(static_cast<float>(1 << kMxW4a8FracBits));
+  for (int64_t i = 0; i < a.rows; ++i) {
+    const uint8_t* row = a.codes + i * a.row_bytes;
+    int16_t* dst = q + i * a.k;
+    for (int64_t t = 0; t < a.k; t += 16) {
+      __m256i v[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256 x = e4m3_values(row + t + 8 * h);
+        const __m256 finite = _mm256_cmp_ps(x, x, _CMP_ORD_Q);
+        const __m256i r = _mm256_cvtps_epi32(_mm256_and_ps(_mm256_mul_ps(x, unit), finite));
+        v[h] = _mm256_shuffle_epi32(r, _MM_SHUFFLE(3, 1, 2, 0));
+      }
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + t), packed);
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      scales[i * nb + b] = std::ldexp(1.0f, static_cast<int>(a.scales[i * nb + b]) - 127 - 14);
+    }
+  }
+}
+
 void mx_gemm_w4a8_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   run_tiles(a, n_begin, n_end, kW4a8Tiles);
 }
 
 }  // namespace
 
-const MxGemmKernels kAvx2MxGemm = {IsaLevel::kAvx2, pack_mx_weights, mx_gemm_avx2,
-                                   mx_gemm_w4a4_avx2, mx_gemm_w4a8_avx2};
+const MxGemmKernels kAvx2MxGemm = {IsaLevel::kAvx2,   pack_mx_weights, decode_avx2,
+                                   prepare_w4a8_avx2, mx_gemm_avx2,    mx_gemm_w4a4_avx2,
+                                   mx_gemm_w4a8_avx2};
 
 }  // namespace mx::mx_gemm_detail

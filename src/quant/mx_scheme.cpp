@@ -108,10 +108,10 @@ class GemmActs {
           mx_prepare_fp4_activations(v, q_ + r0 * stride_, sums_ + r0 * nb_, scales_ + r0 * nb_);
           break;
         case Kind::kW4a8:
-          mx_prepare_fp8_activations_i16(v, h_ + r0 * stride_, scales_ + r0 * nb_);
+          mx_gemm_kernels().prepare_w4a8(v, h_ + r0 * stride_, scales_ + r0 * nb_);
           break;
         case Kind::kF32:
-          mx_decode_activations(v, f_ + r0 * stride_, kMxGemmInputScale);
+          mx_gemm_kernels().decode(v, f_ + r0 * stride_, kMxGemmInputScale);
           break;
       }
     };
