@@ -166,6 +166,15 @@ GoldenRun check_all(KvDtype kv_dtype, bool strict) {
   return run;
 }
 
+void print_kv_run(const char* kv, const GoldenRun& run) {
+  std::printf(
+      "golden, %s kv: %d positions, %d beyond 1e-2, max |dlogprob| %.2e, router %d/%d tokens "
+      "agree, greedy %d/%d steps agree\n",
+      kv, run.positions, run.positions_over_tol, run.max_logprob_err,
+      run.router_tokens - run.router_mismatch, run.router_tokens,
+      run.greedy_steps - run.greedy_mismatch, run.greedy_steps);
+}
+
 TEST(ModelGolden, EveryPromptMatchesTheReference) {
   const GoldenRun run = check_all(KvDtype::kF32, true);
   if (HasFatalFailure()) return;
@@ -187,12 +196,7 @@ TEST(ModelGolden, EveryPromptMatchesTheReference) {
 TEST(ModelGolden, Bf16KvCacheStaysCloseToTheReference) {
   const GoldenRun run = check_all(KvDtype::kBF16, false);
   if (HasFatalFailure()) return;
-  std::printf(
-      "golden, bf16 kv: %d positions, %d beyond 1e-2, max |dlogprob| %.2e, router %d/%d tokens "
-      "agree, greedy %d/%d steps agree\n",
-      run.positions, run.positions_over_tol, run.max_logprob_err,
-      run.router_tokens - run.router_mismatch, run.router_tokens,
-      run.greedy_steps - run.greedy_mismatch, run.greedy_steps);
+  print_kv_run("bf16", run);
   EXPECT_GE(run.prompts, 2);
   EXPECT_LE(run.max_logprob_err, 0.2);
   EXPECT_LE(run.positions_over_tol * 10, run.positions);  // 90% within the FP32 contract
@@ -206,12 +210,7 @@ TEST(ModelGolden, Bf16KvCacheStaysCloseToTheReference) {
 TEST(ModelGolden, Fp8KvCacheStaysCloseToTheReference) {
   const GoldenRun run = check_all(KvDtype::kFp8E4M3, false);
   if (HasFatalFailure()) return;
-  std::printf(
-      "golden, fp8 kv: %d positions, %d beyond 1e-2, max |dlogprob| %.2e, router %d/%d tokens "
-      "agree, greedy %d/%d steps agree\n",
-      run.positions, run.positions_over_tol, run.max_logprob_err,
-      run.router_tokens - run.router_mismatch, run.router_tokens,
-      run.greedy_steps - run.greedy_mismatch, run.greedy_steps);
+  print_kv_run("fp8", run);
   EXPECT_GE(run.prompts, 2);
   // Measured: 156 of 170 positions beyond 1e-2, max 1.58, router 394/399, greedy 67/68.
   EXPECT_LE(run.max_logprob_err, 2.5);

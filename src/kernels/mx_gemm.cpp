@@ -232,23 +232,20 @@ void mx_gemm_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
-// W4A4 reference, the vector kernels' operations one output at a time: the integer dot of a
-// block, less the offset's share, scaled by (stored scale * 2^(64 - f)) * activation scale.
-void mx_gemm_w4a4_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
+// The integer kernels' reference, their operations one output at a time: per block the exact
+// integer dot that block_dot(blk, c, row, b) gives, scaled by (stored scale * 2^(64 - f)) *
+// the row's activation scale and added to the total.
+template <typename BlockDot>
+void int_gemm_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, BlockDot block_dot) {
   const MxPanelView& w = *a.w;
   const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512, bb = mx_panel_block_bytes(w.format);
   const float unit = mx_panel_scale_unit(w.format);
   for (int64_t col = n_begin; col < n_end; ++col) {
     const int64_t p = col / kMxPanelCols, c = col % kMxPanelCols;
     for (int64_t i = 0; i < a.m; ++i) {
-      const int8_t* x = a.xq + i * a.ldx;
       float acc = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = w.codes + (p * nb + b) * bb;
-        int32_t dot = 0;
-        for (int64_t kk = 0; kk < 32; ++kk)
-          dot += mx_fp4_weight_offset_code(panel_code(true, blk, c, kk)) * x[b * 32 + kk];
-        dot -= kMxFp4WeightOffset * a.xsum[i * nb + b];
+        const int32_t dot = block_dot(w.codes + (p * nb + b) * bb, c, i, b);
         float sv = std::bit_cast<float>(
             static_cast<uint32_t>(w.scales[(p * nb + b) * kMxPanelCols + c]) << 23);
         if (w.chunk_scales != nullptr) sv *= w.chunk_scales[(p * nc + b / 16) * kMxPanelCols + c];
@@ -260,33 +257,29 @@ void mx_gemm_w4a4_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
-// W4A8 reference: per block the exact integer dot of 512 * weight and the 14-bit activations
-// (mx_prepare_fp8_activations_i16's order), then scaled as the W4A4 reference does.
+// W4A4: 2w + 12 times the int8 activations, less the offset's share.
+void mx_gemm_w4a4_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
+  const int64_t nb = (a.w->k + 31) / 32;
+  int_gemm_scalar(a, n_begin, n_end, [&](const uint8_t* blk, int64_t c, int64_t i, int64_t b) {
+    const int8_t* x = a.xq + i * a.ldx + b * 32;
+    int32_t dot = 0;
+    for (int64_t kk = 0; kk < 32; ++kk)
+      dot += mx_fp4_weight_offset_code(panel_code(true, blk, c, kk)) * x[kk];
+    return dot - kMxFp4WeightOffset * a.xsum[i * nb + b];
+  });
+}
+
+// W4A8: 512w times the 14-bit activations (mx_prepare_fp8_activations_i16's order).
 void mx_gemm_w4a8_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
-  const MxPanelView& w = *a.w;
-  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512, bb = mx_panel_block_bytes(w.format);
-  const float unit = mx_panel_scale_unit(w.format);
-  for (int64_t col = n_begin; col < n_end; ++col) {
-    const int64_t p = col / kMxPanelCols, c = col % kMxPanelCols;
-    for (int64_t i = 0; i < a.m; ++i) {
-      const int16_t* x = a.xh + i * a.ldx;
-      float acc = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = w.codes + (p * nb + b) * bb;
-        int32_t dot = 0;
-        for (int64_t kk = 0; kk < 32; ++kk) {
-          const int64_t at = (kk & ~int64_t{3}) + ((kk & 1) << 1) + ((kk >> 1) & 1);
-          dot += mx_w4a8_weight_int(panel_code(true, blk, c, kk)) * x[b * 32 + at];
-        }
-        float sv = std::bit_cast<float>(
-            static_cast<uint32_t>(w.scales[(p * nb + b) * kMxPanelCols + c]) << 23);
-        if (w.chunk_scales != nullptr) sv *= w.chunk_scales[(p * nc + b / 16) * kMxPanelCols + c];
-        const float scale = (sv * unit) * a.xscale[i * nb + b];
-        acc = __builtin_fmaf(static_cast<float>(dot), scale, acc);
-      }
-      a.y[i * a.ldy + col - a.y_col0] = acc * w.post;
+  int_gemm_scalar(a, n_begin, n_end, [&](const uint8_t* blk, int64_t c, int64_t i, int64_t b) {
+    const int16_t* x = a.xh + i * a.ldx + b * 32;
+    int32_t dot = 0;
+    for (int64_t kk = 0; kk < 32; ++kk) {
+      const int64_t at = (kk & ~int64_t{3}) + ((kk & 1) << 1) + ((kk >> 1) & 1);
+      dot += mx_w4a8_weight_int(panel_code(true, blk, c, kk)) * x[at];
     }
-  }
+    return dot;
+  });
 }
 
 }  // namespace

@@ -185,20 +185,16 @@ constexpr int kMaxRows = 4, kMaxPanels = 4;
 // panel would spill accumulators).
 constexpr int kPanels[kMaxRows + 1] = {0, 4, 2, 1, 1};
 
-// W4A4: a panel row's nibbles index a 16-byte table of 2 * value + 12 (pshufb), and a
-// byte multiply-add against four activation bytes broadcast per dword lane sums four k per
-// column into 16-bit lanes, exactly (a block's |sum| stays below 2^13). Per block, the 16-bit
-// sums are widened, the offset's share taken off, and the exact integer scaled into the FP32
-// accumulator. R rows by C panels: 2 * R * C 16-bit accumulators in registers, the FP32 ones
-// in memory (touched once per block).
-template <int R, int C>
-void tile_w4a4(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
+// The integer kernels (E2M1 weights): R rows by C panels, per block 2 * R * C integer
+// accumulators in registers that the policy K fills from the panel rows and the rows'
+// activations; then each block's exact integer dot is scaled by (stored scale * 2^(64 - f))
+// * the row's activation scale into the FP32 totals, kept in memory (touched once per block).
+// K provides: X, the activation type; x(a), the activation rows; accumulate(wrow, x, acc), the
+// block's sums; dot(acc, a, xi), its exact int32 dots for one row.
+template <typename K, int R, int C>
+void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   const MxPanelView& w = *a.w;
   const int64_t nb = (w.k + 31) / 32;
-  const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
-                                       12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
-  const __m256i nibble = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
   const __m256 unit = _mm256_set1_ps(0x1p-62f);  // mx_panel_scale_unit(kE2M1)
   alignas(32) float total[R][C][kP];
   zero_totals(total);
@@ -206,15 +202,49 @@ void tile_w4a4(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wrow[C];
     const __m256* s = begin_block<C>(w, panel, b, 256, scales, wrow);
-    const int8_t* x[R];
+    const typename K::X* x[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) x[r] = a.xq + (row + r) * a.ldx + b * 32;
+    for (int r = 0; r < R; ++r) x[r] = K::x(a) + (row + r) * a.ldx + b * 32;
     __m256i acc[R][C][2];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_si256();
     }
+    K::template accumulate<R, C>(wrow, x, acc);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const int64_t xi = (row + r) * nb + b;
+      const __m256 xs = _mm256_set1_ps(a.xscale[xi]);
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i dot = K::dot(acc[r][c][h], a, xi);
+          const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(s[2 * c + h], unit), xs);
+          float* t = total[r][c] + 8 * h;
+          _mm256_store_ps(t, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, _mm256_load_ps(t)));
+        }
+      }
+    }
+  }
+  store_totals(total, a, row, panel, cols);
+}
+
+// W4A4: a panel row's nibbles index a 16-byte table of 2 * value + 12 (pshufb), and a
+// byte multiply-add against four activation bytes broadcast per dword lane sums four k per
+// column into 16-bit lanes, exactly (a block's |sum| stays below 2^13). Per block, the 16-bit
+// sums are widened and the offset's share taken off.
+struct W4a4 {
+  using X = int8_t;
+  static const X* x(const MxGemmArgs& a) { return a.xq; }
+  template <int R, int C>
+  __attribute__((always_inline)) static void accumulate(const uint8_t* const (&wrow)[C],
+                                                        const X* const (&x)[R],
+                                                        __m256i (&acc)[R][C][2]) {
+    const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                         12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
 #pragma GCC unroll 8
@@ -233,25 +263,12 @@ void tile_w4a4(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
         }
       }
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const int64_t xi = (row + r) * nb + b;
-      const __m256i off = _mm256_set1_epi32(kMxFp4WeightOffset * a.xsum[xi]);
-      const __m256 xs = _mm256_set1_ps(a.xscale[xi]);
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) {
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(acc[r][c][h], ones), off);
-          const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(s[2 * c + h], unit), xs);
-          float* t = total[r][c] + 8 * h;
-          _mm256_store_ps(t, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, _mm256_load_ps(t)));
-        }
-      }
-    }
   }
-  store_totals(total, a, row, panel, cols);
-}
+  __attribute__((always_inline)) static __m256i dot(__m256i acc, const MxGemmArgs& a, int64_t xi) {
+    return _mm256_sub_epi32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)),
+                            _mm256_set1_epi32(kMxFp4WeightOffset * a.xsum[xi]));
+  }
+};
 
 // W4A8: each int16 lane of a panel row holds four nibbles; a shift and a mask bring one of
 // them to the lane's high byte with a zero low byte, and a pshufb table of 2 * value turns the
@@ -259,31 +276,18 @@ void tile_w4a4(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
 // sums two k of one column into its int32 lane: nibbles 0 and 1 of a lane pair k = 4j with
 // 4j + 2 (columns l and l + 8), nibbles 2 and 3 pair 4j + 1 with 4j + 3, the order in which
 // mx_prepare_fp8_activations_i16 stores the activations. A block's sum is exact in int32
-// (mx_gemm.h), and is scaled into the FP32 total as W4A4's is. About 11 weights per cycle in
-// L1 against about 7 for widening to FP32, whose shifts share the FMA pipes.
-template <int R, int C>
-void tile_w4a8(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
-  const MxPanelView& w = *a.w;
-  const int64_t nb = (w.k + 31) / 32;
-  const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0,
-                                       1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-  const __m256i nibble = _mm256_set1_epi16(0x0F00);
-  const __m256 unit = _mm256_set1_ps(0x1p-62f);  // mx_panel_scale_unit(kE2M1)
-  alignas(32) float total[R][C][kP];
-  zero_totals(total);
-  alignas(32) __m256 scales[kGroupBlocks * 2 * C];
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* wrow[C];
-    const __m256* s = begin_block<C>(w, panel, b, 256, scales, wrow);
-    const int16_t* x[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) x[r] = a.xh + (row + r) * a.ldx + b * 32;
-    __m256i acc[R][C][2];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_si256();
-    }
+// (mx_gemm.h). About 11 weights per cycle in L1 against about 7 for widening to FP32, whose
+// shifts share the FMA pipes.
+struct W4a8 {
+  using X = int16_t;
+  static const X* x(const MxGemmArgs& a) { return a.xh; }
+  template <int R, int C>
+  __attribute__((always_inline)) static void accumulate(const uint8_t* const (&wrow)[C],
+                                                        const X* const (&x)[R],
+                                                        __m256i (&acc)[R][C][2]) {
+    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0,
+                                         1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i nibble = _mm256_set1_epi16(0x0F00);
 #pragma GCC unroll 2
     for (int j = 0; j < 8; ++j) {
 #pragma GCC unroll 8
@@ -308,31 +312,19 @@ void tile_w4a8(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
         }
       }
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256 xs = _mm256_set1_ps(a.xscale[(row + r) * nb + b]);
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) {
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(s[2 * c + h], unit), xs);
-          float* t = total[r][c] + 8 * h;
-          _mm256_store_ps(
-              t, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][c][h]), scale, _mm256_load_ps(t)));
-        }
-      }
-    }
   }
-  store_totals(total, a, row, panel, cols);
-}
+  __attribute__((always_inline)) static __m256i dot(__m256i acc, const MxGemmArgs&, int64_t) {
+    return acc;
+  }
+};
 
 // One table of tile functions per kernel: kind 0 E4M3 (FP32), 2 W4A4 (int8), 3 W4A8 (int16).
 template <int Kind, int R, int C>
 void tile_of(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   if constexpr (Kind == 3) {
-    tile_w4a8<R, C>(a, row, panel, cols);
+    tile_int<W4a8, R, C>(a, row, panel, cols);
   } else if constexpr (Kind == 2) {
-    tile_w4a4<R, C>(a, row, panel, cols);
+    tile_int<W4a4, R, C>(a, row, panel, cols);
   } else {
     tile<R, C>(a, row, panel, cols);
   }
