@@ -73,14 +73,16 @@ inline __m256 load8(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-// E4M3 codes: sign and the seven exponent and mantissa bits moved into an FP32 pattern read as
-// the value times 2^-120 (subnormal codes become FP32 subnormals), then scaled back, exactly.
-// NaN codes are never written (a row that is not finite stores a NaN scale instead).
+// E4M3 codes: sign-extended to 32 bits and shifted left by 20, a code's seven exponent and
+// mantissa bits land at the FP32 exponent's low end and copies of its sign fill bits 27-31;
+// the mask keeps bit 31 of those. The pattern reads as the value times 2^-120 (subnormal codes
+// become FP32 subnormals) and is scaled back exactly: four operations per eight codes. NaN
+// codes are never written (a row that is not finite stores a NaN scale instead).
 inline __m256 load8(const uint8_t* p) {
-  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  const __m256i mag = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7F)), 20);
-  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
-  return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_or_si256(mag, sign)), _mm256_set1_ps(0x1p120f));
+  const __m256i b = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m256i bits = _mm256_and_si256(_mm256_slli_epi32(b, 20),
+                                        _mm256_set1_epi32(static_cast<int>(0x87F00000u)));
+  return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0x1p120f));
 }
 inline float widen(float x) { return x; }
 inline float widen(uint16_t x) { return std::bit_cast<float>(static_cast<uint32_t>(x) << 16); }
@@ -203,9 +205,12 @@ void heads_paged(const float* q, const T* const* k_blocks, const T* const* v_blo
   for (int h = 0; h < G; ++h) inv[h] = exp_scores(scores + h * len, len);
   if constexpr (std::is_same_v<T, uint8_t>) {
     // Each softmax weight takes its value row's scale (the normalizers are already summed).
-    for (int h = 0; h < G; ++h) {
-      for (int64_t t = 0; t < len; ++t)
-        scores[h * len + t] *= row_scale<T>(vs, t / block_size, t % block_size);
+    for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
+      const int64_t count = std::min(block_size, len - t0);
+      for (int h = 0; h < G; ++h) {
+        float* sc = scores + h * len + t0;
+        for (int64_t i = 0; i < count; ++i) sc[i] *= vs[blk][i];
+      }
     }
   }
   for (int64_t d0 = 0; d0 < d8; d0 += 8 * W) {
