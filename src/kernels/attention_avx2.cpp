@@ -80,8 +80,8 @@ inline __m256 load8(const uint16_t* p) {
 // codes are never written (a row that is not finite stores a NaN scale instead).
 inline __m256 load8(const uint8_t* p) {
   const __m256i b = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  const __m256i bits = _mm256_and_si256(_mm256_slli_epi32(b, 20),
-                                        _mm256_set1_epi32(static_cast<int>(0x87F00000u)));
+  const __m256i bits =
+      _mm256_and_si256(_mm256_slli_epi32(b, 20), _mm256_set1_epi32(static_cast<int>(0x87F00000u)));
   return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0x1p120f));
 }
 inline float widen(float x) { return x; }
