@@ -18,13 +18,13 @@ void add_endpoint_flags(CLI::App* cmd, Endpoint* ep, std::string* model) {
   cmd->add_option("--model", *model, "Model id (default: the first the server lists)");
 }
 
-struct BenchArgs {
+struct BenchServingArgs {
   BenchServingOptions opt;
   std::string rate = "inf";
   bool json = false;
 };
 
-int bench(BenchArgs& a) {
+int run_bench_serving(BenchServingArgs& a) {
   if (a.rate == "inf") {
     a.opt.request_rate = std::numeric_limits<double>::infinity();
   } else {
@@ -60,13 +60,13 @@ int bench(BenchArgs& a) {
   return r->failed == 0 ? 0 : 1;
 }
 
-struct EvalArgs {
+struct EvalServerArgs {
   EvalServerOptions opt;
   std::string format = "auto";
   bool json = false;
 };
 
-int eval(EvalArgs& a) {
+int run_eval_server(EvalServerArgs& a) {
   auto format = parse_task_format(a.format);
   if (!format.is_ok()) {
     std::fprintf(stderr, "mxserve eval-server: --task-format: %s\n",
@@ -91,7 +91,7 @@ int eval(EvalArgs& a) {
 }  // namespace
 
 void register_bench_serving(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<BenchArgs>();
+  auto a = std::make_shared<BenchServingArgs>();
   auto* cmd = app.add_subcommand("bench-serving",
                                  "Load a running server and report latency and "
                                  "throughput (TTFT, TPOT, ITL, E2E)");
@@ -119,11 +119,11 @@ void register_bench_serving(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("!--no-warmup", o.warmup, "Skip the warm-up request");
   cmd->add_flag("--json", a->json, "Print one JSON object");
-  cmd->callback([a, &exit_code] { exit_code = bench(*a); });
+  cmd->callback([a, &exit_code] { exit_code = run_bench_serving(*a); });
 }
 
 void register_eval_server(CLI::App& app, int& exit_code) {
-  auto a = std::make_shared<EvalArgs>();
+  auto a = std::make_shared<EvalServerArgs>();
   auto* cmd = app.add_subcommand("eval-server",
                                  "Few-shot task accuracy through a server's completions API");
   EvalServerOptions& o = a->opt;
@@ -145,7 +145,7 @@ void register_eval_server(CLI::App& app, int& exit_code) {
   cmd->add_option("--dump", o.dump_file,
                   "Write each question's label, prediction and generated text (JSONL)");
   cmd->add_flag("--json", a->json, "Print one JSON object");
-  cmd->callback([a, &exit_code] { exit_code = eval(*a); });
+  cmd->callback([a, &exit_code] { exit_code = run_eval_server(*a); });
 }
 
 }  // namespace mx::app
