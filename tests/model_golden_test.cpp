@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/json_util.h"
 #include "kernels/ops.h"
+#include "loader/checkpoint.h"
 #include "loader/safetensors.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -299,6 +301,121 @@ TEST(Qwen3_5Golden, EveryPromptMatchesTheReference) {
     EXPECT_GE(run.prompts, 3);
     EXPECT_EQ(run.router_mismatch, 0);
   }
+}
+
+// Qwen3-Next (Qwen3NextForCausalLM) runs the same layers as Qwen3.5-MoE from a flat config
+// and model.* tensors, with DeltaNet's projections fused and interleaved per key-head group:
+// in_proj_qkvz rows [q_g | k_g | v_g | z_g] and in_proj_ba rows [b_g | a_g] for each key head g,
+// experts stored one by one (transformers' Qwen3NextGatedDeltaNet.fix_query_key_value_ordering
+// reads them back). The Qwen3.5 MoE fixture rewritten that way must match the same goldens.
+std::string write_as_qwen3_next(const std::string& src) {
+  const std::string dir = test::temp_dir("qwen3next");
+  auto top = read_json_file(src + "/config.json");
+  EXPECT_TRUE(top.is_ok());
+  Json c = (*top)["text_config"];
+  const double theta = c["rope_parameters"]["rope_theta"].get<double>();
+  for (const char* k : {"rope_parameters", "layer_types", "attn_output_gate", "model_type",
+                        "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings"}) {
+    c.erase(k);
+  }
+  c["architectures"] = {"Qwen3NextForCausalLM"};
+  c["model_type"] = "qwen3_next";
+  c["rope_theta"] = theta;
+  c["decoder_sparse_step"] = 1;
+  c["mlp_only_layers"] = Json::array();
+  std::ofstream(dir + "/config.json") << c.dump(2);
+
+  auto ck = CheckpointFiles::open(src, "model");
+  EXPECT_TRUE(ck.is_ok());
+  auto field = [&](const char* k) { return c[k].get<int64_t>(); };
+  const int64_t nk = field("linear_num_key_heads"), nv = field("linear_num_value_heads");
+  const int64_t dk = field("linear_key_head_dim"), dv = field("linear_value_head_dim");
+  const int64_t r = nv / nk, experts = field("num_experts");
+  const int64_t inter = field("moe_intermediate_size");
+  auto get = [&](const std::string& n) {
+    auto t = ck->tensor(n);
+    EXPECT_TRUE(t.is_ok()) << n;
+    return *t;
+  };
+  // Rows [begin, begin + n) of a 2-D tensor, appended to `out`.
+  auto rows = [](const Tensor& t, int64_t begin, int64_t n, std::string* out) {
+    const size_t row = t.nbytes() / static_cast<size_t>(t.shape()[0]);
+    out->append(static_cast<const char*>(t.data()) + begin * row, n * row);
+  };
+  SafetensorsWriter w;
+  for (const std::string& name : ck->names()) {
+    if (name.rfind("mtp.", 0) == 0) continue;
+    const std::string lm = "model.language_model.";
+    std::string out = name.rfind(lm, 0) == 0 ? "model." + name.substr(lm.size()) : name;
+    const Tensor t = get(name);
+    auto ends = [&](const std::string& suffix) {
+      return name.size() >= suffix.size() &&
+             name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    const std::string stem = out.substr(0, out.rfind('.'));  // "...linear_attn.in_proj_qkv"
+    if (ends("in_proj_qkv.weight")) {
+      const Tensor z = get(name.substr(0, name.rfind("in_proj_qkv")) + "in_proj_z.weight");
+      std::string bytes;
+      for (int64_t g = 0; g < nk; ++g) {
+        rows(t, g * dk, dk, &bytes);
+        rows(t, nk * dk + g * dk, dk, &bytes);
+        rows(t, 2 * nk * dk + g * r * dv, r * dv, &bytes);
+        rows(z, g * r * dv, r * dv, &bytes);
+      }
+      const std::string fused = stem.substr(0, stem.size() - 3) + "qkvz.weight";
+      EXPECT_TRUE(w.add(fused, t.dtype(), {nk * (2 * dk + 2 * r * dv), t.shape()[1]}, bytes.data(),
+                        bytes.size())
+                      .is_ok());
+    } else if (ends("in_proj_b.weight")) {
+      const Tensor a = get(name.substr(0, name.rfind("in_proj_b")) + "in_proj_a.weight");
+      std::string bytes;
+      for (int64_t g = 0; g < nk; ++g) {
+        rows(t, g * r, r, &bytes);
+        rows(a, g * r, r, &bytes);
+      }
+      const std::string fused = stem.substr(0, stem.size() - 1) + "ba.weight";
+      EXPECT_TRUE(
+          w.add(fused, t.dtype(), {2 * nv, t.shape()[1]}, bytes.data(), bytes.size()).is_ok());
+    } else if (ends("in_proj_z.weight") || ends("in_proj_a.weight")) {
+      continue;  // fused above
+    } else if (ends("experts.gate_up_proj") || ends("experts.down_proj")) {
+      const bool gate_up = ends("gate_up_proj");
+      const std::string base = out.substr(0, out.rfind('.') + 1);  // "...mlp.experts."
+      for (int64_t e = 0; e < experts; ++e) {
+        const Tensor te = t.select(0, e);
+        const std::string p = base + std::to_string(e) + ".";
+        if (gate_up) {
+          EXPECT_TRUE(w.add(p + "gate_proj.weight", te.slice(0, 0, inter)).is_ok());
+          EXPECT_TRUE(w.add(p + "up_proj.weight", te.slice(0, inter, 2 * inter)).is_ok());
+        } else {
+          EXPECT_TRUE(w.add(p + "down_proj.weight", te).is_ok());
+        }
+      }
+    } else {
+      EXPECT_TRUE(w.add(out, t).is_ok()) << name;
+    }
+  }
+  EXPECT_TRUE(w.write(dir + "/model.safetensors").is_ok());
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    fs::copy_file(src + "/" + f, dir + "/" + f);
+  }
+  return dir;
+}
+
+TEST(Qwen3NextGolden, Qwen3_5MoeStoredAsQwen3NextMatchesTheReference) {
+  const std::string src = test::shared_dir() + "/fixtures/tiny-qwen3_5-moe";
+  const std::string dir = write_as_qwen3_next(src);
+  if (HasFailure()) return;
+  GoldenRun run;
+  run.logprob_tol = 1e-3;
+  check_model(dir, src + "/golden/golden.json", KvDtype::kF32, &run);
+  fs::remove_all(dir);
+  if (HasFatalFailure()) return;
+  std::printf("qwen3-next layout: %d prompts, %d positions, max |dlogprob| %.2e, router %d/%d\n",
+              run.prompts, run.positions, run.max_logprob_err,
+              run.router_tokens - run.router_mismatch, run.router_tokens);
+  EXPECT_GE(run.prompts, 3);
+  EXPECT_EQ(run.router_mismatch, 0);
 }
 
 // The recurrent state carried across prefill chunks: chunks of 1, 7 and 64 tokens and the

@@ -17,6 +17,7 @@ const std::vector<ArchInfo>& supported_archs() {
       {Arch::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", "qwen3moe"},
       {Arch::kQwen3_5, "Qwen3_5ForConditionalGeneration", "qwen3_5", ""},
       {Arch::kQwen3_5Moe, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", ""},
+      {Arch::kQwen3Next, "Qwen3NextForCausalLM", "qwen3_next", ""},
   };
   return kArchs;
 }
@@ -151,8 +152,9 @@ Status parse_layer_kinds(const Json& j, const std::string& what, ModelConfig* c)
   return Status::ok();
 }
 
+// Qwen3.5's text model and Qwen3-Next share these fields; only Qwen3.5 nests its language model.
 Status parse_qwen3_5_fields(const Json& j, const std::string& what, ModelConfig* c) {
-  c->weight_prefix = "model.language_model.";
+  if (c->arch != Arch::kQwen3Next) c->weight_prefix = "model.language_model.";
   c->zero_centered_norms = true;
   MX_ASSIGN_OR_RETURN(c->attn_output_gate, json_bool_or(j, "attn_output_gate", true, what));
   MX_RETURN_IF_ERROR(parse_layer_kinds(j, what, c));
@@ -278,13 +280,14 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   c.arch = arch->arch;
   c.hf_class = arch->hf_class;
   c.model_type = arch->model_type;
-  const bool qwen3_5 = c.arch == Arch::kQwen3_5 || c.arch == Arch::kQwen3_5Moe;
+  const bool wrapped = c.arch == Arch::kQwen3_5 || c.arch == Arch::kQwen3_5Moe;
+  const bool qwen3_5 = wrapped || c.arch == Arch::kQwen3Next;  // the hybrid layers
   // Qwen3.5 checkpoints wrap a vision-language model: the language model's fields sit in
   // text_config.
-  if (qwen3_5 && (!top.contains("text_config") || !top["text_config"].is_object())) {
+  if (wrapped && (!top.contains("text_config") || !top["text_config"].is_object())) {
     return invalid_argument(what + ": " + c.hf_class + " needs an object 'text_config'");
   }
-  const Json& j = qwen3_5 ? top["text_config"] : top;
+  const Json& j = wrapped ? top["text_config"] : top;
   MX_RETURN_IF_ERROR(check_unimplemented_fields(j, qwen3_5, what));
   MX_ASSIGN_OR_RETURN(c.vocab_size, json_int(j, "vocab_size", what));
   MX_ASSIGN_OR_RETURN(c.hidden_size, json_int(j, "hidden_size", what));
@@ -308,7 +311,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   MX_ASSIGN_OR_RETURN(c.head_dim, json_int_or(j, "head_dim", c.hidden_size / c.num_heads, what));
   MX_RETURN_IF_ERROR(positive(what, "head_dim", c.head_dim));
   if (c.head_dim % 2 != 0) return invalid_argument(what + ": head_dim must be even for RoPE");
-  if (c.arch == Arch::kQwen3_5Moe) {
+  if (c.arch == Arch::kQwen3_5Moe || c.arch == Arch::kQwen3Next) {
     // Every layer may be MoE: a dense width is then absent.
     MX_ASSIGN_OR_RETURN(c.intermediate_size, json_int_or(j, "intermediate_size", 0, what));
   } else {
@@ -354,9 +357,9 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
                                 " is dense but intermediate_size is not given");
       }
     }
-    if (c.arch == Arch::kQwen3_5Moe) {
-      // The Qwen3.5 router always renormalizes its top-k.
-      c.norm_topk_prob = true;
+    // The Qwen3.5 router always renormalizes its top-k; Qwen3-Next's says so in its config.
+    if (c.arch == Arch::kQwen3_5Moe) c.norm_topk_prob = true;
+    if (c.arch == Arch::kQwen3_5Moe || c.arch == Arch::kQwen3Next) {
       MX_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
                           json_int_or(j, "shared_expert_intermediate_size", 0, what));
     }

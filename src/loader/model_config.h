@@ -11,7 +11,7 @@
 
 namespace mx {
 
-enum class Arch { kQwen3, kQwen3Moe, kQwen3_5, kQwen3_5Moe };
+enum class Arch { kQwen3, kQwen3Moe, kQwen3_5, kQwen3_5Moe, kQwen3Next };
 
 // What mixes tokens in a layer: softmax attention over the KV cache, or gated DeltaNet linear
 // attention over a recurrent state.
@@ -56,8 +56,8 @@ struct ModelConfig {
   std::vector<LayerKind> layer_kinds;
   // Where the language model's tensors live ("model." or, for Qwen3.5, "model.language_model.").
   std::string weight_prefix = "model.";
-  // Qwen3.5: norms store w - 1 and apply (1 + w); q_proj also gives a sigmoid output gate per
-  // head; RoPE covers the first rotary_dim dims of each head.
+  // Qwen3.5 and Qwen3-Next: norms store w - 1 and apply (1 + w); q_proj also gives a sigmoid
+  // output gate per head; RoPE covers the first rotary_dim dims of each head.
   bool zero_centered_norms = false;
   bool attn_output_gate = false;
   int64_t rotary_dim = 0;  // = head_dim unless partial_rotary_factor < 1
@@ -74,7 +74,12 @@ struct ModelConfig {
   bool is_linear_attention(int64_t layer) const {
     return layer_kinds[static_cast<size_t>(layer)] == LayerKind::kLinearAttention;
   }
-  bool has_moe() const { return arch == Arch::kQwen3Moe || arch == Arch::kQwen3_5Moe; }
+  bool has_moe() const {
+    return arch == Arch::kQwen3Moe || arch == Arch::kQwen3_5Moe || arch == Arch::kQwen3Next;
+  }
+  // Qwen3-Next stores DeltaNet's projections fused and interleaved per key-head group
+  // (in_proj_qkvz, in_proj_ba), reordered into Qwen3.5's layout at load.
+  bool interleaved_deltanet_projections() const { return arch == Arch::kQwen3Next; }
 };
 
 // The largest value a size field may take (widths, heads, vocabulary), so that products of two

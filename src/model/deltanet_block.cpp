@@ -4,6 +4,8 @@
 // decode; then the gated RMSNorm with z and out_proj.
 #include <cmath>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "formats/half.h"
 #include "kernels/deltanet.h"
@@ -90,6 +92,37 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
   }
 }
 
+// Rows of a tensor viewed as nk key-head groups, each holding `parts` runs of rows in turn:
+// part 0 of every group, then part 1 of every group, and so on.
+std::vector<std::pair<int64_t, int64_t>> grouped_runs(int64_t nk,
+                                                      const std::vector<int64_t>& parts) {
+  int64_t group = 0;
+  for (int64_t n : parts) group += n;
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  int64_t offset = 0;
+  for (int64_t n : parts) {
+    for (int64_t g = 0; g < nk; ++g) runs.emplace_back(g * group + offset, g * group + offset + n);
+    offset += n;
+  }
+  return runs;
+}
+
+// Qwen3-Next's in_proj_qkvz is [nk, (q dk, k dk, v r dv, z r dv)] and in_proj_ba [nk, (b r, a
+// r)] with r = nv / nk value heads per key head; the block wants [q | k | v | z] and [b | a],
+// value head j under key head j / r, which is the groups' order.
+Status load_interleaved_projections(const WeightLoader& w, const Dims& d, int64_t h,
+                                    const std::string& prefix, DeltaNetBlock* out) {
+  const int64_t r = d.nv / d.nk;
+  const std::string qkvz = prefix + ".in_proj_qkvz", ba = prefix + ".in_proj_ba";
+  MX_ASSIGN_OR_RETURN(
+      out->qkvz, w.linear_row_ranges(qkvz, d.conv + d.value, h,
+                                     grouped_runs(d.nk, {d.dk, d.dk, r * d.dv, r * d.dv}), qkvz,
+                                     /*keep_float=*/false));
+  MX_ASSIGN_OR_RETURN(out->ba, w.linear_row_ranges(ba, 2 * d.nv, h, grouped_runs(d.nk, {r, r}), ba,
+                                                   /*keep_float=*/true));
+  return Status::ok();
+}
+
 }  // namespace
 
 Status load_deltanet(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
@@ -100,10 +133,14 @@ Status load_deltanet(const WeightLoader& w, const ModelConfig& c, const std::str
     return unimplemented(prefix + ": conv1d kernel width " + std::to_string(d.kernel) +
                          " exceeds " + std::to_string(kConvMaxKernel));
   }
-  MX_ASSIGN_OR_RETURN(out->qkvz, w.packed(prefix, "in_proj_qkvz", {d.conv, d.value}, h));
-  // b and a feed per-head gates: kept as stored, like the router.
-  MX_ASSIGN_OR_RETURN(out->ba,
-                      w.packed(prefix, "in_proj_ba", {d.nv, d.nv}, h, /*keep_float=*/true));
+  if (c.interleaved_deltanet_projections()) {
+    MX_RETURN_IF_ERROR(load_interleaved_projections(w, d, h, prefix, out));
+  } else {
+    MX_ASSIGN_OR_RETURN(out->qkvz, w.packed(prefix, "in_proj_qkvz", {d.conv, d.value}, h));
+    // b and a feed per-head gates: kept as stored, like the router.
+    MX_ASSIGN_OR_RETURN(out->ba,
+                        w.packed(prefix, "in_proj_ba", {d.nv, d.nv}, h, /*keep_float=*/true));
+  }
   MX_ASSIGN_OR_RETURN(out->out,
                       w.linear({prefix + ".out_proj"}, {h}, d.value, prefix + ".out_proj"));
   auto conv = f32_param(w, prefix + ".conv1d.weight", {d.conv, 1, d.kernel});

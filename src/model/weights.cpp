@@ -165,13 +165,26 @@ Result<std::unique_ptr<Linear>> WeightLoader::linear_rows(const std::string& mod
                                                           int64_t in, int64_t begin, int64_t end,
                                                           const std::string& name,
                                                           bool keep_float) const {
-  MX_ASSIGN_OR_RETURN(std::vector<StoredWeight> parts, parts_of({module}, {out}, in, name));
-  StoredWeight& w = parts[0];
-  // Rows are contiguous in every encoding (float rows, ggml block rows, MX code and scale rows).
-  w.data = w.data.slice(0, begin, end);
-  if (w.scale.defined()) w.scale = w.scale.slice(0, begin, end);
-  if (w.dual_scale.defined()) w.dual_scale = w.dual_scale.slice(0, begin, end);
-  w.out = end - begin;
+  return linear_row_ranges(module, out, in, {{begin, end}}, name, keep_float);
+}
+
+Result<std::unique_ptr<Linear>> WeightLoader::linear_row_ranges(
+    const std::string& module, int64_t out, int64_t in,
+    const std::vector<std::pair<int64_t, int64_t>>& ranges, const std::string& name,
+    bool keep_float) const {
+  MX_ASSIGN_OR_RETURN(std::vector<StoredWeight> whole, parts_of({module}, {out}, in, name));
+  const StoredWeight& w = whole[0];
+  std::vector<StoredWeight> parts;
+  for (const auto& [begin, end] : ranges) {
+    MX_CHECK(0 <= begin && begin < end && end <= out);
+    // Rows are contiguous in every encoding (float rows, ggml block rows, MX code and scale rows).
+    StoredWeight p = w;
+    p.data = w.data.slice(0, begin, end);
+    if (w.scale.defined()) p.scale = w.scale.slice(0, begin, end);
+    if (w.dual_scale.defined()) p.dual_scale = w.dual_scale.slice(0, begin, end);
+    p.out = end - begin;
+    parts.push_back(std::move(p));
+  }
   return linear_of(std::move(parts), name, keep_float);
 }
 

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loader/weight_source.h"
@@ -53,6 +54,12 @@ class WeightLoader {
   Result<std::unique_ptr<Linear>> linear_rows(const std::string& module, int64_t out, int64_t in,
                                               int64_t begin, int64_t end, const std::string& name,
                                               bool keep_float) const;
+  // The row ranges of `module` [out, in], stacked in the order given (a load-time reorder of
+  // interleaved rows).
+  Result<std::unique_ptr<Linear>> linear_row_ranges(
+      const std::string& module, int64_t out, int64_t in,
+      const std::vector<std::pair<int64_t, int64_t>>& ranges, const std::string& name,
+      bool keep_float) const;
   // The packed module `name` of `prefix` ("...self_attn", "qkv_proj") from its shards as the
   // plan's table lists them, shard i with out_dims[i] rows.
   Result<std::unique_ptr<Linear>> packed(const std::string& prefix, const std::string& name,
