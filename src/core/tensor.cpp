@@ -161,6 +161,15 @@ void Tensor::release_mapped_pages() const {
   if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
+void Tensor::prefetch_mapped_pages() const {
+  if (!is_mapped() || !is_contiguous() || numel() <= 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data());
+  const uintptr_t first = begin / page * page;
+  const uintptr_t last = (begin + nbytes() + page - 1) / page * page;
+  ::madvise(reinterpret_cast<void*>(first), last - first, MADV_WILLNEED);
+}
+
 Tensor Tensor::contiguous_copy() const {
   Tensor out = empty(dtype_, shape_);
   const size_t esize = dtype_size(dtype_);

@@ -90,6 +90,9 @@ class Tensor {
   // twice. A later read faults them back from the file, so this is always safe. No effect on
   // owned storage.
   void release_mapped_pages() const;
+  // For a mapped tensor read a few rows at a time (an embedding table): asks the OS to read
+  // its file pages ahead, so that a row's first use is not a read from disk. Advice only.
+  void prefetch_mapped_pages() const;
 
   std::string describe() const;  // "BF16[4, 256]"
 

@@ -327,9 +327,13 @@ Status WeightLoader::embedding(const std::string& module, int64_t vocab, int64_t
     const GgmlWeight g = ggml_of(w);
     out->table = g.rows;
     out->ggml = g.type;
+    out->table.prefetch_mapped_pages();
     return Status::ok();
   }
   MX_ASSIGN_OR_RETURN(out->table, stack_rows_bf16(floats_of({w}), module));
+  // Each new token reads one row of the mapping; without read-ahead, its first read in decode
+  // waits for the disk.
+  out->table.prefetch_mapped_pages();
   return Status::ok();
 }
 
