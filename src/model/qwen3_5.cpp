@@ -1,9 +1,9 @@
 // Qwen3_5ForConditionalGeneration and Qwen3_5MoeForConditionalGeneration, text only: the
 // language model under model.language_model.*; Qwen3NextForCausalLM, the same layers under
-// model.*, with DeltaNet's projections stored fused and interleaved (deltanet_block.cpp). Each layer mixes tokens with gated DeltaNet
-// (linear_attention) or gated full attention with partial rotary (full_attention), as
-// ModelConfig::layer_kinds says, then a dense MLP or a MoE with a sigmoid-gated shared
-// expert. Norms are zero-centred, (1 + w), applied at load.
+// model.*, with DeltaNet's projections stored fused and interleaved (deltanet_block.cpp). Each
+// layer mixes tokens with gated DeltaNet (linear_attention) or gated full attention with partial
+// rotary (full_attention), as ModelConfig::layer_kinds says, then a dense MLP or a MoE with a
+// sigmoid-gated shared expert. Norms are zero-centred, (1 + w), applied at load.
 #include "model/blocks.h"
 
 namespace mx {
