@@ -29,7 +29,7 @@ bool always_float(const std::string& name, bool quantize_gate, bool quantize_hea
          // Per-head gates of DeltaNet and the shared expert's one-row gate stay as stored,
          // as online quantization keeps them.
          ends_with(name, ".in_proj_b.weight") || ends_with(name, ".in_proj_a.weight") ||
-         ends_with(name, ".shared_expert_gate.weight") ||
+         ends_with(name, ".in_proj_ba.weight") || ends_with(name, ".shared_expert_gate.weight") ||
          (!quantize_gate && ends_with(name, ".mlp.gate.weight"));
 }
 
