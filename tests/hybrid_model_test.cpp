@@ -11,6 +11,7 @@
 
 #include "core/json_util.h"
 #include "core/mapped_file.h"
+#include "export_check.h"
 #include "kernels/ops.h"
 #include "loader/model_config.h"
 #include "loader/safetensors.h"
@@ -26,13 +27,7 @@ namespace fs = std::filesystem;
 
 std::string fixture(const char* name) { return test::shared_dir() + "/fixtures/" + name; }
 
-std::vector<float> logits_of(DecoderModel& m, const std::vector<int32_t>& ids) {
-  KvCache cache(m.config(), static_cast<int64_t>(ids.size()) + 1);
-  std::vector<float> out(ids.size() * static_cast<size_t>(m.config().vocab_size));
-  EXPECT_TRUE(
-      m.forward(ids.data(), static_cast<int64_t>(ids.size()), cache, true, out.data()).is_ok());
-  return out;
-}
+using test::logits_of;
 
 const Scheme kSchemes[] = {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4,
                            Scheme::kW4A4Mxfp4Dual};
@@ -80,30 +75,10 @@ TEST(Hybrid, EverySchemeRunsAgainstTheReference) {
 // quantize writes the msmodelslim layout (fused experts saved per expert); loading it with no
 // flag gives online quantization's logits bit for bit.
 TEST(Hybrid, QuantizeThenOfflineEqualsOnline) {
-  const std::string src = fixture("tiny-qwen3_5-moe");
-  const std::string out = test::temp_dir("q35");
-  ExportOptions eo;
-  eo.scheme = Scheme::kW8A8Mxfp8;
-  auto sum = export_msmodelslim(src, out, eo);
-  ASSERT_TRUE(sum.is_ok()) << sum.status().to_string();
-  auto desc = read_text_file(out + "/quant_model_description.json");
-  ASSERT_TRUE(desc.is_ok());
-  EXPECT_NE(desc->find("\"model.language_model.layers.0.mlp.experts.7.down_proj.weight\": "
-                       "\"W8A8_MXFP8\""),
-            std::string::npos);
-  EXPECT_NE(desc->find("\"model.language_model.layers.0.linear_attn.in_proj_b.weight\": \"FLOAT\""),
-            std::string::npos);
-  LoadOptions opt;
-  opt.threads = 2;
-  auto off = load_model(out, opt);
-  ASSERT_TRUE(off.is_ok()) << off.status().to_string();
-  opt.quantization = Scheme::kW8A8Mxfp8;
-  auto on = load_model(src, opt);
-  ASSERT_TRUE(on.is_ok());
-  const std::vector<int32_t> ids = {1277, 278, 258, 1105, 4017, 603, 3652, 1176, 11, 330};
-  const auto a = logits_of(**off, ids), b = logits_of(**on, ids);
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-  fs::remove_all(out);
+  test::expect_offline_equals_online(
+      fixture("tiny-qwen3_5-moe"), test::temp_dir("q35"), Scheme::kW8A8Mxfp8,
+      {{"model.language_model.layers.0.mlp.experts.7.down_proj.weight", "W8A8_MXFP8"},
+       {"model.language_model.layers.0.linear_attn.in_proj_b.weight", "FLOAT"}});
 }
 
 // The shipped msmodelslim export (router quantized too) against quantize of the BF16 fixture

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "core/json_util.h"
+#include "export_check.h"
 #include "kernels/ops.h"
 #include "loader/checkpoint.h"
 #include "loader/safetensors.h"
@@ -422,35 +423,10 @@ TEST(Qwen3NextGolden, Qwen3_5MoeStoredAsQwen3NextMatchesTheReference) {
 
   // `quantize` keeps the fused tensors as stored (in_proj_ba FLOAT, in_proj_qkvz in the
   // scheme, row by row), and their offline load equals online quantization bit for bit.
-  const std::string out = test::temp_dir("qwen3next_w8a8");
-  ExportOptions eo;
-  eo.scheme = Scheme::kW8A8Mxfp8;
-  auto sum = export_msmodelslim(dir, out, eo);
-  ASSERT_TRUE(sum.is_ok()) << sum.status().to_string();
-  auto desc = read_text_file(out + "/quant_model_description.json");
-  ASSERT_TRUE(desc.is_ok());
-  EXPECT_NE(desc->find("\"model.layers.0.linear_attn.in_proj_ba.weight\": \"FLOAT\""),
-            std::string::npos);
-  EXPECT_NE(desc->find("\"model.layers.0.linear_attn.in_proj_qkvz.weight\": \"W8A8_MXFP8\""),
-            std::string::npos);
-  LoadOptions opt;
-  opt.threads = 2;
-  auto off = load_model(out, opt);
-  ASSERT_TRUE(off.is_ok()) << off.status().to_string();
-  opt.quantization = Scheme::kW8A8Mxfp8;
-  auto on = load_model(dir, opt);
-  ASSERT_TRUE(on.is_ok()) << on.status().to_string();
-  const std::vector<int32_t> ids = {1277, 278, 258, 1105, 4017, 603, 3652, 1176, 11, 330};
-  auto logits = [&](DecoderModel& m) {
-    KvCache cache(m.config(), static_cast<int64_t>(ids.size()) + 1);
-    std::vector<float> l(ids.size() * static_cast<size_t>(m.config().vocab_size));
-    EXPECT_TRUE(
-        m.forward(ids.data(), static_cast<int64_t>(ids.size()), cache, true, l.data()).is_ok());
-    return l;
-  };
-  const auto a = logits(**off), b = logits(**on);
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-  fs::remove_all(out);
+  test::expect_offline_equals_online(
+      dir, test::temp_dir("qwen3next_w8a8"), Scheme::kW8A8Mxfp8,
+      {{"model.layers.0.linear_attn.in_proj_ba.weight", "FLOAT"},
+       {"model.layers.0.linear_attn.in_proj_qkvz.weight", "W8A8_MXFP8"}});
   fs::remove_all(dir);
 }
 
