@@ -100,15 +100,16 @@ void BM_GemmMx(benchmark::State& state, IsaLevel isa, Scheme scheme) {
     mx_prepare_fp4_activations(av, xq.data(), xsum.data(), xscale.data());
     a = {nullptr, &pv, y.data(), m, kd, n, xq.data(), xsum.data(), xscale.data()};
   }
-  // W4A8 runs its int16 kernel on 14-bit activations.
+  // W4A8 runs its integer kernel on 14-bit activations, prepared by its own table.
   const bool w4a8 = !w4a4 && info.weight == ElemFormat::kE2M1;
   std::vector<int16_t> xh(static_cast<size_t>(m * kd));
   if (w4a8) {
     const MxMatrixView av{acts.format, acts.codes.data(), acts.scales.data(), nullptr, m,
                           kd,          acts.row_bytes};
-    mx_prepare_fp8_activations_i16(av, xh.data(), xscale.data());
+    k->prepare_w4a8(av, xh.data(), xsum.data(), xscale.data());
     a.x = nullptr;
     a.xh = xh.data();
+    a.xsum = xsum.data();
     a.xscale = xscale.data();
   }
   auto* fn = w4a4 ? k->gemm_w4a4 : w4a8 ? k->gemm_w4a8 : k->gemm;

@@ -124,21 +124,20 @@ TEST(Kernels, EveryMxGemmVariant) {
             std::vector<int32_t> xsum(static_cast<size_t>(m * nb));
             std::vector<float> xscale(static_cast<size_t>(m * nb));
             if (w4a4) mx_prepare_fp4_activations(av, xq.data(), xsum.data(), xscale.data());
-            // W4A8 also runs its int16 kernel on the 14-bit activations.
+            // W4A8 also runs its integer kernel on the 14-bit activations, in the layout its
+            // own table prepares; the reference reads the scalar layout's values.
             const bool w4a8 = !w4a4 && info.weight == ElemFormat::kE2M1;
-            std::vector<int16_t> xh(static_cast<size_t>(m * kp));
-            if (w4a8) mx_prepare_fp8_activations_i16(av, xh.data(), xscale.data());
+            std::vector<int16_t> xh(static_cast<size_t>(m * kp)), xh_ref(xh.size());
+            std::vector<int32_t> xhsum(xsum.size());
             // The ISA's own activation decoders: the scalar ones' bits.
             if (info.activation == ElemFormat::kE4M3) {
               std::vector<float> af2(af.size());
               kern->decode(av, af2.data(), kMxGemmInputScale);
               ASSERT_EQ(0, std::memcmp(af2.data(), af.data(), af.size() * sizeof(float)))
                   << isa_name(isa) << " decode m=" << m << " k=" << k;
-              std::vector<int16_t> xh2(xh.size());
               std::vector<float> xs2(xscale.size());
-              kern->prepare_w4a8(av, xh2.data(), xs2.data());
-              mx_prepare_fp8_activations_i16(av, xh.data(), xscale.data());
-              ASSERT_EQ(xh2, xh) << isa_name(isa) << " prepare_w4a8 m=" << m << " k=" << k;
+              kern->prepare_w4a8(av, xh.data(), xhsum.data(), xs2.data());
+              mx_prepare_fp8_activations_i16(av, xh_ref.data(), xscale.data());
               ASSERT_EQ(xs2, xscale) << isa_name(isa) << " prepare_w4a8 scales";
               if (!w4a8) std::fill(xscale.begin(), xscale.end(), 0.0f);
             }
@@ -157,6 +156,7 @@ TEST(Kernels, EveryMxGemmVariant) {
               if (path == 2) {
                 args.x = nullptr;
                 args.xh = xh.data();
+                args.xsum = xhsum.data();
                 args.xscale = xscale.data();
                 fn = kern->gemm_w4a8;
               }
@@ -164,6 +164,19 @@ TEST(Kernels, EveryMxGemmVariant) {
               const int64_t split = n > kMxPanelCols ? kMxPanelCols : 0;
               if (split > 0) fn(args, 0, split);
               fn(args, split, n);
+              // The integer kernels' dots are exact and their scaling fixed, so every ISA
+              // gives the scalar kernel's bits, from its own activation layout.
+              if (path > 0 && isa != IsaLevel::kScalar) {
+                const MxGemmKernels* ref = mx_gemm_kernels_for(IsaLevel::kScalar);
+                std::vector<float> y0(y.size(), -1.0f);
+                MxGemmArgs r = args;
+                r.y = y0.data();
+                if (path == 2) r.xh = xh_ref.data();
+                (path == 1 ? ref->gemm_w4a4 : ref->gemm_w4a8)(r, 0, n);
+                ASSERT_EQ(0, std::memcmp(y0.data(), y.data(), y.size() * sizeof(float)))
+                    << isa_name(isa) << " " << info.name << " path " << path << " m=" << m
+                    << " k=" << k << " n=" << n;
+              }
               // A row alone gives the same bits as in the batch (the vector kernels run
               // other tile shapes, and prefill paths, for one row than for many).
               for (int64_t i : {int64_t{0}, m - 1}) {
@@ -179,6 +192,7 @@ TEST(Kernels, EveryMxGemmVariant) {
                 }
                 if (path == 2) {
                   one.xh = xh.data() + i * kp;
+                  one.xsum = xhsum.data() + i * nb;
                   one.xscale = xscale.data() + i * nb;
                 }
                 fn(one, 0, n);
@@ -195,10 +209,10 @@ TEST(Kernels, EveryMxGemmVariant) {
                     // W4A8's int16 path: the 14-bit activations it consumes (k0, k2, k1, k3
                     // within each four), times 2^-5 and the block scale.
                     const int64_t at = (t & ~int64_t{3}) + ((t & 1) << 1) + ((t >> 1) & 1);
-                    const double xv =
-                        path == 2
-                            ? xh[i * kp + at] * static_cast<double>(xscale[i * nb + t / 32]) * 0x1p9
-                            : static_cast<double>(af[i * kp + t]) / kMxGemmInputScale;
+                    const double xv = path == 2
+                                          ? xh_ref[i * kp + at] *
+                                                static_cast<double>(xscale[i * nb + t / 32]) * 0x1p9
+                                          : static_cast<double>(af[i * kp + t]) / kMxGemmInputScale;
                     const double p = xv * wd.data_as<float>()[j * k + t];
                     sum += p;
                     mag += std::fabs(p);
@@ -235,11 +249,18 @@ TEST(Kernels, W4a8ActivationsHoldEveryE4m3CodeWithinTheBound) {
   for (IsaLevel isa : kLevels) {
     const MxGemmKernels* kern = mx_gemm_kernels_for(isa);
     if (kern == nullptr) continue;
+    // Each table lays the values out for its own kernel; the scales and the blocks' sums
+    // of the values are the same in every layout.
     std::vector<int16_t> q2(k);
+    std::vector<int32_t> sums(k / 32);
     std::vector<float> xs2(k / 32), f2(k);
-    kern->prepare_w4a8(v, q2.data(), xs2.data());
-    EXPECT_EQ(q2, q) << isa_name(isa);
+    kern->prepare_w4a8(v, q2.data(), sums.data(), xs2.data());
     EXPECT_EQ(xs2, xs) << isa_name(isa);
+    for (int64_t b = 0; b < k / 32; ++b) {
+      int32_t want = 0;
+      for (int64_t t = 0; t < 32; ++t) want += q[b * 32 + t];
+      EXPECT_EQ(sums[b], want) << isa_name(isa) << " block " << b;
+    }
     kern->decode(v, f2.data(), 1.0f);
     for (int64_t c = 0; c < k; ++c) {
       if (std::isnan(f[c])) {
@@ -305,9 +326,10 @@ TEST(Kernels, MxGemmWithLargeWeightScales) {
         mx_decode_activations(av, xs.data(), kMxGemmInputScale);
         kern->gemm({xs.data(), &pv, y.data(), 1, k, n}, 0, n);
       } else if (s == Scheme::kW4A8Mxfp4) {
-        mx_prepare_fp8_activations_i16(av, xh.data(), xscale.data());
+        kern->prepare_w4a8(av, xh.data(), xsum.data(), xscale.data());
         MxGemmArgs g{nullptr, &pv, y.data(), 1, k, n};
         g.xh = xh.data();
+        g.xsum = xsum.data();
         g.xscale = xscale.data();
         kern->gemm_w4a8(g, 0, n);
       } else {

@@ -99,8 +99,7 @@ void mx_prepare_fp4_activations(const MxMatrixView& a, int8_t* q, int32_t* sums,
   }
 }
 
-void mx_prepare_fp8_activations_i16(const MxMatrixView& a, int16_t* q, float* scales) {
-  const int64_t k = a.k, nb = (k + 31) / 32, kp = nb * 32;
+int16_t mx_w4a8_activation_int(uint8_t code) {
   // Every E4M3 code's fixed-point value; NaN codes (never written by the quantizer) read 0.
   static const auto table = [] {
     std::array<int16_t, 256> t{};
@@ -110,13 +109,18 @@ void mx_prepare_fp8_activations_i16(const MxMatrixView& a, int16_t* q, float* sc
     }
     return t;
   }();
+  return table[code];
+}
+
+void mx_prepare_fp8_activations_i16(const MxMatrixView& a, int16_t* q, float* scales) {
+  const int64_t k = a.k, nb = (k + 31) / 32, kp = nb * 32;
   for (int64_t i = 0; i < a.rows; ++i) {
     const uint8_t* row = a.codes + i * a.row_bytes;
     int16_t* dst = q + i * kp;
     for (int64_t t = 0; t < kp; ++t) {
       // k0, k2, k1, k3 within each four.
       const int64_t src = (t & ~int64_t{3}) + ((t & 1) << 1) + ((t >> 1) & 1);
-      dst[t] = src < k ? table[row[src]] : 0;
+      dst[t] = src < k ? mx_w4a8_activation_int(row[src]) : 0;
     }
     for (int64_t b = 0; b < nb; ++b)
       scales[i * nb + b] = pow2(static_cast<int>(a.scales[i * nb + b]) - 127 - 14);
@@ -269,6 +273,17 @@ void mx_gemm_w4a4_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   });
 }
 
+// The scalar kernel reads mx_prepare_fp8_activations_i16's layout and needs no sums.
+void prepare_w4a8_scalar(const MxMatrixView& a, int16_t* q, int32_t* sums, float* scales) {
+  mx_prepare_fp8_activations_i16(a, q, scales);
+  const int64_t nb = (a.k + 31) / 32;
+  for (int64_t i = 0; i < a.rows * nb; ++i) {
+    int32_t s = 0;
+    for (int64_t t = 0; t < 32; ++t) s += q[i * 32 + t];
+    sums[i] = s;
+  }
+}
+
 // W4A8: 512w times the 14-bit activations (mx_prepare_fp8_activations_i16's order).
 void mx_gemm_w4a8_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   int_gemm_scalar(a, n_begin, n_end, [&](const uint8_t* blk, int64_t c, int64_t i, int64_t b) {
@@ -283,9 +298,9 @@ void mx_gemm_w4a8_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
 }
 
 }  // namespace
-const MxGemmKernels kScalarMxGemm = {
-    IsaLevel::kScalar, pack_mx_weights,     mx_decode_activations, mx_prepare_fp8_activations_i16,
-    mx_gemm_scalar,    mx_gemm_w4a4_scalar, mx_gemm_w4a8_scalar};
+const MxGemmKernels kScalarMxGemm = {IsaLevel::kScalar,   pack_mx_weights, mx_decode_activations,
+                                     prepare_w4a8_scalar, mx_gemm_scalar,  mx_gemm_w4a4_scalar,
+                                     mx_gemm_w4a8_scalar};
 }  // namespace mx_gemm_detail
 
 namespace {

@@ -118,6 +118,8 @@ constexpr int kMxW4a8FracBits = 5;
 void mx_prepare_fp8_activations_i16(const MxMatrixView& a, int16_t* q, float* scales);
 // What the W4A8 kernels multiply per E2M1 weight code: 512 * value, in [-6144, 6144].
 int32_t mx_w4a8_weight_int(uint8_t code);
+// One E4M3 code in that fixed point (round(value * 32), NaN codes 0), in natural k order.
+int16_t mx_w4a8_activation_int(uint8_t code);
 
 struct MxGemmArgs {
   const float* x;  // [m, ldx] activations decoded with kMxGemmInputScale (gemm)
@@ -128,7 +130,7 @@ struct MxGemmArgs {
   const int8_t* xq = nullptr;
   const int32_t* xsum = nullptr;
   const float* xscale = nullptr;
-  // gemm_w4a8: 14-bit activations [m, ldx] (scales in xscale).
+  // gemm_w4a8: its table's prepare_w4a8 output [m, ldx] (sums in xsum, scales in xscale).
   const int16_t* xh = nullptr;
   // Output column n lands at y[row * ldy + n - y_col0]: a caller that keeps only a slice of
   // the columns (the fused gmm1's tiles) passes the slice's first column.
@@ -140,16 +142,20 @@ struct MxGemmKernels {
   // Packs weights at load into the layout this table's kernels read (pack_mx_weights's
   // panels for both ISAs here; an ISA with its own layout brings its own packer).
   MxPanelWeights (*pack)(const MxMatrixView& w);
-  // mx_decode_activations and mx_prepare_fp8_activations_i16, bit for bit.
+  // mx_decode_activations, bit for bit.
   void (*decode)(const MxMatrixView& a, float* af, float factor);
-  void (*prepare_w4a8)(const MxMatrixView& a, int16_t* q, float* scales);
+  // W4A8's activations in the layout this table's gemm_w4a8 reads, from the fixed-point values
+  // of mx_prepare_fp8_activations_i16 (its scales, bit for bit): q [rows,
+  // mx_decoded_stride(k)] int16s' worth, and per block a sum the kernel may use, [rows,
+  // ceil(k/32)] as scales.
+  void (*prepare_w4a8)(const MxMatrixView& a, int16_t* q, int32_t* sums, float* scales);
   // Columns [n_begin, n_end) of y; n_begin is a multiple of kMxPanelCols. E4M3 weights.
   void (*gemm)(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
   // E2M1 weights times integer E2M1 activations: per block an exact integer dot, then scaled
   // and accumulated in FP32.
   void (*gemm_w4a4)(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
-  // E2M1 weights times 14-bit E4M3 activations: per block an exact int16 dot (vpmaddwd), then
-  // scaled and accumulated in FP32 as gemm_w4a4 does.
+  // E2M1 weights times 14-bit E4M3 activations (prepare_w4a8's, with its sums in xsum): per
+  // block an exact integer dot, then scaled and accumulated in FP32 as gemm_w4a4 does.
   void (*gemm_w4a8)(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
 };
 const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level);

@@ -1,8 +1,9 @@
 // AVX2 MX GEMM over packed column panels (mx_gemm.h). E4M3 weights: one 256-bit load of a
 // panel row widens to four vectors of eight FP32 weights with shifts and a mask, each feeding
-// R rows of FMAs. E2M1 weights: exact integer dots per block, int8 against E2M1 activations
-// (W4A4) and int16 against 14-bit E4M3 ones (W4A8). Block scales apply once per block, and
-// weights never exist widened in memory, except one block at a time in L1 for prefill.
+// R rows of FMAs. E2M1 weights: exact integer dots per block, byte products against E2M1
+// activations (W4A4) and against 14-bit E4M3 ones split in two bytes each (W4A8). Block
+// scales apply once per block, and weights never exist widened in memory, except one block at
+// a time in L1 for prefill.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -175,13 +176,19 @@ constexpr int kMaxRows = 4, kMaxPanels = 4;
 // broadcasts, the panel row and the mask within sixteen registers (five or six rows of one
 // panel would spill accumulators).
 constexpr int kPanels[kMaxRows + 1] = {0, 4, 2, 1, 1};
+// W4A8 keeps four accumulators per row and panel: one row takes two panels, and more rows
+// one panel, two of the four live at a time (W4a8::plane).
+constexpr int kW4a8Panels[kMaxRows + 1] = {0, 2, 1, 1, 1};
+// x = kW4a8Split * h + l, with h and l in [-85, 85] for |x| <= 448 * 32.
+constexpr int kW4a8Split = 170;
 
 // The integer kernels (E2M1 weights): R rows by C panels, per block 2 * R * C integer
 // accumulators in registers that the policy K fills from the panel rows and the rows'
 // activations; then each block's exact integer dot is scaled by (stored scale * 2^(64 - f))
 // * the row's activation scale into the FP32 totals, kept in memory (touched once per block).
-// K provides: X, the activation type; x(a), the activation rows; accumulate(wrow, x, acc), the
-// block's sums; dot(acc, a, xi), its exact int32 dots for one row.
+// K provides: kAcc, the accumulators per row and panel; x(a, row, b), a row's activation
+// bytes for block b; accumulate(wrow, x, acc), the block's sums; dot(acc, h, a, xi), the
+// exact int32 dots of half h of a panel for one row.
 template <typename K, int R, int C>
 void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   const MxPanelView& w = *a.w;
@@ -193,14 +200,17 @@ void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wrow[C];
     const __m256* s = begin_block<C>(w, panel, b, 256, scales, wrow);
-    const typename K::X* x[R];
+    const int8_t* x[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) x[r] = K::x(a) + (row + r) * a.ldx + b * 32;
-    __m256i acc[R][C][2];
+    for (int r = 0; r < R; ++r) x[r] = K::x(a, row + r, b);
+    __m256i acc[R][C][K::kAcc];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_si256();
+      for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 4
+        for (int q = 0; q < K::kAcc; ++q) acc[r][c][q] = _mm256_setzero_si256();
+      }
     }
     K::template accumulate<R, C>(wrow, x, acc);
 #pragma GCC unroll 8
@@ -211,7 +221,7 @@ void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
       for (int c = 0; c < C; ++c) {
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
-          const __m256i dot = K::dot(acc[r][c][h], a, xi);
+          const __m256i dot = K::dot(acc[r][c], h, a, xi);
           const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(s[2 * c + h], unit), xs);
           float* t = total[r][c] + 8 * h;
           _mm256_store_ps(t, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, _mm256_load_ps(t)));
@@ -222,94 +232,158 @@ void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   store_totals(total, a, row, panel, cols);
 }
 
+// A panel row of E2M1 codes as two vectors of offset bytes 2 * value + 12 (pshufb): lo holds
+// the low nibbles (columns l of each dword lane), hi the high ones (columns l + 8).
+__attribute__((always_inline)) inline void offset_codes(const uint8_t* p, __m256i& lo,
+                                                        __m256i& hi) {
+  const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                       12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nibble));
+  hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+}
+
+__attribute__((always_inline)) inline __m256i broadcast4(const int8_t* p) {
+  int32_t four;
+  __builtin_memcpy(&four, p, 4);
+  return _mm256_set1_epi32(four);
+}
+
+// Called once per step of a block: the integer sums stay chains of adds. Without it, GCC
+// reassociates each into a tree over the block's products, which it computes first and
+// spills (about 85 stores and reloads per block of a one-row tile).
+template <int Q0 = 0, int Q1 = -1, int R, int C, int A>
+__attribute__((always_inline)) inline void keep_chains(__m256i (&acc)[R][C][A]) {
+  constexpr int kEnd = Q1 < 0 ? A : Q1;
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 4
+      for (int q = Q0; q < kEnd; ++q) asm("" : "+x"(acc[r][c][q]));
+    }
+  }
+}
+
 // W4A4: a panel row's nibbles index a 16-byte table of 2 * value + 12 (pshufb), and a
 // byte multiply-add against four activation bytes broadcast per dword lane sums four k per
 // column into 16-bit lanes, exactly (a block's |sum| stays below 2^13). Per block, the 16-bit
 // sums are widened and the offset's share taken off.
 struct W4a4 {
-  using X = int8_t;
-  static const X* x(const MxGemmArgs& a) { return a.xq; }
+  static constexpr int kAcc = 2;
+  static const int8_t* x(const MxGemmArgs& a, int64_t row, int64_t b) {
+    return a.xq + row * a.ldx + b * 32;
+  }
   template <int R, int C>
   __attribute__((always_inline)) static void accumulate(const uint8_t* const (&wrow)[C],
-                                                        const X* const (&x)[R],
-                                                        __m256i (&acc)[R][C][2]) {
-    const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
-                                         12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
-    const __m256i nibble = _mm256_set1_epi8(0x0F);
+                                                        const int8_t* const (&x)[R],
+                                                        __m256i (&acc)[R][C][kAcc]) {
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[c] + 32 * j));
-        const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nibble));
-        const __m256i hi =
-            _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+        __m256i lo, hi;
+        offset_codes(wrow[c] + 32 * j, lo, hi);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-          int32_t four;
-          __builtin_memcpy(&four, x[r] + 4 * j, 4);
-          const __m256i xb = _mm256_set1_epi32(four);
+          const __m256i xb = broadcast4(x[r] + 4 * j);
           acc[r][c][0] = _mm256_add_epi16(acc[r][c][0], _mm256_maddubs_epi16(lo, xb));
           acc[r][c][1] = _mm256_add_epi16(acc[r][c][1], _mm256_maddubs_epi16(hi, xb));
         }
       }
+      keep_chains(acc);
     }
   }
-  __attribute__((always_inline)) static __m256i dot(__m256i acc, const MxGemmArgs& a, int64_t xi) {
-    return _mm256_sub_epi32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)),
+  __attribute__((always_inline)) static __m256i dot(const __m256i (&acc)[kAcc], int h,
+                                                    const MxGemmArgs& a, int64_t xi) {
+    return _mm256_sub_epi32(_mm256_madd_epi16(acc[h], _mm256_set1_epi16(1)),
                             _mm256_set1_epi32(kMxFp4WeightOffset * a.xsum[xi]));
   }
 };
 
-// W4A8: each int16 lane of a panel row holds four nibbles; a shift and a mask bring one of
-// them to the lane's high byte with a zero low byte, and a pshufb table of 2 * value turns the
-// lane into 512 * value. vpmaddwd against a dword of two 14-bit activations broadcast then
-// sums two k of one column into its int32 lane: nibbles 0 and 1 of a lane pair k = 4j with
-// 4j + 2 (columns l and l + 8), nibbles 2 and 3 pair 4j + 1 with 4j + 3, the order in which
-// mx_prepare_fp8_activations_i16 stores the activations. A block's sum is exact in int32
-// (mx_gemm.h). About 11 weights per cycle in L1 against about 7 for widening to FP32, whose
-// shifts share the FMA pipes.
+// W4A8: prepare_w4a8_avx2 writes each 14-bit activation x as 170 h + l with h and l bytes
+// in [-85, 85] (per block 32 bytes of h, then 32 of l, in k order) and the block's sum of x.
+// The panel rows decode as W4A4's offset bytes, and a byte multiply-add against h and one
+// against l each sum four k per column into 16-bit lanes, exactly: a lane adds 16 products of
+// at most 24 * 85 per block. 170 (h sums) + (l sums) - 12 sum(x) is then the block's exact
+// dot over the values, and 256 times it mx_gemm_w4a8_scalar's integer. Against widening the
+// nibbles to int16 for vpmaddwd: 13 vector operations per 64 weights instead of 19.
 struct W4a8 {
-  using X = int16_t;
-  static const X* x(const MxGemmArgs& a) { return a.xh; }
+  static constexpr int kAcc = 4;
+  static const int8_t* x(const MxGemmArgs& a, int64_t row, int64_t b) {
+    return reinterpret_cast<const int8_t*>(a.xh + row * a.ldx + b * 32);
+  }
   template <int R, int C>
   __attribute__((always_inline)) static void accumulate(const uint8_t* const (&wrow)[C],
-                                                        const X* const (&x)[R],
-                                                        __m256i (&acc)[R][C][2]) {
-    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0,
-                                         1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    const __m256i nibble = _mm256_set1_epi16(0x0F00);
-#pragma GCC unroll 2
+                                                        const int8_t* const (&x)[R],
+                                                        __m256i (&acc)[R][C][kAcc]) {
+    if constexpr (R > 1) {
+      plane<0>(wrow, x, acc);
+      plane<1>(wrow, x, acc);
+      return;
+    }
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[c] + 32 * j));
-        const __m256i w0 =
-            _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_slli_epi16(v, 8), nibble));
-        const __m256i w1 =
-            _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_slli_epi16(v, 4), nibble));
-        const __m256i w2 = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nibble));
-        const __m256i w3 =
-            _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+        __m256i lo, hi;
+        offset_codes(wrow[c] + 32 * j, lo, hi);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-          int32_t pair[2];
-          __builtin_memcpy(pair, x[r] + 4 * j, 8);
-          const __m256i p0 = _mm256_set1_epi32(pair[0]), p1 = _mm256_set1_epi32(pair[1]);
-          acc[r][c][0] = _mm256_add_epi32(
-              acc[r][c][0], _mm256_add_epi32(_mm256_madd_epi16(w0, p0), _mm256_madd_epi16(w2, p1)));
-          acc[r][c][1] = _mm256_add_epi32(
-              acc[r][c][1], _mm256_add_epi32(_mm256_madd_epi16(w1, p0), _mm256_madd_epi16(w3, p1)));
+          const __m256i xh = broadcast4(x[r] + 4 * j), xl = broadcast4(x[r] + 32 + 4 * j);
+          acc[r][c][0] = _mm256_add_epi16(acc[r][c][0], _mm256_maddubs_epi16(lo, xh));
+          acc[r][c][1] = _mm256_add_epi16(acc[r][c][1], _mm256_maddubs_epi16(hi, xh));
+          acc[r][c][2] = _mm256_add_epi16(acc[r][c][2], _mm256_maddubs_epi16(lo, xl));
+          acc[r][c][3] = _mm256_add_epi16(acc[r][c][3], _mm256_maddubs_epi16(hi, xl));
         }
       }
+      keep_chains(acc);
     }
   }
-  __attribute__((always_inline)) static __m256i dot(__m256i acc, const MxGemmArgs&, int64_t) {
-    return acc;
+  // Several rows: the h plane over the block, then the l plane (decoding the panel rows
+  // again from L1), so that one plane's accumulators are live at a time.
+  template <int P, int R, int C>
+  __attribute__((always_inline)) static void plane(const uint8_t* const (&wrow)[C],
+                                                   const int8_t* const (&x)[R],
+                                                   __m256i (&acc)[R][C][kAcc]) {
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        __m256i lo, hi;
+        offset_codes(wrow[c] + 32 * j, lo, hi);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m256i xb = broadcast4(x[r] + 32 * P + 4 * j);
+          acc[r][c][2 * P] = _mm256_add_epi16(acc[r][c][2 * P], _mm256_maddubs_epi16(lo, xb));
+          acc[r][c][2 * P + 1] =
+              _mm256_add_epi16(acc[r][c][2 * P + 1], _mm256_maddubs_epi16(hi, xb));
+        }
+      }
+      keep_chains<2 * P, 2 * P + 2>(acc);
+    }
+  }
+  __attribute__((always_inline)) static __m256i dot(const __m256i (&acc)[kAcc], int h,
+                                                    const MxGemmArgs& a, int64_t xi) {
+    const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(acc[h], _mm256_set1_epi16(kW4a8Split)),
+                                         _mm256_madd_epi16(acc[2 + h], _mm256_set1_epi16(1)));
+    return _mm256_slli_epi32(
+        _mm256_sub_epi32(sum, _mm256_set1_epi32(kMxFp4WeightOffset * a.xsum[xi])), 8);
   }
 };
 
 // One table of tile functions per kernel: kind 0 E4M3 (FP32), 2 W4A4 (int8), 3 W4A8 (int16).
+template <int Kind, int R, int C>
+void tile_of(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols);
+template <int Kind, int R, int C>
+constexpr TileFn tile_fn() {
+  if constexpr (Kind == 3 && C > (R == 1 ? 2 : 1)) {
+    return nullptr;  // not in kW4a8Panels
+  } else {
+    return &tile_of<Kind, R, C>;
+  }
+}
 template <int Kind, int R, int C>
 void tile_of(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   if constexpr (Kind == 3) {
@@ -322,7 +396,7 @@ void tile_of(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
 }
 template <int Kind, int R, int... Cs>
 constexpr std::array<TileFn, kMaxPanels + 1> row_of(std::integer_sequence<int, Cs...>) {
-  return {nullptr, &tile_of<Kind, R, Cs + 1>...};
+  return {nullptr, tile_fn<Kind, R, Cs + 1>()...};
 }
 template <int Kind, int... Rs>
 constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> table_of(
@@ -336,8 +410,9 @@ constexpr auto kW4a8Tiles = table_of<3>(std::make_integer_sequence<int, kMaxRows
 
 // Rows in L2-sized blocks; row tiles of up to four, sized evenly, as in the BF16 kernel.
 template <typename Table>
-void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table& tiles) {
-  for_each_tile(a.m, n_begin / kP, (n_end + kP - 1) / kP, n_end, kP, 48, kMaxRows, kPanels,
+void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table& tiles,
+               int max_rows = kMaxRows, const int* panels_for_rows = kPanels) {
+  for_each_tile(a.m, n_begin / kP, (n_end + kP - 1) / kP, n_end, kP, 48, max_rows, panels_for_rows,
                 [&](int64_t row, int64_t rows, int64_t panel, int64_t panels, int64_t cols) {
                   tiles[static_cast<size_t>(rows)][static_cast<size_t>(panels)](a, row, panel,
                                                                                 cols);
@@ -518,38 +593,72 @@ void decode_avx2(const MxMatrixView& a, float* af, float factor) {
   }
 }
 
-// mx_prepare_fp8_activations_i16 sixteen codes at a time: each value times 32 rounded to
-// nearest even (the default rounding of vcvtps2dq, as nearbyint), NaN codes 0, the order
-// k0, k2, k1, k3 within each four, packed to int16.
-void prepare_w4a8_avx2(const MxMatrixView& a, int16_t* q, float* scales) {
-  if (a.format != ElemFormat::kE4M3 || a.k % 32 != 0) {
-    mx_prepare_fp8_activations_i16(a, q, scales);
-    return;
-  }
-  const int64_t nb = a.k / 32;
+// x = 170 h + l for sixteen fixed-point values: h = floor((x + 85) / 170), taken as
+// floor(y * 49345 / 2^23) - 85 for y = x + 85 + 170 * 85 in [0, 2^15), exact there.
+__attribute__((always_inline)) inline void split16(__m256i x, __m256i& h, __m256i& l) {
+  const __m256i y = _mm256_add_epi16(x, _mm256_set1_epi16(85 + kW4a8Split * 85));
+  const __m256i q =
+      _mm256_srli_epi16(_mm256_mulhi_epu16(y, _mm256_set1_epi16(static_cast<int16_t>(49345))), 7);
+  h = _mm256_sub_epi16(q, _mm256_set1_epi16(85));
+  l = _mm256_sub_epi16(x, _mm256_mullo_epi16(h, _mm256_set1_epi16(kW4a8Split)));
+}
+
+// One block of W4a8's layout from its 32 fixed-point values in k order; returns their sum.
+int32_t split_block(const __m256i (&x)[2], int8_t* dst) {
+  __m256i h[2], l[2];
+  split16(x[0], h[0], l[0]);
+  split16(x[1], h[1], l[1]);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                      _mm256_permute4x64_epi64(_mm256_packs_epi16(h[0], h[1]), 0xD8));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32),
+                      _mm256_permute4x64_epi64(_mm256_packs_epi16(l[0], l[1]), 0xD8));
+  const __m256i one = _mm256_set1_epi16(1);
+  const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(x[0], one), _mm256_madd_epi16(x[1], one));
+  const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+
+// Sixteen E4M3 codes as mx_w4a8_activation_int's values: times 32 rounded to nearest even
+// (vcvtps2dq's default, as nearbyint), NaN codes 0.
+__m256i fixed16(const uint8_t* p) {
   const __m256 unit = _mm256_set1_ps(static_cast<float>(1 << kMxW4a8FracBits));
+  __m256i v[2];
+  for (int h = 0; h < 2; ++h) {
+    const __m256 x = e4m3_values(p + 8 * h);
+    const __m256 finite = _mm256_cmp_ps(x, x, _CMP_ORD_Q);
+    v[h] = _mm256_cvtps_epi32(_mm256_and_ps(_mm256_mul_ps(x, unit), finite));
+  }
+  return _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
+}
+
+// W4a8's activations: whole blocks sixteen codes at a time, a row's partial last block from
+// the codes one by one (zero past k).
+void prepare_w4a8_avx2(const MxMatrixView& a, int16_t* q, int32_t* sums, float* scales) {
+  const int64_t nb = (a.k + 31) / 32, kp = mx_decoded_stride(a.k);
   for (int64_t i = 0; i < a.rows; ++i) {
     const uint8_t* row = a.codes + i * a.row_bytes;
-    int16_t* dst = q + i * a.k;
-    for (int64_t t = 0; t < a.k; t += 16) {
-      __m256i v[2];
-      for (int h = 0; h < 2; ++h) {
-        const __m256 x = e4m3_values(row + t + 8 * h);
-        const __m256 finite = _mm256_cmp_ps(x, x, _CMP_ORD_Q);
-        const __m256i r = _mm256_cvtps_epi32(_mm256_and_ps(_mm256_mul_ps(x, unit), finite));
-        v[h] = _mm256_shuffle_epi32(r, _MM_SHUFFLE(3, 1, 2, 0));
-      }
-      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + t), packed);
-    }
+    auto* dst = reinterpret_cast<int8_t*>(q + i * kp);
     for (int64_t b = 0; b < nb; ++b) {
+      alignas(32) int16_t part[32] = {};
+      __m256i x[2];
+      if (32 * (b + 1) <= a.k && a.format == ElemFormat::kE4M3) {
+        x[0] = fixed16(row + 32 * b);
+        x[1] = fixed16(row + 32 * b + 16);
+      } else {
+        for (int64_t t = 0; t < 32 && 32 * b + t < a.k; ++t)
+          part[t] = mx_w4a8_activation_int(row[32 * b + t]);
+        x[0] = _mm256_load_si256(reinterpret_cast<const __m256i*>(part));
+        x[1] = _mm256_load_si256(reinterpret_cast<const __m256i*>(part + 16));
+      }
+      sums[i * nb + b] = split_block(x, dst + 64 * b);
       scales[i * nb + b] = std::ldexp(1.0f, static_cast<int>(a.scales[i * nb + b]) - 127 - 14);
     }
   }
 }
 
 void mx_gemm_w4a8_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
-  run_tiles(a, n_begin, n_end, kW4a8Tiles);
+  run_tiles(a, n_begin, n_end, kW4a8Tiles, kMaxRows, kW4a8Panels);
 }
 
 }  // namespace

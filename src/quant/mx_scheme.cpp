@@ -95,6 +95,7 @@ class GemmActs {
         break;
       case Kind::kW4a8:
         h_ = at_least(buffers.h, m * stride_);
+        sums_ = at_least(buffers.sums, m * nb_);
         scales_ = at_least(buffers.scales, m * nb_);
         break;
       case Kind::kF32:
@@ -108,7 +109,8 @@ class GemmActs {
           mx_prepare_fp4_activations(v, q_ + r0 * stride_, sums_ + r0 * nb_, scales_ + r0 * nb_);
           break;
         case Kind::kW4a8:
-          mx_gemm_kernels().prepare_w4a8(v, h_ + r0 * stride_, scales_ + r0 * nb_);
+          mx_gemm_kernels().prepare_w4a8(v, h_ + r0 * stride_, sums_ + r0 * nb_,
+                                         scales_ + r0 * nb_);
           break;
         case Kind::kF32:
           mx_gemm_kernels().decode(v, f_ + r0 * stride_, kMxGemmInputScale);
@@ -128,6 +130,7 @@ class GemmActs {
         break;
       case Kind::kW4a8:
         g.xh = h_ + r0 * stride_;
+        g.xsum = sums_ + r0 * nb_;
         g.xscale = scales_ + r0 * nb_;
         break;
       case Kind::kF32:
