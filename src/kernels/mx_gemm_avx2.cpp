@@ -376,10 +376,11 @@ struct W4a8 {
 // One table of tile functions per kernel: kind 0 E4M3 (FP32), 2 W4A4 (int8), 3 W4A8 (int16).
 template <int Kind, int R, int C>
 void tile_of(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols);
+// Only the shapes for_each_tile can ask for (at most the row count's panels) are compiled.
 template <int Kind, int R, int C>
 constexpr TileFn tile_fn() {
-  if constexpr (Kind == 3 && C > (R == 1 ? 2 : 1)) {
-    return nullptr;  // not in kW4a8Panels
+  if constexpr (C > (Kind == 3 ? kW4a8Panels : kPanels)[R]) {
+    return nullptr;
   } else {
     return &tile_of<Kind, R, C>;
   }
