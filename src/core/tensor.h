@@ -93,6 +93,9 @@ class Tensor {
   // For a mapped tensor read a few rows at a time (an embedding table): asks the OS to read
   // its file pages ahead, so that a row's first use is not a read from disk. Advice only.
   void prefetch_mapped_pages() const;
+  // Reads one byte of every page of a mapped tensor, so that its file pages are resident when
+  // this returns (read from disk now where the page cache dropped them). Nothing otherwise.
+  void touch_mapped_pages() const;
 
   std::string describe() const;  // "BF16[4, 256]"
 

@@ -13,11 +13,11 @@
 namespace mx {
 namespace {
 
-// Best of `reps` timings of fn(thread) run on every thread at once; returns ops per second.
+// `reps` timings of fn(thread) run on every thread at once, in ops per second.
 template <typename Fn>
-double best_rate(ThreadPool& pool, int reps, Fn fn) {
+std::vector<double> rates(ThreadPool& pool, int reps, Fn fn) {
   const int threads = pool.num_threads();
-  double best = 0;
+  std::vector<double> out;
   for (int r = 0; r < reps; ++r) {
     std::vector<double> ops(static_cast<size_t>(threads), 0.0);
     const auto start = std::chrono::steady_clock::now();
@@ -28,9 +28,22 @@ double best_rate(ThreadPool& pool, int reps, Fn fn) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     double total = 0;
     for (double o : ops) total += o;
-    best = std::max(best, total / s);
+    out.push_back(total / s);
   }
-  return best;
+  return out;
+}
+
+// The arithmetic peaks: the best of `reps`, as nothing but other processes slows them.
+template <typename Fn>
+double best_rate(ThreadPool& pool, int reps, Fn fn) {
+  const std::vector<double> r = rates(pool, reps, fn);
+  return *std::max_element(r.begin(), r.end());
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 double read_sum_scalar(const float* p, int64_t n, float* sink) {
@@ -42,8 +55,7 @@ double read_sum_scalar(const float* p, int64_t n, float* sink) {
 
 }  // namespace
 
-MachinePeaks measure_machine_peaks(ThreadPool& pool) {
-  MachinePeaks m;
+void sample_read_bandwidth(ThreadPool& pool, int samples, MachinePeaks* m) {
   const bool avx2 = isa_supported(IsaLevel::kAvx2);
   const int threads = pool.num_threads();
   // 512 MiB: far past any last-level cache, so every read comes from memory.
@@ -51,22 +63,31 @@ MachinePeaks measure_machine_peaks(ThreadPool& pool) {
   // Mapped on its own and unmapped after, so that the probe leaves nothing resident behind.
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) return m;
+  if (mem == MAP_FAILED) return;
   auto* buf = static_cast<float*>(mem);
   pool.parallel_for(n, [&](int64_t b, int64_t e, int) {
     std::memset(buf + b, 0, static_cast<size_t>(e - b) * sizeof(float));
   });
   std::vector<float> sinks(static_cast<size_t>(threads) * 16, 0.0f);
-  m.bandwidth_gbs = best_rate(pool, 3,
-                              [&](int64_t t) {
-                                const int64_t b = n * t / threads / 32 * 32;
-                                const int64_t e = n * (t + 1) / threads / 32 * 32;
-                                float* sink = &sinks[static_cast<size_t>(t) * 16];
-                                return avx2 ? peaks_detail::read_sum_avx2(buf + b, e - b, sink)
-                                            : read_sum_scalar(buf + b, e - b, sink);
-                              }) /
-                    1e9;
+  for (double r : rates(pool, samples, [&](int64_t t) {
+         const int64_t b = n * t / threads / 32 * 32;
+         const int64_t e = n * (t + 1) / threads / 32 * 32;
+         float* sink = &sinks[static_cast<size_t>(t) * 16];
+         return avx2 ? peaks_detail::read_sum_avx2(buf + b, e - b, sink)
+                     : read_sum_scalar(buf + b, e - b, sink);
+       })) {
+    m->bandwidth_samples.push_back(r / 1e9);
+  }
   ::munmap(mem, bytes);
+  m->bandwidth_gbs = median(m->bandwidth_samples);
+}
+
+MachinePeaks measure_machine_peaks(ThreadPool& pool) {
+  MachinePeaks m;
+  const bool avx2 = isa_supported(IsaLevel::kAvx2);
+  const int threads = pool.num_threads();
+  sample_read_bandwidth(pool, 3, &m);
+  std::vector<float> sinks(static_cast<size_t>(threads) * 16, 0.0f);
   if (avx2) {
     m.fp32_gflops = best_rate(pool, 3,
                               [&](int64_t t) {

@@ -5,13 +5,17 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/thread_pool.h"
 
 namespace mx {
 
 struct MachinePeaks {
+  // The median of the read-bandwidth samples: on a shared machine the rate swings by half
+  // within minutes, and the best of a few samples overstates what a run can count on.
   double bandwidth_gbs = 0;
+  std::vector<double> bandwidth_samples;  // GB/s, in the order taken
   double fp32_gflops = 0;
   double bf16_gflops = 0;  // BF16 products accumulated in FP32
   double int8_gops = 0;    // int8 multiply-adds, two ops each
@@ -19,6 +23,9 @@ struct MachinePeaks {
 };
 
 MachinePeaks measure_machine_peaks(ThreadPool& pool);
+// `n` more read-bandwidth samples into m, with bandwidth_gbs their median with the earlier
+// ones: a benchmark takes some after its timed part too, so that the figure spans the run.
+void sample_read_bandwidth(ThreadPool& pool, int n, MachinePeaks* m);
 
 namespace peaks_detail {
 // AVX2 loops (machine_peaks_avx2.cpp); each returns its operation count.
