@@ -103,12 +103,14 @@ void BM_GemmMx(benchmark::State& state, IsaLevel isa, Scheme scheme) {
   // W4A8 runs its integer kernel on 14-bit activations, prepared by its own table.
   const bool w4a8 = !w4a4 && info.weight == ElemFormat::kE2M1;
   std::vector<int16_t> xh(static_cast<size_t>(m * kd));
+  std::vector<int8_t> planes(static_cast<size_t>(2 * m * kd));
   if (w4a8) {
     const MxMatrixView av{acts.format, acts.codes.data(), acts.scales.data(), nullptr, m,
                           kd,          acts.row_bytes};
-    k->prepare_w4a8(av, xh.data(), xsum.data(), xscale.data());
+    k->prepare_w4a8(av, xh.data(), planes.data(), xsum.data(), xscale.data());
     a.x = nullptr;
     a.xh = xh.data();
+    a.xhb = planes.data();
     a.xsum = xsum.data();
     a.xscale = xscale.data();
   }

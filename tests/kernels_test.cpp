@@ -124,10 +124,11 @@ TEST(Kernels, EveryMxGemmVariant) {
             std::vector<int32_t> xsum(static_cast<size_t>(m * nb));
             std::vector<float> xscale(static_cast<size_t>(m * nb));
             if (w4a4) mx_prepare_fp4_activations(av, xq.data(), xsum.data(), xscale.data());
-            // W4A8 also runs its integer kernel on the 14-bit activations, in the layout its
-            // own table prepares; the reference reads the scalar layout's values.
+            // W4A8 also runs its integer kernel on the 14-bit activations, with what its own
+            // table prepares besides them.
             const bool w4a8 = !w4a4 && info.weight == ElemFormat::kE2M1;
             std::vector<int16_t> xh(static_cast<size_t>(m * kp)), xh_ref(xh.size());
+            std::vector<int8_t> planes(static_cast<size_t>(2 * m * kp));
             std::vector<int32_t> xhsum(xsum.size());
             // The ISA's own activation decoders: the scalar ones' bits.
             if (info.activation == ElemFormat::kE4M3) {
@@ -136,8 +137,9 @@ TEST(Kernels, EveryMxGemmVariant) {
               ASSERT_EQ(0, std::memcmp(af2.data(), af.data(), af.size() * sizeof(float)))
                   << isa_name(isa) << " decode m=" << m << " k=" << k;
               std::vector<float> xs2(xscale.size());
-              kern->prepare_w4a8(av, xh.data(), xhsum.data(), xs2.data());
+              kern->prepare_w4a8(av, xh.data(), planes.data(), xhsum.data(), xs2.data());
               mx_prepare_fp8_activations_i16(av, xh_ref.data(), xscale.data());
+              ASSERT_EQ(xh, xh_ref) << isa_name(isa) << " prepare_w4a8 m=" << m << " k=" << k;
               ASSERT_EQ(xs2, xscale) << isa_name(isa) << " prepare_w4a8 scales";
               if (!w4a8) std::fill(xscale.begin(), xscale.end(), 0.0f);
             }
@@ -156,6 +158,7 @@ TEST(Kernels, EveryMxGemmVariant) {
               if (path == 2) {
                 args.x = nullptr;
                 args.xh = xh.data();
+                args.xhb = planes.data();
                 args.xsum = xhsum.data();
                 args.xscale = xscale.data();
                 fn = kern->gemm_w4a8;
@@ -165,7 +168,7 @@ TEST(Kernels, EveryMxGemmVariant) {
               if (split > 0) fn(args, 0, split);
               fn(args, split, n);
               // The integer kernels' dots are exact and their scaling fixed, so every ISA
-              // gives the scalar kernel's bits, from its own activation layout.
+              // gives the scalar kernel's bits, from whatever else its table prepared.
               if (path > 0 && isa != IsaLevel::kScalar) {
                 const MxGemmKernels* ref = mx_gemm_kernels_for(IsaLevel::kScalar);
                 std::vector<float> y0(y.size(), -1.0f);
@@ -192,6 +195,7 @@ TEST(Kernels, EveryMxGemmVariant) {
                 }
                 if (path == 2) {
                   one.xh = xh.data() + i * kp;
+                  one.xhb = planes.data() + i * 2 * kp;
                   one.xsum = xhsum.data() + i * nb;
                   one.xscale = xscale.data() + i * nb;
                 }
@@ -249,18 +253,13 @@ TEST(Kernels, W4a8ActivationsHoldEveryE4m3CodeWithinTheBound) {
   for (IsaLevel isa : kLevels) {
     const MxGemmKernels* kern = mx_gemm_kernels_for(isa);
     if (kern == nullptr) continue;
-    // Each table lays the values out for its own kernel; the scales and the blocks' sums
-    // of the values are the same in every layout.
     std::vector<int16_t> q2(k);
+    std::vector<int8_t> planes(2 * k);
     std::vector<int32_t> sums(k / 32);
     std::vector<float> xs2(k / 32), f2(k);
-    kern->prepare_w4a8(v, q2.data(), sums.data(), xs2.data());
+    kern->prepare_w4a8(v, q2.data(), planes.data(), sums.data(), xs2.data());
+    EXPECT_EQ(q2, q) << isa_name(isa);
     EXPECT_EQ(xs2, xs) << isa_name(isa);
-    for (int64_t b = 0; b < k / 32; ++b) {
-      int32_t want = 0;
-      for (int64_t t = 0; t < 32; ++t) want += q[b * 32 + t];
-      EXPECT_EQ(sums[b], want) << isa_name(isa) << " block " << b;
-    }
     kern->decode(v, f2.data(), 1.0f);
     for (int64_t c = 0; c < k; ++c) {
       if (std::isnan(f[c])) {
@@ -326,9 +325,11 @@ TEST(Kernels, MxGemmWithLargeWeightScales) {
         mx_decode_activations(av, xs.data(), kMxGemmInputScale);
         kern->gemm({xs.data(), &pv, y.data(), 1, k, n}, 0, n);
       } else if (s == Scheme::kW4A8Mxfp4) {
-        kern->prepare_w4a8(av, xh.data(), xsum.data(), xscale.data());
+        std::vector<int8_t> planes(static_cast<size_t>(2 * k));
+        kern->prepare_w4a8(av, xh.data(), planes.data(), xsum.data(), xscale.data());
         MxGemmArgs g{nullptr, &pv, y.data(), 1, k, n};
         g.xh = xh.data();
+        g.xhb = planes.data();
         g.xsum = xsum.data();
         g.xscale = xscale.data();
         kern->gemm_w4a8(g, 0, n);

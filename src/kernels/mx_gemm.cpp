@@ -273,15 +273,9 @@ void mx_gemm_w4a4_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   });
 }
 
-// The scalar kernel reads mx_prepare_fp8_activations_i16's layout and needs no sums.
-void prepare_w4a8_scalar(const MxMatrixView& a, int16_t* q, int32_t* sums, float* scales) {
+// The scalar kernel reads mx_prepare_fp8_activations_i16's layout alone.
+void prepare_w4a8_scalar(const MxMatrixView& a, int16_t* q, int8_t*, int32_t*, float* scales) {
   mx_prepare_fp8_activations_i16(a, q, scales);
-  const int64_t nb = (a.k + 31) / 32;
-  for (int64_t i = 0; i < a.rows * nb; ++i) {
-    int32_t s = 0;
-    for (int64_t t = 0; t < 32; ++t) s += q[i * 32 + t];
-    sums[i] = s;
-  }
 }
 
 // W4A8: 512w times the 14-bit activations (mx_prepare_fp8_activations_i16's order).

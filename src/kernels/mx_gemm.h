@@ -130,8 +130,10 @@ struct MxGemmArgs {
   const int8_t* xq = nullptr;
   const int32_t* xsum = nullptr;
   const float* xscale = nullptr;
-  // gemm_w4a8: its table's prepare_w4a8 output [m, ldx] (sums in xsum, scales in xscale).
+  // gemm_w4a8: 14-bit activations [m, ldx] (scales in xscale), with what its table's
+  // prepare_w4a8 wrote besides: planes [m, 2 * ldx] here, sums in xsum.
   const int16_t* xh = nullptr;
+  const int8_t* xhb = nullptr;
   // Output column n lands at y[row * ldy + n - y_col0]: a caller that keeps only a slice of
   // the columns (the fused gmm1's tiles) passes the slice's first column.
   int64_t y_col0 = 0;
@@ -144,18 +146,18 @@ struct MxGemmKernels {
   MxPanelWeights (*pack)(const MxMatrixView& w);
   // mx_decode_activations, bit for bit.
   void (*decode)(const MxMatrixView& a, float* af, float factor);
-  // W4A8's activations in the layout this table's gemm_w4a8 reads, from the fixed-point values
-  // of mx_prepare_fp8_activations_i16 (its scales, bit for bit): q [rows,
-  // mx_decoded_stride(k)] int16s' worth, and per block a sum the kernel may use, [rows,
-  // ceil(k/32)] as scales.
-  void (*prepare_w4a8)(const MxMatrixView& a, int16_t* q, int32_t* sums, float* scales);
+  // W4A8's activations: q and scales are mx_prepare_fp8_activations_i16's, bit for bit;
+  // planes [rows, 2 * mx_decoded_stride(k)] and sums [rows, ceil(k/32)] whatever else this
+  // table's gemm_w4a8 reads (the scalar table reads neither).
+  void (*prepare_w4a8)(const MxMatrixView& a, int16_t* q, int8_t* planes, int32_t* sums,
+                       float* scales);
   // Columns [n_begin, n_end) of y; n_begin is a multiple of kMxPanelCols. E4M3 weights.
   void (*gemm)(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
   // E2M1 weights times integer E2M1 activations: per block an exact integer dot, then scaled
   // and accumulated in FP32.
   void (*gemm_w4a4)(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
-  // E2M1 weights times 14-bit E4M3 activations (prepare_w4a8's, with its sums in xsum): per
-  // block an exact integer dot, then scaled and accumulated in FP32 as gemm_w4a4 does.
+  // E2M1 weights times 14-bit E4M3 activations (prepare_w4a8's): per block an exact integer
+  // dot, then scaled and accumulated in FP32 as gemm_w4a4 does.
   void (*gemm_w4a8)(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
 };
 const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level);

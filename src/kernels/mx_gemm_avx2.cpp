@@ -1,9 +1,10 @@
 // AVX2 MX GEMM over packed column panels (mx_gemm.h). E4M3 weights: one 256-bit load of a
 // panel row widens to four vectors of eight FP32 weights with shifts and a mask, each feeding
 // R rows of FMAs. E2M1 weights: exact integer dots per block, byte products against E2M1
-// activations (W4A4) and against 14-bit E4M3 ones split in two bytes each (W4A8). Block
-// scales apply once per block, and weights never exist widened in memory, except one block at
-// a time in L1 for prefill.
+// activations (W4A4), and against 14-bit E4M3 ones int16 products for several rows and byte
+// products on the activations split in two bytes for one (W4A8). Block scales apply once per
+// block, and weights never exist widened in memory, except one block at a time in L1 for
+// prefill.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -176,9 +177,8 @@ constexpr int kMaxRows = 4, kMaxPanels = 4;
 // broadcasts, the panel row and the mask within sixteen registers (five or six rows of one
 // panel would spill accumulators).
 constexpr int kPanels[kMaxRows + 1] = {0, 4, 2, 1, 1};
-// W4A8 keeps four accumulators per row and panel: one row takes two panels, and more rows
-// one panel, two of the four live at a time (W4a8::plane).
-constexpr int kW4a8Panels[kMaxRows + 1] = {0, 2, 1, 1, 1};
+// W4A8's one-row tiles keep four accumulators per panel (W4a8Bytes), so take two panels.
+constexpr int kW4a8Panels[kMaxRows + 1] = {0, 2, 2, 1, 1};
 // x = kW4a8Split * h + l, with h and l in [-85, 85] for |x| <= 448 * 32.
 constexpr int kW4a8Split = 170;
 
@@ -253,15 +253,14 @@ __attribute__((always_inline)) inline __m256i broadcast4(const int8_t* p) {
 // Called once per step of a block: the integer sums stay chains of adds. Without it, GCC
 // reassociates each into a tree over the block's products, which it computes first and
 // spills (about 85 stores and reloads per block of a one-row tile).
-template <int Q0 = 0, int Q1 = -1, int R, int C, int A>
+template <int R, int C, int A>
 __attribute__((always_inline)) inline void keep_chains(__m256i (&acc)[R][C][A]) {
-  constexpr int kEnd = Q1 < 0 ? A : Q1;
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
 #pragma GCC unroll 4
-      for (int q = Q0; q < kEnd; ++q) asm("" : "+x"(acc[r][c][q]));
+      for (int q = 0; q < A; ++q) asm("" : "+x"(acc[r][c][q]));
     }
   }
 }
@@ -302,15 +301,16 @@ struct W4a4 {
   }
 };
 
-// W4A8: prepare_w4a8_avx2 writes each 14-bit activation x as 170 h + l with h and l bytes
-// in [-85, 85] (per block 32 bytes of h, then 32 of l, in k order) and the block's sum of x.
-// The panel rows decode as W4A4's offset bytes, and a byte multiply-add against h and one
-// against l each sum four k per column into 16-bit lanes, exactly: a lane adds 16 products of
-// at most 24 * 85 per block. 170 (h sums) + (l sums) - 12 sum(x) is then the block's exact
-// dot over the values, and 256 times it mx_gemm_w4a8_scalar's integer. Against widening the
-// nibbles to int16 for vpmaddwd: 13 vector operations per 64 weights instead of 19.
-struct W4a8 {
-  static constexpr int kAcc = 4;
+// W4A8, several rows: each int16 lane of a panel row holds four nibbles; a shift and a mask
+// bring one of them to the lane's high byte with a zero low byte, and a pshufb table of
+// 2 * value turns the lane into 512 * value. vpmaddwd against a dword of two 14-bit
+// activations broadcast then sums two k of one column into its int32 lane: nibbles 0 and 1 of
+// a lane pair k = 4j with 4j + 2 (columns l and l + 8), nibbles 2 and 3 pair 4j + 1 with
+// 4j + 3, the order in which mx_prepare_fp8_activations_i16 stores the activations. A block's
+// sum is exact in int32 (mx_gemm.h). The decode (eleven operations per 64 weights) is shared
+// by the tile's rows.
+struct W4a8Words {
+  static constexpr int kAcc = 2;
   static const int8_t* x(const MxGemmArgs& a, int64_t row, int64_t b) {
     return reinterpret_cast<const int8_t*>(a.xh + row * a.ldx + b * 32);
   }
@@ -318,50 +318,71 @@ struct W4a8 {
   __attribute__((always_inline)) static void accumulate(const uint8_t* const (&wrow)[C],
                                                         const int8_t* const (&x)[R],
                                                         __m256i (&acc)[R][C][kAcc]) {
-    if constexpr (R > 1) {
-      plane<0>(wrow, x, acc);
-      plane<1>(wrow, x, acc);
-      return;
-    }
-#pragma GCC unroll 8
+    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0,
+                                         1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i nibble = _mm256_set1_epi16(0x0F00);
+#pragma GCC unroll 2
     for (int j = 0; j < 8; ++j) {
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
-        __m256i lo, hi;
-        offset_codes(wrow[c] + 32 * j, lo, hi);
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[c] + 32 * j));
+        const __m256i w0 =
+            _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_slli_epi16(v, 8), nibble));
+        const __m256i w1 =
+            _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_slli_epi16(v, 4), nibble));
+        const __m256i w2 = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nibble));
+        const __m256i w3 =
+            _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-          const __m256i xh = broadcast4(x[r] + 4 * j), xl = broadcast4(x[r] + 32 + 4 * j);
-          acc[r][c][0] = _mm256_add_epi16(acc[r][c][0], _mm256_maddubs_epi16(lo, xh));
-          acc[r][c][1] = _mm256_add_epi16(acc[r][c][1], _mm256_maddubs_epi16(hi, xh));
-          acc[r][c][2] = _mm256_add_epi16(acc[r][c][2], _mm256_maddubs_epi16(lo, xl));
-          acc[r][c][3] = _mm256_add_epi16(acc[r][c][3], _mm256_maddubs_epi16(hi, xl));
+          int32_t pair[2];
+          __builtin_memcpy(pair, x[r] + 8 * j, 8);
+          const __m256i p0 = _mm256_set1_epi32(pair[0]), p1 = _mm256_set1_epi32(pair[1]);
+          acc[r][c][0] = _mm256_add_epi32(
+              acc[r][c][0], _mm256_add_epi32(_mm256_madd_epi16(w0, p0), _mm256_madd_epi16(w2, p1)));
+          acc[r][c][1] = _mm256_add_epi32(
+              acc[r][c][1], _mm256_add_epi32(_mm256_madd_epi16(w1, p0), _mm256_madd_epi16(w3, p1)));
         }
       }
-      keep_chains(acc);
     }
   }
-  // Several rows: the h plane over the block, then the l plane (decoding the panel rows
-  // again from L1), so that one plane's accumulators are live at a time.
-  template <int P, int R, int C>
-  __attribute__((always_inline)) static void plane(const uint8_t* const (&wrow)[C],
-                                                   const int8_t* const (&x)[R],
-                                                   __m256i (&acc)[R][C][kAcc]) {
+  __attribute__((always_inline)) static __m256i dot(const __m256i (&acc)[kAcc], int h,
+                                                    const MxGemmArgs&, int64_t) {
+    return acc[h];
+  }
+};
+
+// W4A8, one row, where nothing shares the decode: prepare_w4a8_avx2 also writes each 14-bit
+// activation x as 170 h + l with h and l bytes in [-85, 85] (per block 32 bytes of h, then 32
+// of l, in k order) and the block's sum of x. The panel rows decode as W4A4's offset bytes,
+// and a byte multiply-add against h and one against l each sum four k per column into 16-bit
+// lanes, exactly: a lane adds 16 products of at most 24 * 85 per block. 170 (h sums) + (l
+// sums) - 12 sum(x) is then the block's exact dot over the values, and 256 times it the int16
+// kernel's. 13 vector operations per 64 weights instead of 19, for 5 more per block and
+// column half, which several rows would pay each (W4a8Words shares its dearer decode).
+struct W4a8Bytes {
+  static constexpr int kAcc = 4;
+  static const int8_t* x(const MxGemmArgs& a, int64_t row, int64_t b) {
+    return a.xhb + row * 2 * a.ldx + b * 64;
+  }
+  template <int R, int C>
+  __attribute__((always_inline)) static void accumulate(const uint8_t* const (&wrow)[C],
+                                                        const int8_t* const (&x)[R],
+                                                        __m256i (&acc)[R][C][kAcc]) {
+    static_assert(R == 1, "several rows take W4a8Words");
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
+      const __m256i xh = broadcast4(x[0] + 4 * j), xl = broadcast4(x[0] + 32 + 4 * j);
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
         __m256i lo, hi;
         offset_codes(wrow[c] + 32 * j, lo, hi);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const __m256i xb = broadcast4(x[r] + 32 * P + 4 * j);
-          acc[r][c][2 * P] = _mm256_add_epi16(acc[r][c][2 * P], _mm256_maddubs_epi16(lo, xb));
-          acc[r][c][2 * P + 1] =
-              _mm256_add_epi16(acc[r][c][2 * P + 1], _mm256_maddubs_epi16(hi, xb));
-        }
+        acc[0][c][0] = _mm256_add_epi16(acc[0][c][0], _mm256_maddubs_epi16(lo, xh));
+        acc[0][c][1] = _mm256_add_epi16(acc[0][c][1], _mm256_maddubs_epi16(hi, xh));
+        acc[0][c][2] = _mm256_add_epi16(acc[0][c][2], _mm256_maddubs_epi16(lo, xl));
+        acc[0][c][3] = _mm256_add_epi16(acc[0][c][3], _mm256_maddubs_epi16(hi, xl));
       }
-      keep_chains<2 * P, 2 * P + 2>(acc);
+      keep_chains(acc);
     }
   }
   __attribute__((always_inline)) static __m256i dot(const __m256i (&acc)[kAcc], int h,
@@ -387,8 +408,10 @@ constexpr TileFn tile_fn() {
 }
 template <int Kind, int R, int C>
 void tile_of(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
-  if constexpr (Kind == 3) {
-    tile_int<W4a8, R, C>(a, row, panel, cols);
+  if constexpr (Kind == 3 && R == 1) {
+    tile_int<W4a8Bytes, R, C>(a, row, panel, cols);
+  } else if constexpr (Kind == 3) {
+    tile_int<W4a8Words, R, C>(a, row, panel, cols);
   } else if constexpr (Kind == 2) {
     tile_int<W4a4, R, C>(a, row, panel, cols);
   } else {
@@ -604,7 +627,8 @@ __attribute__((always_inline)) inline void split16(__m256i x, __m256i& h, __m256
   l = _mm256_sub_epi16(x, _mm256_mullo_epi16(h, _mm256_set1_epi16(kW4a8Split)));
 }
 
-// One block of W4a8's layout from its 32 fixed-point values in k order; returns their sum.
+// One block of W4a8Bytes's planes from its 32 fixed-point values in k order; returns their
+// sum.
 int32_t split_block(const __m256i (&x)[2], int8_t* dst) {
   __m256i h[2], l[2];
   split16(x[0], h[0], l[0]);
@@ -633,13 +657,16 @@ __m256i fixed16(const uint8_t* p) {
   return _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
 }
 
-// W4a8's activations: whole blocks sixteen codes at a time, a row's partial last block from
-// the codes one by one (zero past k).
-void prepare_w4a8_avx2(const MxMatrixView& a, int16_t* q, int32_t* sums, float* scales) {
+// mx_prepare_fp8_activations_i16's values (whole blocks sixteen codes at a time, a row's
+// partial last block from the codes one by one, zero past k), stored in its order k0, k2, k1,
+// k3 within each four for W4a8Words and split into W4a8Bytes's planes with their sums.
+void prepare_w4a8_avx2(const MxMatrixView& a, int16_t* q, int8_t* planes, int32_t* sums,
+                       float* scales) {
   const int64_t nb = (a.k + 31) / 32, kp = mx_decoded_stride(a.k);
+  const __m256i order = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15, 0, 1,
+                                         4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
   for (int64_t i = 0; i < a.rows; ++i) {
     const uint8_t* row = a.codes + i * a.row_bytes;
-    auto* dst = reinterpret_cast<int8_t*>(q + i * kp);
     for (int64_t b = 0; b < nb; ++b) {
       alignas(32) int16_t part[32] = {};
       __m256i x[2];
@@ -652,7 +679,10 @@ void prepare_w4a8_avx2(const MxMatrixView& a, int16_t* q, int32_t* sums, float* 
         x[0] = _mm256_load_si256(reinterpret_cast<const __m256i*>(part));
         x[1] = _mm256_load_si256(reinterpret_cast<const __m256i*>(part + 16));
       }
-      sums[i * nb + b] = split_block(x, dst + 64 * b);
+      int16_t* dst = q + i * kp + 32 * b;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_shuffle_epi8(x[0], order));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16), _mm256_shuffle_epi8(x[1], order));
+      sums[i * nb + b] = split_block(x, planes + i * 2 * kp + 64 * b);
       scales[i * nb + b] = std::ldexp(1.0f, static_cast<int>(a.scales[i * nb + b]) - 127 - 14);
     }
   }

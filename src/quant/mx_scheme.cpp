@@ -95,6 +95,7 @@ class GemmActs {
         break;
       case Kind::kW4a8:
         h_ = at_least(buffers.h, m * stride_);
+        planes_ = at_least(buffers.planes, m * 2 * stride_);
         sums_ = at_least(buffers.sums, m * nb_);
         scales_ = at_least(buffers.scales, m * nb_);
         break;
@@ -109,8 +110,8 @@ class GemmActs {
           mx_prepare_fp4_activations(v, q_ + r0 * stride_, sums_ + r0 * nb_, scales_ + r0 * nb_);
           break;
         case Kind::kW4a8:
-          mx_gemm_kernels().prepare_w4a8(v, h_ + r0 * stride_, sums_ + r0 * nb_,
-                                         scales_ + r0 * nb_);
+          mx_gemm_kernels().prepare_w4a8(v, h_ + r0 * stride_, planes_ + r0 * 2 * stride_,
+                                         sums_ + r0 * nb_, scales_ + r0 * nb_);
           break;
         case Kind::kF32:
           mx_gemm_kernels().decode(v, f_ + r0 * stride_, kMxGemmInputScale);
@@ -130,6 +131,7 @@ class GemmActs {
         break;
       case Kind::kW4a8:
         g.xh = h_ + r0 * stride_;
+        g.xhb = planes_ + r0 * 2 * stride_;
         g.xsum = sums_ + r0 * nb_;
         g.xscale = scales_ + r0 * nb_;
         break;
@@ -156,6 +158,7 @@ class GemmActs {
     std::vector<float> f;
     std::vector<int8_t> q;
     std::vector<int16_t> h;
+    std::vector<int8_t> planes;
     std::vector<int32_t> sums;
     std::vector<float> scales;
   };
@@ -164,6 +167,7 @@ class GemmActs {
   float* f_ = nullptr;
   int8_t* q_ = nullptr;
   int16_t* h_ = nullptr;
+  int8_t* planes_ = nullptr;
   int32_t* sums_ = nullptr;
   float* scales_ = nullptr;
 };
