@@ -179,10 +179,11 @@ constexpr int kMaxRows = 4, kMaxPanels = 4;
 constexpr int kPanels[kMaxRows + 1] = {0, 4, 2, 1, 1};
 // W4A8's one-row tiles keep four accumulators per panel (W4a8Bytes), so take two panels.
 constexpr int kW4a8Panels[kMaxRows + 1] = {0, 2, 2, 1, 1};
-// x = kW4a8Split * h + l, with h and l in [-85, 85] for |x| <= 448 * 32.
+// x = kW4a8Split * h + l, with h and l in [-85, 85] for |x| <= 448 * 32: a split for which
+// both halves keep a block's sums in 16-bit lanes (16 products of at most 24 * 85 = 32640).
 constexpr int kW4a8Split = 170;
 
-// The integer kernels (E2M1 weights): R rows by C panels, per block 2 * R * C integer
+// The integer kernels (E2M1 weights): R rows by C panels, per block K::kAcc * R * C integer
 // accumulators in registers that the policy K fills from the panel rows and the rows'
 // activations; then each block's exact integer dot is scaled by (stored scale * 2^(64 - f))
 // * the row's activation scale into the FP32 totals, kept in memory (touched once per block).
