@@ -49,6 +49,7 @@ void BM_GemmBf16(benchmark::State& state, IsaLevel isa) {
 }
 BENCHMARK_CAPTURE(BM_GemmBf16, scalar, IsaLevel::kScalar)->Arg(1)->Arg(8);
 BENCHMARK_CAPTURE(BM_GemmBf16, avx2, IsaLevel::kAvx2)->Arg(1)->Arg(4)->Arg(8)->Arg(64);
+BENCHMARK_CAPTURE(BM_GemmBf16, avx512, IsaLevel::kAvx512)->Arg(1)->Arg(4)->Arg(8)->Arg(64);
 
 // MX GEMM over packed weights, from decoded activations (W4A4: integer activations, the
 // int8 kernel); GB/s counts the weight bytes (codes and scales) a decode step streams.
@@ -141,6 +142,23 @@ BENCHMARK_CAPTURE(BM_GemmMx, avx2_w4a4, IsaLevel::kAvx2, Scheme::kW4A4Mxfp4)
     ->Arg(8)
     ->Arg(64);
 BENCHMARK_CAPTURE(BM_GemmMx, avx2_mxfp4_dual, IsaLevel::kAvx2, Scheme::kW4A4Mxfp4Dual)->Arg(1);
+// Skipped, saying so, where the processor lacks AVX-512.
+BENCHMARK_CAPTURE(BM_GemmMx, avx512_mxfp8, IsaLevel::kAvx512, Scheme::kW8A8Mxfp8)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(64);
+BENCHMARK_CAPTURE(BM_GemmMx, avx512_w4a8, IsaLevel::kAvx512, Scheme::kW4A8Mxfp4)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(64);
+BENCHMARK_CAPTURE(BM_GemmMx, avx512_w4a4, IsaLevel::kAvx512, Scheme::kW4A4Mxfp4)
+    ->Arg(1)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(64);
+BENCHMARK_CAPTURE(BM_GemmMx, avx512_mxfp4_dual, IsaLevel::kAvx512, Scheme::kW4A4Mxfp4Dual)->Arg(1);
 
 void BM_AttentionHead(benchmark::State& state, IsaLevel isa) {
   const AttentionKernels* k = attention_kernels_for(isa);

@@ -23,6 +23,18 @@ namespace {
 
 const IsaLevel kLevels[] = {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512};
 
+// The variant tests below run the AVX-512 tables only where the processor has the level;
+// elsewhere this says so, and where it has it, the GEMM tables must be registered.
+TEST(Kernels, Avx512TablesRunWhereTheCpuHasThem) {
+  if (!isa_supported(IsaLevel::kAvx512)) {
+    GTEST_SKIP() << "this CPU lacks AVX-512 (F, BW, VL, DQ with BF16 and VNNI): the AVX-512 "
+                    "kernel variants are not run";
+  }
+  EXPECT_NE(gemm_kernels_for(IsaLevel::kAvx512), nullptr);
+  EXPECT_NE(mx_gemm_kernels_for(IsaLevel::kAvx512), nullptr);
+  EXPECT_EQ(mx_gemm_kernels_for(IsaLevel::kAvx512)->pack, &pack_mx_weights_avx512);
+}
+
 TEST(Kernels, EveryBf16GemmVariant) {
   int variants = 0;
   for (IsaLevel isa : kLevels) {
@@ -167,15 +179,19 @@ TEST(Kernels, EveryMxGemmVariant) {
               const int64_t split = n > kMxPanelCols ? kMxPanelCols : 0;
               if (split > 0) fn(args, 0, split);
               fn(args, split, n);
-              // The integer kernels' dots are exact and their scaling fixed, so every ISA
+              // Every ISA runs the scalar kernels' operations per output in their order (one
+              // FMA chain per block, or an exact integer dot, then the same scaling), so each
               // gives the scalar kernel's bits, from whatever else its table prepared.
-              if (path > 0 && isa != IsaLevel::kScalar) {
+              if (isa != IsaLevel::kScalar) {
                 const MxGemmKernels* ref = mx_gemm_kernels_for(IsaLevel::kScalar);
+                // Each table reads the panels its own packer lays out.
+                const MxPanelWeights ref_packed = ref->pack(wv);
                 std::vector<float> y0(y.size(), -1.0f);
                 MxGemmArgs r = args;
+                r.w = &ref_packed.view;
                 r.y = y0.data();
                 if (path == 2) r.xh = xh_ref.data();
-                (path == 1 ? ref->gemm_w4a4 : ref->gemm_w4a8)(r, 0, n);
+                (path == 0 ? ref->gemm : path == 1 ? ref->gemm_w4a4 : ref->gemm_w4a8)(r, 0, n);
                 ASSERT_EQ(0, std::memcmp(y0.data(), y.data(), y.size() * sizeof(float)))
                     << isa_name(isa) << " " << info.name << " path " << path << " m=" << m
                     << " k=" << k << " n=" << n;

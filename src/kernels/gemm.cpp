@@ -36,10 +36,17 @@ void pack_bf16_panels(const uint16_t* w, int64_t n, int64_t k, int64_t ldw, uint
   }
 }
 
+void pack_bf16_panels_avx512(const uint16_t* w, int64_t n, int64_t k, int64_t ldw, uint16_t* out) {
+  const int64_t total = bf16_panel_elems(n, k);
+  for (int64_t i = 0; i < total; ++i) out[i] = 0;
+  for (int64_t col = 0; col < n; ++col) {
+    for (int64_t kk = 0; kk < k; ++kk) out[bf16_panel_index_avx512(col, kk, k)] = w[col * ldw + kk];
+  }
+}
+
 namespace {
-// No AVX-512 table is written where it says null: the AVX2 one serves.
-constexpr IsaTable<GemmKernels> kGemmKernelsTable{&gemm_detail::kScalarGemm,
-                                                  &gemm_detail::kAvx2Gemm, nullptr};
+constexpr IsaTable<GemmKernels> kGemmKernelsTable{
+    &gemm_detail::kScalarGemm, &gemm_detail::kAvx2Gemm, &gemm_detail::kAvx512Gemm};
 }  // namespace
 
 const GemmKernels* gemm_kernels_for(IsaLevel level) { return kGemmKernelsTable.at(level); }

@@ -32,6 +32,15 @@ constexpr int64_t bf16_panel_index(int64_t col, int64_t kk, int64_t k) {
 }
 // Packs w ([n, k], row stride ldw) into out (bf16_panel_elems(n, k) elements).
 void pack_bf16_panels(const uint16_t* w, int64_t n, int64_t k, int64_t ldw, uint16_t* out);
+// AVX-512's own panels, the same size and panel order: within a panel, k in pairs, pair j
+// holding column c's weights at k = 2j and 2j + 1 at positions 32j + 2c and 32j + 2c + 1; an
+// odd k's last k holds column c at 32 * (k / 2) + c.
+constexpr int64_t bf16_panel_index_avx512(int64_t col, int64_t kk, int64_t k) {
+  const int64_t c = col % kBf16PanelCols, base = (col / kBf16PanelCols) * kBf16PanelCols * k;
+  if (k % 2 != 0 && kk == k - 1) return base + (k - 1) * kBf16PanelCols + c;
+  return base + (kk / 2) * 2 * kBf16PanelCols + 2 * c + kk % 2;
+}
+void pack_bf16_panels_avx512(const uint16_t* w, int64_t n, int64_t k, int64_t ldw, uint16_t* out);
 
 struct GemmBf16Args {
   const float* x;     // [m, k], row stride ldx
@@ -43,8 +52,8 @@ struct GemmBf16Args {
 
 struct GemmKernels {
   IsaLevel isa;
-  // Packs weights at load into the layout this table's kernels read (pack_bf16_panels for
-  // both ISAs here; an ISA with its own layout brings its own packer).
+  // Packs weights at load into the layout this table's kernels read: pack_bf16_panels for
+  // the scalar and AVX2 tables, pack_bf16_panels_avx512 for AVX-512.
   void (*pack)(const uint16_t* w, int64_t n, int64_t k, int64_t ldw, uint16_t* out);
   // Columns [n_begin, n_end) of y; n_begin is a multiple of kBf16PanelCols.
   void (*bf16)(const GemmBf16Args& a, int64_t n_begin, int64_t n_end);
@@ -56,6 +65,7 @@ const GemmKernels& gemm_kernels();
 namespace gemm_detail {
 extern const GemmKernels kScalarGemm;
 extern const GemmKernels kAvx2Gemm;
+extern const GemmKernels kAvx512Gemm;
 }  // namespace gemm_detail
 
 }  // namespace mx

@@ -200,6 +200,51 @@ MxPanelWeights pack_mx_weights(const MxMatrixView& w) {
   return p;
 }
 
+namespace {
+
+// Where pack_mx_weights_avx512 takes each byte (E4M3) or nibble (E2M1) of a block from
+// pack_mx_weights's layout: source byte, and for E2M1 the source nibble's shift, per
+// destination byte and nibble.
+struct Avx512Relayout {
+  std::array<uint16_t, 512> fp8{};
+  std::array<PanelSlot, 512> fp4{};  // [byte * 2 + high nibble]
+  Avx512Relayout() {
+    for (int64_t c = 0; c < kMxPanelCols; ++c) {
+      for (int64_t kk = 0; kk < 32; ++kk) {
+        fp8[static_cast<size_t>((kk / 4) * 64 + 4 * c + kk % 4)] =
+            static_cast<uint16_t>(panel_slot(false, c, kk).byte);
+        const int64_t byte = (kk / 8) * 64 + 4 * c + kk % 4;
+        fp4[static_cast<size_t>(2 * byte + (kk % 8) / 4)] = panel_slot(true, c, kk);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+MxPanelWeights pack_mx_weights_avx512(const MxMatrixView& w) {
+  static const Avx512Relayout map;
+  MxPanelWeights p = pack_mx_weights(w);
+  const bool fp4 = w.format == ElemFormat::kE2M1;
+  const auto bb = static_cast<size_t>(mx_panel_block_bytes(w.format));
+  std::array<uint8_t, 512> src{};
+  for (size_t i = 0; i < p.codes.size(); i += bb) {
+    uint8_t* blk = p.codes.data() + i;
+    std::memcpy(src.data(), blk, bb);
+    for (size_t d = 0; d < bb; ++d) {
+      if (fp4) {
+        const PanelSlot lo = map.fp4[2 * d], hi = map.fp4[2 * d + 1];
+        blk[d] =
+            static_cast<uint8_t>(((src[static_cast<size_t>(lo.byte)] >> lo.shift) & 0xF) |
+                                 (((src[static_cast<size_t>(hi.byte)] >> hi.shift) & 0xF) << 4));
+      } else {
+        blk[d] = src[map.fp8[d]];
+      }
+    }
+  }
+  return p;
+}
+
 namespace mx_gemm_detail {
 namespace {
 
@@ -298,9 +343,8 @@ const MxGemmKernels kScalarMxGemm = {IsaLevel::kScalar,   pack_mx_weights, mx_de
 }  // namespace mx_gemm_detail
 
 namespace {
-// No AVX-512 table is written where it says null: the AVX2 one serves.
-constexpr IsaTable<MxGemmKernels> kMxGemmKernelsTable{&mx_gemm_detail::kScalarMxGemm,
-                                                      &mx_gemm_detail::kAvx2MxGemm, nullptr};
+constexpr IsaTable<MxGemmKernels> kMxGemmKernelsTable{
+    &mx_gemm_detail::kScalarMxGemm, &mx_gemm_detail::kAvx2MxGemm, &mx_gemm_detail::kAvx512MxGemm};
 }  // namespace
 
 const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level) { return kMxGemmKernelsTable.at(level); }

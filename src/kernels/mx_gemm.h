@@ -141,8 +141,8 @@ struct MxGemmArgs {
 
 struct MxGemmKernels {
   IsaLevel isa;
-  // Packs weights at load into the layout this table's kernels read (pack_mx_weights's
-  // panels for both ISAs here; an ISA with its own layout brings its own packer).
+  // Packs weights at load into the layout this table's kernels read: pack_mx_weights's
+  // panels for the scalar and AVX2 tables, pack_mx_weights_avx512's for AVX-512.
   MxPanelWeights (*pack)(const MxMatrixView& w);
   // mx_decode_activations, bit for bit.
   void (*decode)(const MxMatrixView& a, float* af, float factor);
@@ -163,9 +163,20 @@ struct MxGemmKernels {
 const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level);
 const MxGemmKernels& mx_gemm_kernels();
 
+// AVX-512's own panels (mx_gemm_avx512.cpp reads them): the same blocks, scales and post
+// factor as pack_mx_weights, with column c in dword lane c of each 64-byte row; an E4M3 row j
+// holds k = 4j + t in byte t, an E2M1 row j k = 8j + i in the low nibble of byte i and
+// 8j + 4 + i in its high nibble.
+MxPanelWeights pack_mx_weights_avx512(const MxMatrixView& w);
+
 namespace mx_gemm_detail {
 extern const MxGemmKernels kScalarMxGemm;
 extern const MxGemmKernels kAvx2MxGemm;
+extern const MxGemmKernels kAvx512MxGemm;
+// The AVX2 table's activation preparation, which the AVX-512 table shares.
+void decode_avx2(const MxMatrixView& a, float* af, float factor);
+void prepare_w4a8_avx2(const MxMatrixView& a, int16_t* q, int8_t* planes, int32_t* sums,
+                       float* scales);
 }  // namespace mx_gemm_detail
 
 }  // namespace mx

@@ -597,27 +597,6 @@ inline float block_scale(uint8_t s, float factor) {
   return std::ldexp(1.0f, static_cast<int>(s) - 127) * factor;
 }
 
-// Whole single-level E4M3 blocks eight codes at a time; everything else (other formats,
-// dual-level chunks, a row's partial last block) as the scalar decode does it.
-void decode_avx2(const MxMatrixView& a, float* af, float factor) {
-  if (a.format != ElemFormat::kE4M3 || a.chunk_scales != nullptr || a.k % 32 != 0) {
-    mx_decode_activations(a, af, factor);
-    return;
-  }
-  const int64_t nb = a.k / 32;
-  for (int64_t i = 0; i < a.rows; ++i) {
-    const uint8_t* row = a.codes + i * a.row_bytes;
-    float* dst = af + i * a.k;
-    for (int64_t b = 0; b < nb; ++b) {
-      const __m256 s = _mm256_set1_ps(block_scale(a.scales[i * nb + b], factor));
-#pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q) {
-        _mm256_storeu_ps(dst + b * 32 + 8 * q, _mm256_mul_ps(e4m3_values(row + b * 32 + 8 * q), s));
-      }
-    }
-  }
-}
-
 // x = 170 h + l for sixteen fixed-point values: h = floor((x + 85) / 170), taken as
 // floor(y * 49345 / 2^23) - 85 for y = x + 85 + 170 * 85 in [0, 2^15), exact there.
 __attribute__((always_inline)) inline void split16(__m256i x, __m256i& h, __m256i& l) {
@@ -658,6 +637,33 @@ __m256i fixed16(const uint8_t* p) {
   return _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
 }
 
+void mx_gemm_w4a8_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
+  run_tiles(a, n_begin, n_end, kW4a8Tiles, kMaxRows, kW4a8Panels);
+}
+
+}  // namespace
+
+// Whole single-level E4M3 blocks eight codes at a time; everything else (other formats,
+// dual-level chunks, a row's partial last block) as the scalar decode does it.
+void decode_avx2(const MxMatrixView& a, float* af, float factor) {
+  if (a.format != ElemFormat::kE4M3 || a.chunk_scales != nullptr || a.k % 32 != 0) {
+    mx_decode_activations(a, af, factor);
+    return;
+  }
+  const int64_t nb = a.k / 32;
+  for (int64_t i = 0; i < a.rows; ++i) {
+    const uint8_t* row = a.codes + i * a.row_bytes;
+    float* dst = af + i * a.k;
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256 s = _mm256_set1_ps(block_scale(a.scales[i * nb + b], factor));
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        _mm256_storeu_ps(dst + b * 32 + 8 * q, _mm256_mul_ps(e4m3_values(row + b * 32 + 8 * q), s));
+      }
+    }
+  }
+}
+
 // mx_prepare_fp8_activations_i16's values (whole blocks sixteen codes at a time, a row's
 // partial last block from the codes one by one, zero past k), stored in its order k0, k2, k1,
 // k3 within each four for W4a8Words and split into W4a8Bytes's planes with their sums.
@@ -688,12 +694,6 @@ void prepare_w4a8_avx2(const MxMatrixView& a, int16_t* q, int8_t* planes, int32_
     }
   }
 }
-
-void mx_gemm_w4a8_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
-  run_tiles(a, n_begin, n_end, kW4a8Tiles, kMaxRows, kW4a8Panels);
-}
-
-}  // namespace
 
 const MxGemmKernels kAvx2MxGemm = {IsaLevel::kAvx2,   pack_mx_weights, decode_avx2,
                                    prepare_w4a8_avx2, mx_gemm_avx2,    mx_gemm_w4a4_avx2,

@@ -1,0 +1,374 @@
+// AVX-512 MX GEMM over this ISA's own panels (mx_gemm_avx512_layout in mx_gemm.cpp): sixteen
+// columns per panel, one column per dword lane, so that a 64-byte panel row feeds a whole
+// 512-bit vector. E4M3 weights: a row holds four k, widened to four FP32 vectors with shifts
+// and a mask, each one FMA per tile row. E2M1 weights: a row holds eight k, decoded to two
+// vectors of offset bytes, and VNNI's vpdpbusd sums four byte products per column straight
+// into int32 lanes, against E2M1 activations (W4A4) and against the two byte planes of the
+// 14-bit E4M3 ones (W4A8). Each output sees the scalar kernels' operations in their order:
+// one FMA chain per block from zero then the scaled sum into the total (E4M3), an exact integer
+// dot scaled the same way (E2M1), so results equal the scalar table's bit for bit.
+//
+// Compiled with AVX-512 flags: nothing here instantiates an inline function of a shared header
+// that another translation unit could link in its place (see formats/act_quant.h).
+#include <immintrin.h>
+
+#include <array>
+#include <utility>
+
+#include "kernels/mx_gemm.h"
+#include "kernels/tile_plan.h"
+
+namespace mx::mx_gemm_detail {
+namespace {
+
+constexpr int64_t kP = kMxPanelCols;
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// The four FP32 vectors of an E4M3 panel row: w[t] holds byte t of every dword lane (k = 4j +
+// t of column lane) as FP32 bits, the exponent bias left to the block scale (mx_gemm.h's
+// f = 120). A 16-bit arithmetic shift right by 4 puts bytes 1 and 3 at bits 4..11 of their
+// halves with the sign spread above; bytes 0 and 2 get there after a 16-bit shift left by 8.
+// The mask keeps sign, exponent and mantissa.
+__attribute__((always_inline)) inline void widen4(__m512i v, __m512 (&w)[4]) {
+  const __m512i mask = _mm512_set1_epi32(static_cast<int>(0x87F00000u));
+  const __m512i odd = _mm512_srai_epi16(v, 4);
+  const __m512i even = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 4);
+  w[0] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(even, 16), mask));
+  w[1] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(odd, 16), mask));
+  w[2] = _mm512_castsi512_ps(_mm512_and_si512(even, mask));
+  w[3] = _mm512_castsi512_ps(_mm512_and_si512(odd, mask));
+}
+
+// Block b's scale vector of a panel: the stored exponent bytes as FP32 powers of two, times
+// the chunk scales when dual-level (the scalar kernels' sv).
+__attribute__((always_inline)) inline __m512 scale_vec(const MxPanelView& w, int64_t panel,
+                                                       int64_t b, int64_t nb, int64_t nc) {
+  const __m128i bytes =
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + (panel * nb + b) * kP));
+  __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(bytes), 23));
+  if (w.chunk_scales != nullptr) {
+    s = _mm512_mul_ps(s, _mm512_loadu_ps(w.chunk_scales + (panel * nc + b / 16) * kP));
+  }
+  return s;
+}
+
+__attribute__((always_inline)) inline void store_cols(float* y, __m512 v, int64_t left) {
+  if (left >= kP) {
+    _mm512_storeu_ps(y, v);
+  } else {
+    _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << left) - 1), v);
+  }
+}
+
+template <int R, int C>
+__attribute__((always_inline)) inline void store_tile(const __m512 (&total)[R][C],
+                                                      const MxGemmArgs& a, int64_t row,
+                                                      int64_t panel, int64_t cols) {
+  const __m512 post = _mm512_set1_ps(a.w->post);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* y = a.y + (row + r) * a.ldy + panel * kP - a.y_col0;
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c)
+      store_cols(y + c * kP, _mm512_mul_ps(total[r][c], post), cols - c * kP);
+  }
+}
+
+// E4M3, R rows by C panels: per block one FMA chain per output over its 32 k in order, then
+// the chain's sum times the block's scale vector into the total; R * C chains in flight.
+template <int R, int C>
+void tile_fp8(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
+  const MxPanelView& w = *a.w;
+  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
+  __m512 total[R][C];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) total[r][c] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* x[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) x[r] = a.x + (row + r) * a.ldx + b * 32;
+    __m512 acc[R][C];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    }
+#pragma GCC unroll 2
+    for (int64_t j = 0; j < 8; ++j) {
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const uint8_t* p = w.codes + ((panel + c) * nb + b) * 512 + 64 * j;
+        __m512 wv[4];
+        widen4(_mm512_loadu_si512(p), wv);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) {
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r)
+            acc[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(x[r][4 * j + t]), wv[t], acc[r][c]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m512 s = scale_vec(w, panel + c, b, nb, nc);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) total[r][c] = _mm512_fmadd_ps(acc[r][c], s, total[r][c]);
+    }
+  }
+  store_tile(total, a, row, panel, cols);
+}
+
+// A 64-byte E2M1 panel row as two vectors of offset bytes 2 * value + 12 (vpshufb on a
+// sixteen-entry table): lo holds k = 8j .. 8j + 3 of each column lane, hi k = 8j + 4 .. 8j + 7.
+__attribute__((always_inline)) inline void offset_codes(const uint8_t* p, __m512i& lo,
+                                                        __m512i& hi) {
+  const __m512i lut = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i v = _mm512_loadu_si512(p);
+  lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, nibble));
+  hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble));
+}
+
+__attribute__((always_inline)) inline __m512i broadcast4(const int8_t* p) {
+  int32_t four;
+  __builtin_memcpy(&four, p, 4);
+  return _mm512_set1_epi32(four);
+}
+
+// E2M1 weights, R rows by C panels: per block two int32 accumulators per output that
+// vpdpbusd fills exactly. W4A4 (kW4a8 false): the offset weights against the int8
+// activations, one accumulator for k 8j..8j+3 and one for the rest; the dot is their sum less
+// 12 * sum(x). W4A8: against the high and the low byte planes of x = 170 h + l (prepare_w4a8
+// of the AVX2 table writes them in k order), one accumulator each; the dot is 256 * (170 H + L
+// - 12 * sum(x)), the int16 kernels' exactly. Either is then scaled as int_gemm_scalar does.
+template <bool kW4a8, int R, int C>
+void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
+  const MxPanelView& w = *a.w;
+  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
+  const __m512 unit = _mm512_set1_ps(0x1p-62f);  // mx_panel_scale_unit(kE2M1)
+  __m512 total[R][C];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) total[r][c] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const int8_t* x[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      x[r] = kW4a8 ? a.xhb + (row + r) * 2 * a.ldx + b * 64 : a.xq + (row + r) * a.ldx + b * 32;
+    }
+    __m512i acc[R][C][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 4
+    for (int64_t j = 0; j < 4; ++j) {
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        __m512i lo, hi;
+        offset_codes(w.codes + ((panel + c) * nb + b) * 256 + 64 * j, lo, hi);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          if constexpr (kW4a8) {
+            const int8_t* h = x[r] + 8 * j;
+            const int8_t* l = x[r] + 32 + 8 * j;
+            acc[r][c][0] = _mm512_dpbusd_epi32(acc[r][c][0], lo, broadcast4(h));
+            acc[r][c][1] = _mm512_dpbusd_epi32(acc[r][c][1], lo, broadcast4(l));
+            acc[r][c][0] = _mm512_dpbusd_epi32(acc[r][c][0], hi, broadcast4(h + 4));
+            acc[r][c][1] = _mm512_dpbusd_epi32(acc[r][c][1], hi, broadcast4(l + 4));
+          } else {
+            acc[r][c][0] = _mm512_dpbusd_epi32(acc[r][c][0], lo, broadcast4(x[r] + 8 * j));
+            acc[r][c][1] = _mm512_dpbusd_epi32(acc[r][c][1], hi, broadcast4(x[r] + 8 * j + 4));
+          }
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m512 s = _mm512_mul_ps(scale_vec(w, panel + c, b, nb, nc), unit);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const int64_t xi = (row + r) * nb + b;
+        const __m512i offset = _mm512_set1_epi32(kMxFp4WeightOffset * a.xsum[xi]);
+        __m512i dot;
+        if constexpr (kW4a8) {
+          const __m512i hl = _mm512_add_epi32(
+              _mm512_mullo_epi32(acc[r][c][0], _mm512_set1_epi32(170)), acc[r][c][1]);
+          dot = _mm512_slli_epi32(_mm512_sub_epi32(hl, offset), 8);
+        } else {
+          dot = _mm512_sub_epi32(_mm512_add_epi32(acc[r][c][0], acc[r][c][1]), offset);
+        }
+        const __m512 scale = _mm512_mul_ps(s, _mm512_set1_ps(a.xscale[xi]));
+        total[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, total[r][c]);
+      }
+    }
+  }
+  store_tile(total, a, row, panel, cols);
+}
+
+using TileFn = void (*)(const MxGemmArgs&, int64_t, int64_t, int64_t);
+constexpr int kMaxRows = 4, kMaxPanels = 4;
+// Panels per tile for each row count: four or more independent chains (more panels for one
+// row measured no faster), the accumulators and totals within the 32 vector registers.
+constexpr int kPanels[kMaxRows + 1] = {0, 4, 4, 2, 2};
+
+// Kind 0: E4M3 (FP32); 1: W4A4; 2: W4A8.
+template <int Kind, int R, int C>
+void tile_of(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
+  if constexpr (Kind == 0) {
+    tile_fp8<R, C>(a, row, panel, cols);
+  } else {
+    tile_int<Kind == 2, R, C>(a, row, panel, cols);
+  }
+}
+template <int Kind, int R, int C>
+constexpr TileFn tile_fn() {
+  if constexpr (C > kPanels[R]) {
+    return nullptr;
+  } else {
+    return &tile_of<Kind, R, C>;
+  }
+}
+template <int Kind, int R, int... Cs>
+constexpr std::array<TileFn, kMaxPanels + 1> row_of(std::integer_sequence<int, Cs...>) {
+  return {nullptr, tile_fn<Kind, R, Cs + 1>()...};
+}
+template <int Kind, int... Rs>
+constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> table_of(
+    std::integer_sequence<int, Rs...>) {
+  return {std::array<TileFn, kMaxPanels + 1>{},
+          row_of<Kind, Rs + 1>(std::make_integer_sequence<int, kMaxPanels>())...};
+}
+constexpr auto kFp8Tiles = table_of<0>(std::make_integer_sequence<int, kMaxRows>());
+constexpr auto kW4a4Tiles = table_of<1>(std::make_integer_sequence<int, kMaxRows>());
+constexpr auto kW4a8Tiles = table_of<2>(std::make_integer_sequence<int, kMaxRows>());
+
+template <typename Table>
+void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table& tiles) {
+  for_each_tile(a.m, n_begin / kP, (n_end + kP - 1) / kP, n_end, kP, 48, kMaxRows, kPanels,
+                [&](int64_t row, int64_t rows, int64_t panel, int64_t panels, int64_t cols) {
+                  tiles[static_cast<size_t>(rows)][static_cast<size_t>(panels)](a, row, panel,
+                                                                                cols);
+                });
+}
+
+// Many rows (prefill), E4M3: a group of blocks of one panel is widened once into an L1 buffer
+// of FP32 raw codes, one vector per k, and row tiles of up to twelve rows run their chains from
+// it with the activations broadcast from memory. Every output sees the direct tiles'
+// operations, so the results match them bit for bit.
+constexpr int64_t kWideMinRows = 6, kWideRows = 12, kWideBlockRows = 192, kWideGroupBlocks = 4;
+constexpr int64_t kWidePanels = 8;
+
+template <int R>
+void wide_rows(const float* wbuf, int64_t nblk, const float* x, int64_t ldx, const __m512* s,
+               float* total) {
+  for (int64_t b = 0; b < nblk; ++b, wbuf += 32 * kP, x += 32) {
+    __m512 acc[R];
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int k = 0; k < 32; ++k) {
+      const __m512 wv = _mm512_load_ps(wbuf + k * kP);
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), wv, acc[r]);
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      float* t = total + r * kP;
+      _mm512_store_ps(t, _mm512_fmadd_ps(acc[r], s[b], _mm512_load_ps(t)));
+    }
+  }
+}
+
+using WideRowsFn = void (*)(const float*, int64_t, const float*, int64_t, const __m512*, float*);
+constexpr WideRowsFn kWideRowsFns[kWideRows + 1] = {
+    nullptr,       wide_rows<1>,  wide_rows<2>, wide_rows<3>, wide_rows<4>,
+    wide_rows<5>,  wide_rows<6>,  wide_rows<7>, wide_rows<8>, wide_rows<9>,
+    wide_rows<10>, wide_rows<11>, wide_rows<12>};
+
+// Rows [row0, row0 + m) of panels [p0, p0 + np); output columns end at n_end. The activations
+// of a group of blocks stay in L2 while every panel of the set passes over them.
+void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64_t np,
+                 int64_t n_end) {
+  const MxPanelView& w = *a.w;
+  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
+  alignas(64) float total[kWidePanels][kWideBlockRows * kP];
+  for (int64_t i = 0; i < np; ++i) {
+    for (int64_t r = 0; r < m; ++r) _mm512_store_ps(total[i] + r * kP, _mm512_setzero_ps());
+  }
+  alignas(64) float wbuf[kWideGroupBlocks * 32 * kP];
+  const int64_t tiles = (m + kWideRows - 1) / kWideRows;
+  for (int64_t b0 = 0; b0 < nb; b0 += kWideGroupBlocks) {
+    const int64_t nblk = min64(kWideGroupBlocks, nb - b0);
+    for (int64_t i = 0; i < np; ++i) {
+      const int64_t panel = p0 + i;
+      __m512 s[kWideGroupBlocks];
+      for (int64_t g = 0; g < nblk; ++g) {
+        s[g] = scale_vec(w, panel, b0 + g, nb, nc);
+        const uint8_t* codes = w.codes + (panel * nb + b0 + g) * 512;
+        float* dst = wbuf + g * 32 * kP;
+#pragma GCC unroll 2
+        for (int j = 0; j < 8; ++j) {
+          __m512 wv[4];
+          widen4(_mm512_loadu_si512(codes + 64 * j), wv);
+#pragma GCC unroll 4
+          for (int t = 0; t < 4; ++t) _mm512_store_ps(dst + (4 * j + t) * kP, wv[t]);
+        }
+      }
+      for (int64_t t = 0, r = 0; t < tiles; ++t) {
+        const int64_t left = m - r;
+        const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
+        kWideRowsFns[rows](wbuf, nblk, a.x + (row0 + r) * a.ldx + b0 * 32, a.ldx, s,
+                           total[i] + r * kP);
+        r += rows;
+      }
+    }
+  }
+  const __m512 post = _mm512_set1_ps(w.post);
+  for (int64_t i = 0; i < np; ++i) {
+    const int64_t cols = n_end - (p0 + i) * kP;
+    for (int64_t r = 0; r < m; ++r) {
+      float* y = a.y + (row0 + r) * a.ldy + (p0 + i) * kP - a.y_col0;
+      store_cols(y, _mm512_mul_ps(_mm512_load_ps(total[i] + r * kP), post), cols);
+    }
+  }
+}
+
+void mx_gemm_avx512(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
+  if (a.m < kWideMinRows) {
+    run_tiles(a, n_begin, n_end, kFp8Tiles);
+    return;
+  }
+  const int64_t p_begin = n_begin / kP, p_end = (n_end + kP - 1) / kP;
+  for (int64_t r0 = 0; r0 < a.m; r0 += kWideBlockRows) {
+    const int64_t m = min64(kWideBlockRows, a.m - r0);
+    for (int64_t p = p_begin; p < p_end; p += kWidePanels) {
+      wide_panels(a, r0, m, p, min64(kWidePanels, p_end - p), n_end);
+    }
+  }
+}
+
+void mx_gemm_w4a4_avx512(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
+  run_tiles(a, n_begin, n_end, kW4a4Tiles);
+}
+
+void mx_gemm_w4a8_avx512(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
+  run_tiles(a, n_begin, n_end, kW4a8Tiles);
+}
+
+}  // namespace
+
+const MxGemmKernels kAvx512MxGemm = {
+    IsaLevel::kAvx512, mx::pack_mx_weights_avx512, decode_avx2,        prepare_w4a8_avx2,
+    mx_gemm_avx512,    mx_gemm_w4a4_avx512,        mx_gemm_w4a8_avx512};
+
+}  // namespace mx::mx_gemm_detail
