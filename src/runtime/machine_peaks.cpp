@@ -88,24 +88,29 @@ MachinePeaks measure_machine_peaks(ThreadPool& pool) {
   const int threads = pool.num_threads();
   sample_read_bandwidth(pool, 3, &m);
   std::vector<float> sinks(static_cast<size_t>(threads) * 16, 0.0f);
+  // The widest arithmetic the selected kernels use: AVX-512 where they run at that level.
+  const bool avx512 = active_isa() == IsaLevel::kAvx512;
   if (avx2) {
     m.fp32_gflops = best_rate(pool, 3,
                               [&](int64_t t) {
-                                return peaks_detail::fp32_fma_avx2(
-                                    20'000'000, &sinks[static_cast<size_t>(t) * 16]);
+                                float* sink = &sinks[static_cast<size_t>(t) * 16];
+                                return avx512 ? peaks_detail::fp32_fma_avx512(20'000'000, sink)
+                                              : peaks_detail::fp32_fma_avx2(20'000'000, sink);
                               }) /
                     1e9;
     std::vector<int> isinks(static_cast<size_t>(threads) * 16, 0);
     m.int8_gops = best_rate(pool, 3,
                             [&](int64_t t) {
-                              return peaks_detail::int8_dot_avx2(
-                                  20'000'000, &isinks[static_cast<size_t>(t) * 16]);
+                              int* sink = &isinks[static_cast<size_t>(t) * 16];
+                              return avx512 ? peaks_detail::int8_dot_avx512(20'000'000, sink)
+                                            : peaks_detail::int8_dot_avx2(20'000'000, sink);
                             }) /
                   1e9;
-    // Without AVX512_BF16 a BF16 product is a widened FP32 FMA: the FP32 peak bounds it.
+    // The BF16 kernels widen BF16 to FP32 and use FP32 FMAs (vdpbf16ps would round the
+    // activations to BF16 too): the FP32 peak bounds them.
     m.bf16_gflops = m.fp32_gflops;
-    m.bf16_how = "fp32 fma on widened bf16 (no AVX512_BF16)";
-    m.int8_how = "avx2 vpmaddubsw + vpmaddwd";
+    m.bf16_how = avx512 ? "avx512 fp32 fma on widened bf16" : "fp32 fma on widened bf16";
+    m.int8_how = avx512 ? "avx512 vnni vpdpbusd" : "avx2 vpmaddubsw + vpmaddwd";
   } else {
     m.bf16_how = m.int8_how = "not measured without AVX2";
   }

@@ -32,6 +32,9 @@ namespace peaks_detail {
 double read_sum_avx2(const float* p, int64_t n, float* sink);
 double fp32_fma_avx2(int64_t iters, float* sink);
 double int8_dot_avx2(int64_t iters, int* sink);
+// AVX-512 loops (machine_peaks_avx512.cpp), run where the kernels run at that level.
+double fp32_fma_avx512(int64_t iters, float* sink);
+double int8_dot_avx512(int64_t iters, int* sink);
 }  // namespace peaks_detail
 
 }  // namespace mx
