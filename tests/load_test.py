@@ -267,14 +267,23 @@ async def load(host, port, pid):
     return 0 if ok else 1
 
 
-async def read_stream(host, port, max_tokens):
-    """One streaming completion; returns ('complete'|'error'|'broken', tokens seen)."""
+async def read_stream(host, port, max_tokens, started=None):
+    """One streaming completion; returns ('complete'|'error'|'broken', tokens seen). Sets
+    `started` once the first event has arrived."""
     body = json.dumps({"prompt": "Once upon a time", "max_tokens": max_tokens, "stream": True,
                        "ignore_eos": True, "temperature": 0}).encode()
     reader, writer = await asyncio.open_connection(host, port)
     writer.write(request_bytes("POST", "/v1/completions", body))
     await writer.drain()
-    data = await asyncio.wait_for(reader.read(), 120)
+    data = b""
+    while started is not None and b"data: " not in data:
+        chunk = await asyncio.wait_for(reader.read(4096), 120)
+        if not chunk:
+            break
+        data += chunk
+    if started is not None:
+        started.set()
+    data += await asyncio.wait_for(reader.read(), 120)
     writer.close()
     events = [line[6:] for line in data.decode(errors="replace").split("\n")
               if line.startswith("data: ")]
@@ -289,8 +298,11 @@ async def read_stream(host, port, max_tokens):
 
 async def sigterm(host, port, pid, mode):
     tokens = 48 if mode == "finish" else 1000
-    streams = [asyncio.ensure_future(read_stream(host, port, tokens)) for _ in range(8)]
-    await asyncio.sleep(0.5)
+    # SIGTERM once every stream is generating: a cut then always finds them mid-stream, however
+    # fast the machine writes 1000 tokens.
+    started = [asyncio.Event() for _ in range(8)]
+    streams = [asyncio.ensure_future(read_stream(host, port, tokens, e)) for e in started]
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 120)
     os.kill(pid, signal.SIGTERM)
     results = await asyncio.gather(*streams)
     want = "complete" if mode == "finish" else "error"

@@ -35,5 +35,5 @@ shutdown_case() {
   echo "ok SIGTERM ($mode): exit 0 in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
 }
 shutdown_case finish 60 60
-shutdown_case cut 1 10
+shutdown_case cut 0.1 10
 grep -q "shutdown: timeout; ending 8 running requests" "${logs[-1]}" || fail "no timeout log line"
