@@ -185,6 +185,7 @@ void BM_AttentionHead(benchmark::State& state, IsaLevel isa) {
 }
 BENCHMARK_CAPTURE(BM_AttentionHead, scalar, IsaLevel::kScalar)->Arg(160)->Arg(2048);
 BENCHMARK_CAPTURE(BM_AttentionHead, avx2, IsaLevel::kAvx2)->Arg(160)->Arg(2048);
+BENCHMARK_CAPTURE(BM_AttentionHead, avx512, IsaLevel::kAvx512)->Arg(160)->Arg(2048);
 
 // The bundled model's grouped-query shape (two query heads of 64 per KV head, two KV heads
 // per cached row): one (row, KV head) item of a decode step, over an FP32 or a BF16 cache.
@@ -224,6 +225,8 @@ void BM_AttentionGroup(benchmark::State& state, IsaLevel isa, bool bf16) {
 BENCHMARK_CAPTURE(BM_AttentionGroup, scalar, IsaLevel::kScalar, false)->Arg(192);
 BENCHMARK_CAPTURE(BM_AttentionGroup, avx2, IsaLevel::kAvx2, false)->Arg(192)->Arg(2048);
 BENCHMARK_CAPTURE(BM_AttentionGroup, avx2_bf16, IsaLevel::kAvx2, true)->Arg(192)->Arg(2048);
+BENCHMARK_CAPTURE(BM_AttentionGroup, avx512, IsaLevel::kAvx512, false)->Arg(192)->Arg(2048);
+BENCHMARK_CAPTURE(BM_AttentionGroup, avx512_bf16, IsaLevel::kAvx512, true)->Arg(192)->Arg(2048);
 
 }  // namespace
 }  // namespace mx

@@ -73,9 +73,9 @@ const AttentionKernels kScalarAttention = {
 }  // namespace attention_detail
 
 namespace {
-// No AVX-512 table is written where it says null: the AVX2 one serves.
-constexpr IsaTable<AttentionKernels> kAttentionKernelsTable{
-    &attention_detail::kScalarAttention, &attention_detail::kAvx2Attention, nullptr};
+constexpr IsaTable<AttentionKernels> kAttentionKernelsTable{&attention_detail::kScalarAttention,
+                                                            &attention_detail::kAvx2Attention,
+                                                            &attention_detail::kAvx512Attention};
 }  // namespace
 
 const AttentionKernels* attention_kernels_for(IsaLevel level) {

@@ -46,6 +46,7 @@ const AttentionKernels& attention_kernels();
 namespace attention_detail {
 extern const AttentionKernels kScalarAttention;
 extern const AttentionKernels kAvx2Attention;
+extern const AttentionKernels kAvx512Attention;
 }  // namespace attention_detail
 
 }  // namespace mx
