@@ -260,40 +260,59 @@ void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table&
                 });
 }
 
-// Many rows (prefill), E4M3: a group of blocks of one panel is widened once into an L1 buffer
-// of FP32 raw codes, one vector per k, and row tiles of up to twelve rows run their chains from
-// it with the activations broadcast from memory. Every output sees the direct tiles'
+// Many rows (prefill), E4M3: a group of blocks of one or two panels is widened once into an
+// L1 buffer of FP32 raw codes, a vector per k and panel, and row tiles run their chains from
+// it: up to eight rows over two panels (each row's broadcast feeds two FMAs, ten loads per
+// sixteen FMAs) or twelve over a last odd panel. Every output sees the direct tiles'
 // operations, so the results match them bit for bit.
-constexpr int64_t kWideMinRows = 6, kWideRows = 12, kWideBlockRows = 192, kWideGroupBlocks = 4;
+constexpr int64_t kWideMinRows = 6, kWideBlockRows = 192, kWideGroupBlocks = 4;
 constexpr int64_t kWidePanels = 8;
+constexpr int kWideRows[3] = {0, 12, 8};  // rows per tile for Q panels
 
-template <int R>
+// Q panels' blocks [0, nblk) for R rows: wbuf holds per block 32 k of Q vectors, s the
+// blocks' scale vectors (Q per block), total the rows' totals (panel q's at q * tstride).
+template <int R, int Q>
 void wide_rows(const float* wbuf, int64_t nblk, const float* x, int64_t ldx, const __m512* s,
-               float* total) {
-  for (int64_t b = 0; b < nblk; ++b, wbuf += 32 * kP, x += 32) {
-    __m512 acc[R];
+               float* total, int64_t tstride) {
+  for (int64_t b = 0; b < nblk; ++b, wbuf += 32 * Q * kP, x += 32, s += Q) {
+    __m512 acc[R][Q];
 #pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 2
+      for (int q = 0; q < Q; ++q) acc[r][q] = _mm512_setzero_ps();
+    }
+#pragma GCC unroll 2
     for (int k = 0; k < 32; ++k) {
-      const __m512 wv = _mm512_load_ps(wbuf + k * kP);
+      __m512 wv[Q];
+#pragma GCC unroll 2
+      for (int q = 0; q < Q; ++q) wv[q] = _mm512_load_ps(wbuf + (k * Q + q) * kP);
 #pragma GCC unroll 12
-      for (int r = 0; r < R; ++r)
-        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + k]), wv, acc[r]);
+      for (int r = 0; r < R; ++r) {
+        const __m512 xb = _mm512_set1_ps(x[r * ldx + k]);
+#pragma GCC unroll 2
+        for (int q = 0; q < Q; ++q) acc[r][q] = _mm512_fmadd_ps(xb, wv[q], acc[r][q]);
+      }
     }
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
-      float* t = total + r * kP;
-      _mm512_store_ps(t, _mm512_fmadd_ps(acc[r], s[b], _mm512_load_ps(t)));
+#pragma GCC unroll 2
+      for (int q = 0; q < Q; ++q) {
+        float* t = total + q * tstride + r * kP;
+        _mm512_store_ps(t, _mm512_fmadd_ps(acc[r][q], s[q], _mm512_load_ps(t)));
+      }
     }
   }
 }
 
-using WideRowsFn = void (*)(const float*, int64_t, const float*, int64_t, const __m512*, float*);
-constexpr WideRowsFn kWideRowsFns[kWideRows + 1] = {
-    nullptr,       wide_rows<1>,  wide_rows<2>, wide_rows<3>, wide_rows<4>,
-    wide_rows<5>,  wide_rows<6>,  wide_rows<7>, wide_rows<8>, wide_rows<9>,
-    wide_rows<10>, wide_rows<11>, wide_rows<12>};
+using WideRowsFn = void (*)(const float*, int64_t, const float*, int64_t, const __m512*, float*,
+                            int64_t);
+constexpr WideRowsFn kWideOne[kWideRows[1] + 1] = {
+    nullptr,          wide_rows<1, 1>,  wide_rows<2, 1>, wide_rows<3, 1>, wide_rows<4, 1>,
+    wide_rows<5, 1>,  wide_rows<6, 1>,  wide_rows<7, 1>, wide_rows<8, 1>, wide_rows<9, 1>,
+    wide_rows<10, 1>, wide_rows<11, 1>, wide_rows<12, 1>};
+constexpr WideRowsFn kWideTwo[kWideRows[2] + 1] = {
+    nullptr,         wide_rows<1, 2>, wide_rows<2, 2>, wide_rows<3, 2>, wide_rows<4, 2>,
+    wide_rows<5, 2>, wide_rows<6, 2>, wide_rows<7, 2>, wide_rows<8, 2>};
 
 // Rows [row0, row0 + m) of panels [p0, p0 + np); output columns end at n_end. The activations
 // of a group of blocks stay in L2 while every panel of the set passes over them.
@@ -301,34 +320,38 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
                  int64_t n_end) {
   const MxPanelView& w = *a.w;
   const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
-  alignas(64) float total[kWidePanels][kWideBlockRows * kP];
+  constexpr int64_t kStride = kWideBlockRows * kP;
+  alignas(64) float total[kWidePanels][kStride];
   for (int64_t i = 0; i < np; ++i) {
     for (int64_t r = 0; r < m; ++r) _mm512_store_ps(total[i] + r * kP, _mm512_setzero_ps());
   }
-  alignas(64) float wbuf[kWideGroupBlocks * 32 * kP];
-  const int64_t tiles = (m + kWideRows - 1) / kWideRows;
+  alignas(64) float wbuf[kWideGroupBlocks * 32 * 2 * kP];
   for (int64_t b0 = 0; b0 < nb; b0 += kWideGroupBlocks) {
     const int64_t nblk = min64(kWideGroupBlocks, nb - b0);
-    for (int64_t i = 0; i < np; ++i) {
-      const int64_t panel = p0 + i;
-      __m512 s[kWideGroupBlocks];
+    for (int64_t i = 0; i < np; i += 2) {
+      const int q = np - i >= 2 ? 2 : 1;
+      __m512 s[kWideGroupBlocks * 2];
       for (int64_t g = 0; g < nblk; ++g) {
-        s[g] = scale_vec(w, panel, b0 + g, nb, nc);
-        const uint8_t* codes = w.codes + (panel * nb + b0 + g) * 512;
-        float* dst = wbuf + g * 32 * kP;
+        for (int qq = 0; qq < q; ++qq) {
+          const int64_t panel = p0 + i + qq;
+          s[g * q + qq] = scale_vec(w, panel, b0 + g, nb, nc);
+          const uint8_t* codes = w.codes + (panel * nb + b0 + g) * 512;
+          float* dst = wbuf + g * 32 * q * kP + qq * kP;
 #pragma GCC unroll 2
-        for (int j = 0; j < 8; ++j) {
-          __m512 wv[4];
-          widen4(_mm512_loadu_si512(codes + 64 * j), wv);
+          for (int j = 0; j < 8; ++j) {
+            __m512 wv[4];
+            widen4(_mm512_loadu_si512(codes + 64 * j), wv);
 #pragma GCC unroll 4
-          for (int t = 0; t < 4; ++t) _mm512_store_ps(dst + (4 * j + t) * kP, wv[t]);
+            for (int t = 0; t < 4; ++t) _mm512_store_ps(dst + (4 * j + t) * q * kP, wv[t]);
+          }
         }
       }
+      const int64_t tiles = (m + kWideRows[q] - 1) / kWideRows[q];
       for (int64_t t = 0, r = 0; t < tiles; ++t) {
         const int64_t left = m - r;
         const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
-        kWideRowsFns[rows](wbuf, nblk, a.x + (row0 + r) * a.ldx + b0 * 32, a.ldx, s,
-                           total[i] + r * kP);
+        (q == 2 ? kWideTwo : kWideOne)[rows](wbuf, nblk, a.x + (row0 + r) * a.ldx + b0 * 32, a.ldx,
+                                             s, total[i] + r * kP, kStride);
         r += rows;
       }
     }
