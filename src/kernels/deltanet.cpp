@@ -227,9 +227,9 @@ int64_t delta_rule_chunked_scratch_floats(int64_t t, int64_t nv, int64_t dk, int
 }
 
 namespace {
-// No AVX-512 table is written where it says null: the AVX2 one serves.
 constexpr IsaTable<DeltaNetKernels> kDeltaNetKernelsTable{&deltanet_detail::kScalarDeltaNet,
-                                                          &deltanet_detail::kAvx2DeltaNet, nullptr};
+                                                          &deltanet_detail::kAvx2DeltaNet,
+                                                          &deltanet_detail::kAvx512DeltaNet};
 }  // namespace
 
 const DeltaNetKernels* deltanet_kernels_for(IsaLevel level) {

@@ -111,6 +111,7 @@ const DeltaNetKernels& deltanet_kernels();
 namespace deltanet_detail {
 extern const DeltaNetKernels kScalarDeltaNet;
 extern const DeltaNetKernels kAvx2DeltaNet;
+extern const DeltaNetKernels kAvx512DeltaNet;
 }  // namespace deltanet_detail
 
 }  // namespace mx
