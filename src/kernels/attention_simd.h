@@ -1,0 +1,257 @@
+// Attention over a paged FP32, BF16 or FP8 cache written once over a vector type V:
+// attention_avx2.cpp and attention_avx512.cpp each include this with their own flags and
+// instantiate it with their own width. The scores of up to W (head, position) pairs per pass,
+// each one FMA chain over d, reduced together by V::reduce; the softmax with V's vectorized
+// exp; the weighted sum of values with each output column one FMA chain over positions in
+// order. Every head's result is the same sequence of operations whatever the group it runs in.
+//
+// V provides T (a vector of W floats), W, load (FP32 as stored, BF16 widened, E4M3 codes as
+// their values times one exact power of two), store, set1, zero, add, sub, mul, max, fmadd,
+// exp_nonpositive, hmax, hsum (to double) and reduce (W accumulators to one vector of their W
+// sums, each sum the same tree of adds whatever its neighbours).
+//
+// Everything here has internal linkage, so that each ISA's copy stays its own; builtins stand
+// in for <cmath>'s inline wrappers (see formats/act_quant.h).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/attention.h"
+
+namespace mx::attention_detail {
+namespace {
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+// Heads rounded up to a power of two: a pass holds W / that many positions (scores), and
+// min(8, W / that) column vectors (values).
+constexpr int pow2_at_least(int g) { return g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : 8; }
+constexpr int columns_per_pass(int w, int g) {
+  return w / pow2_at_least(g) < 8 ? w / pow2_at_least(g) : 8;
+}
+
+// A cached element as FP32, for the tails past the last whole vector.
+inline float widen(float x) { return x; }
+inline float widen(uint16_t x) { return __builtin_bit_cast(float, static_cast<uint32_t>(x) << 16); }
+inline float widen(uint8_t x) {
+  return __builtin_bit_cast(float, (static_cast<uint32_t>(x & 0x7F) << 20) |
+                                       (static_cast<uint32_t>(x & 0x80) << 24)) *
+         0x1p120f;
+}
+
+// A position's row scale: FP8 caches scale each key and value row by a power of two, applied
+// to its score (keys) and to its softmax weight (values); the products are the same as those
+// of the scaled elements, so the result is group_paged's on the widened rows, bit for bit.
+template <typename T>
+inline float row_scale(const float* const* s, int64_t blk, int64_t i) {
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    return s[blk][i];
+  } else {
+    return 1.0f;
+  }
+}
+
+// scores <- exp(scores - max), returning 1 / their sum (the softmax's normalizer).
+template <class V>
+float exp_scores(float* scores, int64_t len) {
+  const int64_t lw = len / V::W * V::W;
+  typename V::T mv = V::set1(-INFINITY);
+  for (int64_t t = 0; t < lw; t += V::W) mv = V::max(mv, V::load(scores + t));
+  float mx = V::hmax(mv);
+  for (int64_t t = lw; t < len; ++t) mx = __builtin_fmaxf(mx, scores[t]);
+  const typename V::T mxv = V::set1(mx);
+  typename V::T sv = V::zero();
+  for (int64_t t = 0; t < lw; t += V::W) {
+    const typename V::T e = V::exp_nonpositive(V::sub(V::load(scores + t), mxv));
+    V::store(scores + t, e);
+    sv = V::add(sv, e);
+  }
+  double sum = V::hsum(sv);
+  for (int64_t t = lw; t < len; ++t) {
+    scores[t] = __builtin_expf(scores[t] - mx);
+    sum += scores[t];
+  }
+  return static_cast<float>(1.0 / sum);
+}
+
+// Scores of G heads (at most eight) for positions [0, len): P positions per pass (G * P <= 16
+// accumulators), each score one FMA chain over d in 16-wide steps, reduced by reduce16, the
+// tail of d added in order, times the row scale (FP8) and scale. A block's last pass repeats
+// its final position in the unused lanes and keeps only the real ones.
+template <class V, int G, typename T>
+void head_scores(const float* q, const T* const* k_blocks, const float* const* ks,
+                 int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
+                 float* scores) {
+  constexpr int P = static_cast<int>(V::W) / pow2_at_least(G);
+  const int64_t dw = head_dim / V::W * V::W;
+  for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
+    const int64_t count = min64(block_size, len - t0);
+    for (int64_t j = 0; j < count; j += P) {
+      const int live = static_cast<int>(min64(P, count - j));
+      const T* k[P];
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) k[p] = k_blocks[blk] + (j + (p < live ? p : live - 1)) * ld;
+      typename V::T acc[G][P];
+#pragma GCC unroll 8
+      for (int h = 0; h < G; ++h) {
+#pragma GCC unroll 16
+        for (int p = 0; p < P; ++p) acc[h][p] = V::zero();
+      }
+      for (int64_t d = 0; d < dw; d += V::W) {
+        typename V::T qv[G];
+#pragma GCC unroll 8
+        for (int h = 0; h < G; ++h) qv[h] = V::load(q + h * head_dim + d);
+#pragma GCC unroll 16
+        for (int p = 0; p < P; ++p) {
+          const typename V::T kv = V::load(k[p] + d);
+#pragma GCC unroll 8
+          for (int h = 0; h < G; ++h) acc[h][p] = V::fmadd(qv[h], kv, acc[h][p]);
+        }
+      }
+      typename V::T flat[V::W];
+#pragma GCC unroll 16
+      for (int i = 0; i < V::W; ++i) {
+        const int f = i < G * P ? i : G * P - 1;
+        flat[i] = acc[f / P][f % P];
+      }
+      typename V::T sums = V::reduce(flat);
+      alignas(64) float rs[V::W];
+      if constexpr (std::is_same_v<T, uint8_t>) {
+        for (int i = 0; i < V::W; ++i) {
+          const int p = (i < G * P ? i : G * P - 1) % P;
+          rs[i] = row_scale<T>(ks, blk, j + (p < live ? p : live - 1));
+        }
+        if (dw == head_dim) sums = V::mul(sums, V::load(rs));
+      }
+      alignas(64) float sum[V::W];
+      if (dw == head_dim) {
+        V::store(sum, V::mul(sums, V::set1(scale)));
+        for (int h = 0; h < G; ++h) {
+          for (int p = 0; p < live; ++p) scores[h * len + t0 + j + p] = sum[h * P + p];
+        }
+        continue;
+      }
+      V::store(sum, sums);
+      for (int h = 0; h < G; ++h) {
+        const float* qh = q + h * head_dim;
+        for (int p = 0; p < live; ++p) {
+          float sc = sum[h * P + p];
+          for (int64_t d = dw; d < head_dim; ++d) sc = __builtin_fmaf(qh[d], widen(k[p][d]), sc);
+          if constexpr (std::is_same_v<T, uint8_t>) sc *= rs[h * P + p];
+          scores[h * len + t0 + j + p] = sc * scale;
+        }
+      }
+    }
+  }
+}
+
+// G heads (at most eight) over one KV head: scores, softmax, then the weighted sum of values,
+// W column vectors per pass (W * G <= 16 accumulators), each output column one FMA chain over
+// t in order, so every column is the same sequence of operations for any G.
+template <class V, int G, typename T>
+void heads_paged(const float* q, const T* const* k_blocks, const T* const* v_blocks,
+                 const float* const* ks, const float* const* vs, int64_t block_size, int64_t len,
+                 int64_t ld, int64_t head_dim, float scale, float* scores, float* out) {
+  constexpr int W = columns_per_pass(static_cast<int>(V::W), G);
+  const int64_t dw = head_dim / V::W * V::W;
+  head_scores<V, G, T>(q, k_blocks, ks, block_size, len, ld, head_dim, scale, scores);
+  float inv[G];
+  for (int h = 0; h < G; ++h) inv[h] = exp_scores<V>(scores + h * len, len);
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    // Each softmax weight takes its value row's scale (the normalizers are already summed).
+    for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
+      const int64_t count = min64(block_size, len - t0);
+      for (int h = 0; h < G; ++h) {
+        float* sc = scores + h * len + t0;
+        for (int64_t i = 0; i < count; ++i) sc[i] *= vs[blk][i];
+      }
+    }
+  }
+  for (int64_t d0 = 0; d0 < dw; d0 += V::W * W) {
+    const int w = static_cast<int>(min64(W, (dw - d0) / V::W));
+    // Columns past the head's end (a last pass with w < W) repeat a real one, unused.
+    int64_t col[W];
+    for (int c = 0; c < W; ++c) col[c] = V::W * (c < w ? c : w - 1);
+    typename V::T o[G][W];
+#pragma GCC unroll 8
+    for (int h = 0; h < G; ++h) {
+#pragma GCC unroll 8
+      for (int c = 0; c < W; ++c) o[h][c] = V::zero();
+    }
+    for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
+      const int64_t count = min64(block_size, len - t0);
+      const T* vb = v_blocks[blk] + d0;
+      for (int64_t i = 0; i < count; ++i) {
+        const T* vt = vb + i * ld;
+        typename V::T v[W];
+#pragma GCC unroll 8
+        for (int c = 0; c < W; ++c) v[c] = V::load(vt + col[c]);
+#pragma GCC unroll 8
+        for (int h = 0; h < G; ++h) {
+          const typename V::T p = V::set1(scores[h * len + t0 + i]);
+#pragma GCC unroll 8
+          for (int c = 0; c < W; ++c) o[h][c] = V::fmadd(p, v[c], o[h][c]);
+        }
+      }
+    }
+    for (int h = 0; h < G; ++h) {
+      const typename V::T iv = V::set1(inv[h]);
+      for (int c = 0; c < w; ++c) V::store(out + h * head_dim + d0 + V::W * c, V::mul(o[h][c], iv));
+    }
+  }
+  for (int h = 0; h < G; ++h) {
+    for (int64_t d = dw; d < head_dim; ++d) {
+      float acc = 0.0f;
+      for (int64_t t = 0; t < len; ++t)
+        acc = __builtin_fmaf(scores[h * len + t],
+                             widen(v_blocks[t / block_size][(t % block_size) * ld + d]), acc);
+      out[h * head_dim + d] = acc * inv[h];
+    }
+  }
+}
+
+template <class V>
+void head_paged(const float* q, const float* const* k_blocks, const float* const* v_blocks,
+                int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
+                float* scores, float* out) {
+  heads_paged<V, 1, float>(q, k_blocks, v_blocks, nullptr, nullptr, block_size, len, ld, head_dim,
+                           scale, scores, out);
+}
+
+// Groups past eight heads run in parts of at most eight.
+template <class V, typename T>
+void group_scaled(const float* q, int64_t group, const T* const* k_blocks, const T* const* v_blocks,
+                  const float* const* ks, const float* const* vs, int64_t block_size, int64_t len,
+                  int64_t ld, int64_t head_dim, float scale, float* scores, float* out) {
+  using Fn =
+      void (*)(const float*, const T* const*, const T* const*, const float* const*,
+               const float* const*, int64_t, int64_t, int64_t, int64_t, float, float*, float*);
+  constexpr Fn kHeads[9] = {nullptr,
+                            heads_paged<V, 1, T>,
+                            heads_paged<V, 2, T>,
+                            heads_paged<V, 3, T>,
+                            heads_paged<V, 4, T>,
+                            heads_paged<V, 5, T>,
+                            heads_paged<V, 6, T>,
+                            heads_paged<V, 7, T>,
+                            heads_paged<V, 8, T>};
+  for (int64_t h = 0; h < group; h += 8) {
+    const int64_t g = min64(8, group - h);
+    kHeads[g](q + h * head_dim, k_blocks, v_blocks, ks, vs, block_size, len, ld, head_dim, scale,
+              scores + h * len, out + h * head_dim);
+  }
+}
+
+template <class V, typename T>
+void group_paged(const float* q, int64_t group, const T* const* k_blocks, const T* const* v_blocks,
+                 int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
+                 float* scores, float* out) {
+  group_scaled<V, T>(q, group, k_blocks, v_blocks, nullptr, nullptr, block_size, len, ld, head_dim,
+                     scale, scores, out);
+}
+
+}  // namespace
+}  // namespace mx::attention_detail

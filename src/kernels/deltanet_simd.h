@@ -1,0 +1,344 @@
+// The gated DeltaNet kernels written once over a vector type V: deltanet_avx2.cpp and
+// deltanet_avx512.cpp each include this with their own flags and instantiate it with their
+// own width. V provides T (a vector of W floats), W, and load, store, set1, zero, fmadd, mul
+// and sub. Each kernel vectorizes over independent outputs only (channels, value columns,
+// chunk rows) and keeps the scalar reference's operation chain per output, so the results are
+// bit for bit the reference's at every width (the row norms' sums of squares excepted: they
+// are reduced in eight lanes at every width, kernels/deltanet.h's bound). exp, log1p and SiLU
+// stay scalar libm calls per value: they act per channel or head, while the cost is the
+// dk x dv state per head and token.
+//
+// Everything here has internal linkage, so that each ISA's copy stays its own; builtins stand
+// in for <cmath>'s inline wrappers (see formats/act_quant.h).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/deltanet.h"
+
+namespace mx::deltanet_detail {
+namespace {
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
+inline float softplus1(float x) { return x > 20.0f ? x : __builtin_log1pf(__builtin_expf(x)); }
+
+// y[j] = chain over m < cnt of fma(c[m], x[m * ldx + j], .) starting from init[j] (or 0),
+// for j < n: one register chain per column, in m order, as the reference's loops.
+template <class V, int NB>
+inline void fma_rows_block(float* y, const float* init, const float* c, int64_t cnt, const float* x,
+                           int64_t ldx) {
+  typename V::T acc[NB];
+  for (int b = 0; b < NB; ++b) {
+    acc[b] = init != nullptr ? V::load(init + V::W * b) : V::zero();
+  }
+  for (int64_t m = 0; m < cnt; ++m) {
+    const typename V::T cm = V::set1(c[m]);
+    const float* xr = x + m * ldx;
+    for (int b = 0; b < NB; ++b) acc[b] = V::fmadd(cm, V::load(xr + V::W * b), acc[b]);
+  }
+  for (int b = 0; b < NB; ++b) V::store(y + V::W * b, acc[b]);
+}
+
+template <class V>
+void fma_rows(float* y, const float* init, int64_t n, const float* c, int64_t cnt, const float* x,
+              int64_t ldx) {
+  int64_t j = 0;
+  for (; j + 4 * V::W <= n; j += 4 * V::W) {
+    fma_rows_block<V, 4>(y + j, init != nullptr ? init + j : nullptr, c, cnt, x + j, ldx);
+  }
+  for (; j + V::W <= n; j += V::W) {
+    fma_rows_block<V, 1>(y + j, init != nullptr ? init + j : nullptr, c, cnt, x + j, ldx);
+  }
+  for (; j < n; ++j) {
+    float acc = init != nullptr ? init[j] : 0.0f;
+    for (int64_t m = 0; m < cnt; ++m) acc = __builtin_fmaf(c[m], x[m * ldx + j], acc);
+    y[j] = acc;
+  }
+}
+
+template <class V>
+void conv_silu(const ConvArgs& a) {
+  const int64_t km1 = a.kernel - 1, nc = a.channels;
+  const int64_t cw = nc / V::W * V::W;
+  alignas(64) float tmp[V::W];
+  typename V::T wv[kConvMaxKernel], win[kConvMaxKernel];
+  for (int64_t c = 0; c < cw; c += V::W) {
+    for (int64_t j = 0; j < a.kernel; ++j) {
+      for (int l = 0; l < V::W; ++l) tmp[l] = a.w[(c + l) * a.kernel + j];
+      wv[j] = V::load(tmp);
+    }
+    for (int64_t j = 0; j < km1; ++j) win[j] = V::load(a.state + j * nc + c);
+    for (int64_t t = 0; t < a.t; ++t) {
+      win[km1] = V::load(a.x + t * a.ldx + c);
+      typename V::T acc = V::mul(wv[0], win[0]);
+      for (int64_t j = 1; j < a.kernel; ++j) acc = V::fmadd(wv[j], win[j], acc);
+      V::store(tmp, acc);
+      float* y = a.y + t * a.ldy + c;
+      for (int l = 0; l < V::W; ++l) y[l] = silu(tmp[l]);
+      for (int64_t j = 0; j < km1; ++j) win[j] = win[j + 1];
+    }
+    for (int64_t j = 0; j < km1; ++j) V::store(a.state + j * nc + c, win[j]);
+  }
+  float sw[kConvMaxKernel];
+  for (int64_t c = cw; c < nc; ++c) {
+    const float* w = a.w + c * a.kernel;
+    for (int64_t j = 0; j < km1; ++j) sw[j] = a.state[j * nc + c];
+    for (int64_t t = 0; t < a.t; ++t) {
+      sw[km1] = a.x[t * a.ldx + c];
+      float acc = w[0] * sw[0];
+      for (int64_t j = 1; j < a.kernel; ++j) acc = __builtin_fmaf(w[j], sw[j], acc);
+      a.y[t * a.ldy + c] = silu(acc);
+      for (int64_t j = 0; j < km1; ++j) sw[j] = sw[j + 1];
+    }
+    for (int64_t j = 0; j < km1; ++j) a.state[j * nc + c] = sw[j];
+  }
+}
+
+// One token on columns [0, 8 NB) of a head's state s (row stride dv): pass 1 reads the block
+// (decay and kv), pass 2 re-reads it from L1, recomputing the same decayed values, and writes
+// the update; so the state leaves and reaches memory once per token.
+template <class V, int NB>
+inline void recurrent_block(float* s, int64_t dk, int64_t dv, const float* k, const float* q,
+                            const float* v, typename V::T ev, typename V::T bv, float* o) {
+  typename V::T kv[NB], d[NB];
+  for (int b = 0; b < NB; ++b) kv[b] = V::zero();
+  for (int64_t i = 0; i < dk; ++i) {
+    const typename V::T ki = V::set1(k[i]);
+    const float* r = s + i * dv;
+    for (int b = 0; b < NB; ++b) {
+      kv[b] = V::fmadd(V::mul(V::load(r + V::W * b), ev), ki, kv[b]);
+    }
+  }
+  for (int b = 0; b < NB; ++b) {
+    d[b] = V::mul(V::sub(V::load(v + V::W * b), kv[b]), bv);
+    kv[b] = V::zero();  // now the output accumulator
+  }
+  for (int64_t i = 0; i < dk; ++i) {
+    const typename V::T ki = V::set1(k[i]), qi = V::set1(q[i]);
+    float* r = s + i * dv;
+    for (int b = 0; b < NB; ++b) {
+      const typename V::T sn = V::fmadd(ki, d[b], V::mul(V::load(r + V::W * b), ev));
+      V::store(r + V::W * b, sn);
+      kv[b] = V::fmadd(sn, qi, kv[b]);
+    }
+  }
+  for (int b = 0; b < NB; ++b) V::store(o + V::W * b, kv[b]);
+}
+
+template <class V>
+void delta_rule_recurrent(const DeltaRuleArgs& a) {
+  const int64_t group = a.nv / a.nk, dk = a.dk, dv = a.dv;
+  for (int64_t t = 0; t < a.t; ++t) {
+    for (int64_t h = 0; h < a.nv; ++h) {
+      const float* q = a.q + t * a.ldq + (h / group) * dk;
+      const float* k = a.k + t * a.ldk + (h / group) * dk;
+      const float* v = a.v + t * a.ldv + h * dv;
+      const float e = __builtin_expf(a.g[t * a.ldg + h]);
+      const float beta = a.beta[t * a.ldg + h];
+      const typename V::T ev = V::set1(e), bv = V::set1(beta);
+      float* s = a.state + h * dk * dv;
+      float* o = a.o + t * a.ldo + h * dv;
+      int64_t j = 0;
+      for (; j + 4 * V::W <= dv; j += 4 * V::W)
+        recurrent_block<V, 4>(s + j, dk, dv, k, q, v + j, ev, bv, o + j);
+      for (; j + V::W <= dv; j += V::W)
+        recurrent_block<V, 1>(s + j, dk, dv, k, q, v + j, ev, bv, o + j);
+      for (; j < dv; ++j) {
+        float kv = 0.0f;
+        for (int64_t i = 0; i < dk; ++i) kv = __builtin_fmaf(s[i * dv + j] * e, k[i], kv);
+        const float d = (v[j] - kv) * beta;
+        float acc = 0.0f;
+        for (int64_t i = 0; i < dk; ++i) {
+          const float sn = __builtin_fmaf(k[i], d, s[i * dv + j] * e);
+          s[i * dv + j] = sn;
+          acc = __builtin_fmaf(sn, q[i], acc);
+        }
+        o[j] = acc;
+      }
+    }
+  }
+}
+
+struct ChunkBuffers {
+  float *gc, *eg, *dm, *tm, *pm, *u, *w, *kt, *kb, *vb;
+};
+
+ChunkBuffers chunk_buffers(float* p, int64_t ld, int64_t dk, int64_t dv) {
+  ChunkBuffers b;
+  b.gc = p;
+  b.eg = b.gc + ld;
+  b.dm = b.eg + ld;
+  b.tm = b.dm + ld;
+  b.pm = b.tm + ld * ld;
+  b.u = b.pm + ld * ld;
+  b.w = b.u + ld * dv;
+  b.kt = b.w + ld * dk;  // keys transposed [dk][ld], later k_m[r] * dm[m]
+  b.kb = b.kt + dk * ld;
+  b.vb = b.kb + ld * dk;  // beta v, later W S
+  return b;
+}
+
+// T and P of the chunk (the reference's chunk_matrices): the dots k_i . k_m and q_i . k_m
+// for all m <= i at once, from the transposed keys.
+template <class V>
+void chunk_matrices(const float* q, const float* k, int64_t ldq, int64_t ldk, const float* beta,
+                    int64_t ldg, int64_t n, int64_t dk, int64_t ld, const ChunkBuffers& b) {
+  for (int64_t m = 0; m < n; ++m) {
+    for (int64_t r = 0; r < dk; ++r) b.kt[r * ld + m] = k[m * ldk + r];
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    float* ti = b.tm + i * ld;
+    float* pi = b.pm + i * ld;
+    fma_rows<V>(ti, nullptr, i + 1, k + i * ldk, dk, b.kt, ld);
+    fma_rows<V>(pi, nullptr, i + 1, q + i * ldq, dk, b.kt, ld);
+    for (int64_t m = 0; m <= i; ++m) {
+      const float dec = __builtin_expf(b.gc[i] - b.gc[m]);
+      ti[m] = m == i ? 1.0f : -(beta[i * ldg] * ti[m]) * dec;
+      pi[m] = pi[m] * dec;
+    }
+    for (int64_t m = i + 1; m < n; ++m) ti[m] = pi[m] = 0.0f;
+  }
+  for (int64_t i = 2; i < n; ++i) {
+    float* ti = b.tm + i * ld;
+    for (int64_t m = 1; m < i; ++m) fma_rows<V>(ti, ti, m, ti + m, 1, b.tm + m * ld, 0);
+  }
+}
+
+template <class V>
+void chunk(const DeltaRuleArgs& a, int64_t t0, int64_t n, int64_t h, float* scratch) {
+  const int64_t ld = min64(a.t, kDeltaChunk), dk = a.dk, dv = a.dv;
+  const int64_t kh = h / (a.nv / a.nk);
+  const float* q = a.q + t0 * a.ldq + kh * dk;
+  const float* k = a.k + t0 * a.ldk + kh * dk;
+  const float* v = a.v + t0 * a.ldv + h * dv;
+  const float* g = a.g + t0 * a.ldg + h;
+  const float* beta = a.beta + t0 * a.ldg + h;
+  float* s = a.state + h * dk * dv;
+  const ChunkBuffers b = chunk_buffers(scratch, ld, dk, dv);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i) b.gc[i] = acc = acc + g[i * a.ldg];
+  for (int64_t i = 0; i < n; ++i) {
+    b.eg[i] = __builtin_expf(b.gc[i]);
+    b.dm[i] = __builtin_expf(b.gc[n - 1] - b.gc[i]);
+  }
+  chunk_matrices<V>(q, k, a.ldq, a.ldk, beta, a.ldg, n, dk, ld, b);
+  for (int64_t m = 0; m < n; ++m) {
+    const float bm = beta[m * a.ldg], bk = bm * b.eg[m];
+    for (int64_t j = 0; j < dv; ++j) b.vb[m * dv + j] = bm * v[m * a.ldv + j];
+    for (int64_t j = 0; j < dk; ++j) b.kb[m * dk + j] = bk * k[m * a.ldk + j];
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    fma_rows<V>(b.u + i * dv, nullptr, dv, b.tm + i * ld, i + 1, b.vb, dv);
+    fma_rows<V>(b.w + i * dk, nullptr, dk, b.tm + i * ld, i + 1, b.kb, dk);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    float* ws = b.vb + i * dv;  // beta v is consumed: W S goes there
+    fma_rows<V>(ws, nullptr, dv, b.w + i * dk, dk, s, dv);
+    float* ui = b.u + i * dv;
+    int64_t j = 0;
+    for (; j + V::W <= dv; j += V::W) {
+      V::store(ui + j, V::sub(V::load(ui + j), V::load(ws + j)));
+    }
+    for (; j < dv; ++j) ui[j] = ui[j] - ws[j];
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    float* o = a.o + (t0 + i) * a.ldo + h * dv;
+    fma_rows<V>(o, nullptr, dv, q + i * a.ldq, dk, s, dv);
+    const typename V::T e = V::set1(b.eg[i]);
+    int64_t j = 0;
+    for (; j + V::W <= dv; j += V::W) V::store(o + j, V::mul(V::load(o + j), e));
+    for (; j < dv; ++j) o[j] = o[j] * b.eg[i];
+    fma_rows<V>(o, o, dv, b.pm + i * ld, i + 1, b.u, dv);
+  }
+  for (int64_t r = 0; r < dk; ++r) {
+    for (int64_t m = 0; m < n; ++m) b.kt[r * ld + m] = k[m * a.ldk + r] * b.dm[m];
+  }
+  const typename V::T el = V::set1(b.eg[n - 1]);
+  for (int64_t r = 0; r < dk; ++r) {
+    float* sr = s + r * dv;
+    int64_t j = 0;
+    for (; j + V::W <= dv; j += V::W) V::store(sr + j, V::mul(V::load(sr + j), el));
+    for (; j < dv; ++j) sr[j] = sr[j] * b.eg[n - 1];
+    fma_rows<V>(sr, sr, dv, b.kt + r * ld, n, b.u, dv);
+  }
+}
+
+template <class V>
+void delta_rule_chunked(const DeltaRuleArgs& a, float* scratch) {
+  for (int64_t h = 0; h < a.nv; ++h) {
+    for (int64_t t0 = 0; t0 < a.t; t0 += kDeltaChunk) {
+      chunk<V>(a, t0, min64(kDeltaChunk, a.t - t0), h, scratch);
+    }
+  }
+}
+
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// Sum of squares in eight lanes reduced by hsum, then the tail in order.
+inline float sum_squares(const float* x, int64_t n) {
+  const int64_t n8 = n & ~int64_t{7};
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n8; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    acc = _mm256_fmadd_ps(v, v, acc);
+  }
+  float ss = hsum(acc);
+  for (int64_t i = n8; i < n; ++i) ss = __builtin_fmaf(x[i], x[i], ss);
+  return ss;
+}
+
+template <class V>
+void l2_norm(float* x, int64_t t, int64_t heads, int64_t dim, int64_t ld, float scale) {
+  const int64_t nw = dim / V::W * V::W;
+  const typename V::T sc = V::set1(scale);
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t hd = 0; hd < heads; ++hd) {
+      float* p = x + r * ld + hd * dim;
+      const float inv = 1.0f / __builtin_sqrtf(sum_squares(p, dim) + kL2NormEps);
+      const typename V::T iv = V::set1(inv);
+      for (int64_t i = 0; i < nw; i += V::W) {
+        V::store(p + i, V::mul(V::mul(V::load(p + i), iv), sc));
+      }
+      for (int64_t i = nw; i < dim; ++i) p[i] = p[i] * inv * scale;
+    }
+  }
+}
+
+void gated_rms_norm(const float* x, const float* z, const float* w, int64_t rows, int64_t dim,
+                    float eps, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    const float* zr = z + r * dim;
+    const float inv = 1.0f / __builtin_sqrtf(sum_squares(xr, dim) / static_cast<float>(dim) + eps);
+    float* yr = y + r * dim;
+    for (int64_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * inv) * silu(zr[i]);
+  }
+}
+
+// The elementwise gates are libm-bound; the reference's per-value formulas, unchanged.
+void sigmoid(const float* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + __builtin_expf(-x[i]));
+}
+
+void softplus(const float* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = softplus1(x[i]);
+}
+
+void decay_gate(const float* a, int64_t lda, const float* dt_bias, const float* a_log, int64_t t,
+                int64_t nv, float* g) {
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t h = 0; h < nv; ++h) {
+      g[r * nv + h] = -__builtin_expf(a_log[h]) * softplus1(a[r * lda + h] + dt_bias[h]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mx::deltanet_detail
