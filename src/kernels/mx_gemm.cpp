@@ -139,7 +139,37 @@ uint8_t mx_fp4_weight_offset_code(uint8_t code) {
 float mx_panel_code_unit(ElemFormat f) { return pow2(-code_shift(f)); }
 float mx_panel_scale_unit(ElemFormat f) { return pow2(64 - code_shift(f)); }
 
-float pack_mx_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float* chunk_scales) {
+namespace {
+
+// Where each layout keeps column c's code at block-relative kk, [c * 32 + kk]: pack_mx_weights's
+// panels (panel_slot) or AVX-512's (a column per dword lane of a 64-byte row: E4M3 k = 4j + t
+// in byte t of row j; E2M1 k = 8j + i in the low nibble of byte i, 8j + 4 + i in its high).
+using SlotTable = std::array<PanelSlot, kMxPanelCols * 32>;
+SlotTable make_slots(bool fp4, bool avx512) {
+  SlotTable t{};
+  for (int64_t c = 0; c < kMxPanelCols; ++c) {
+    for (int64_t kk = 0; kk < 32; ++kk) {
+      PanelSlot& s = t[static_cast<size_t>(c * 32 + kk)];
+      if (!avx512) {
+        s = panel_slot(fp4, c, kk);
+      } else if (fp4) {
+        s = {(kk / 8) * 64 + 4 * c + kk % 4, static_cast<int>((kk % 8) / 4 * 4)};
+      } else {
+        s = {(kk / 4) * 64 + 4 * c + kk % 4, 0};
+      }
+    }
+  }
+  return t;
+}
+const PanelSlot* slots(bool fp4, bool avx512) {
+  static const SlotTable tables[4] = {make_slots(false, false), make_slots(true, false),
+                                      make_slots(false, true), make_slots(true, true)};
+  return tables[(avx512 ? 2 : 0) + (fp4 ? 1 : 0)].data();
+}
+
+// pack_mx_panels into the layout `slot` gives.
+float pack_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float* chunk_scales,
+                  const PanelSlot* slot) {
   const bool fp4 = w.format == ElemFormat::kE2M1;
   const int64_t n = w.rows, k = w.k, nb = (k + 31) / 32, nc = (k + 511) / 512;
   const int64_t panels = mx_panels(n), bb = mx_panel_block_bytes(w.format);
@@ -160,6 +190,7 @@ float pack_mx_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, flo
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* blk = codes + (p * nb + b) * bb;
       uint8_t* sc = scales + (p * nb + b) * kMxPanelCols;
+      const int64_t len = std::min<int64_t>(32, k - b * 32);
       for (int64_t c = 0; c < kMxPanelCols; ++c) {
         const int64_t col = p * kMxPanelCols + c;
         if (col >= n) {
@@ -168,10 +199,17 @@ float pack_mx_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, flo
         }
         // Scales below what an FP32 exponent holds after the shift by g read as zero.
         sc[c] = static_cast<uint8_t>(std::clamp(w.scales[col * nb + b] + f - g, 0, 254));
+        const PanelSlot* cs = slot + c * 32;
         const uint8_t* row = w.codes + col * w.row_bytes;
-        for (int64_t kk = 0; kk < 32 && b * 32 + kk < k; ++kk) {
-          const PanelSlot slot = panel_slot(fp4, c, kk);
-          blk[slot.byte] |= static_cast<uint8_t>(code_at(w.format, row, b * 32 + kk) << slot.shift);
+        if (fp4) {
+          const uint8_t* src = row + b * 16;
+          for (int64_t kk = 0; kk < len; ++kk) {
+            const auto code = static_cast<uint8_t>((src[kk >> 1] >> ((kk & 1) * 4)) & 0xF);
+            blk[cs[kk].byte] |= static_cast<uint8_t>(code << cs[kk].shift);
+          }
+        } else {
+          const uint8_t* src = row + b * 32;
+          for (int64_t kk = 0; kk < len; ++kk) blk[cs[kk].byte] = src[kk];
         }
       }
     }
@@ -188,62 +226,28 @@ float pack_mx_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, flo
   return pow2(g);
 }
 
-MxPanelWeights pack_mx_weights(const MxMatrixView& w) {
+MxPanelWeights pack_weights(const MxMatrixView& w, bool avx512) {
   MxPanelWeights p;
   const bool dual = w.chunk_scales != nullptr;
   p.codes.resize(static_cast<size_t>(mx_panel_code_bytes(w.format, w.rows, w.k)));
   p.scales.resize(static_cast<size_t>(mx_panel_scale_bytes(w.rows, w.k)));
   if (dual) p.chunk_scales.resize(static_cast<size_t>(mx_panel_chunk_floats(w.rows, w.k)));
   float* chunks = dual ? p.chunk_scales.data() : nullptr;
-  const float post = pack_mx_panels(w, p.codes.data(), p.scales.data(), chunks);
+  const float post = pack_panels(w, p.codes.data(), p.scales.data(), chunks,
+                                 slots(w.format == ElemFormat::kE2M1, avx512));
   p.view = {w.format, p.codes.data(), p.scales.data(), chunks, w.rows, w.k, post};
   return p;
 }
 
-namespace {
-
-// Where pack_mx_weights_avx512 takes each byte (E4M3) or nibble (E2M1) of a block from
-// pack_mx_weights's layout: source byte, and for E2M1 the source nibble's shift, per
-// destination byte and nibble.
-struct Avx512Relayout {
-  std::array<uint16_t, 512> fp8{};
-  std::array<PanelSlot, 512> fp4{};  // [byte * 2 + high nibble]
-  Avx512Relayout() {
-    for (int64_t c = 0; c < kMxPanelCols; ++c) {
-      for (int64_t kk = 0; kk < 32; ++kk) {
-        fp8[static_cast<size_t>((kk / 4) * 64 + 4 * c + kk % 4)] =
-            static_cast<uint16_t>(panel_slot(false, c, kk).byte);
-        const int64_t byte = (kk / 8) * 64 + 4 * c + kk % 4;
-        fp4[static_cast<size_t>(2 * byte + (kk % 8) / 4)] = panel_slot(true, c, kk);
-      }
-    }
-  }
-};
-
 }  // namespace
 
-MxPanelWeights pack_mx_weights_avx512(const MxMatrixView& w) {
-  static const Avx512Relayout map;
-  MxPanelWeights p = pack_mx_weights(w);
-  const bool fp4 = w.format == ElemFormat::kE2M1;
-  const auto bb = static_cast<size_t>(mx_panel_block_bytes(w.format));
-  std::array<uint8_t, 512> src{};
-  for (size_t i = 0; i < p.codes.size(); i += bb) {
-    uint8_t* blk = p.codes.data() + i;
-    std::memcpy(src.data(), blk, bb);
-    for (size_t d = 0; d < bb; ++d) {
-      if (fp4) {
-        const PanelSlot lo = map.fp4[2 * d], hi = map.fp4[2 * d + 1];
-        blk[d] =
-            static_cast<uint8_t>(((src[static_cast<size_t>(lo.byte)] >> lo.shift) & 0xF) |
-                                 (((src[static_cast<size_t>(hi.byte)] >> hi.shift) & 0xF) << 4));
-      } else {
-        blk[d] = src[map.fp8[d]];
-      }
-    }
-  }
-  return p;
+float pack_mx_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float* chunk_scales) {
+  return pack_panels(w, codes, scales, chunk_scales, slots(w.format == ElemFormat::kE2M1, false));
 }
+
+MxPanelWeights pack_mx_weights(const MxMatrixView& w) { return pack_weights(w, false); }
+
+MxPanelWeights pack_mx_weights_avx512(const MxMatrixView& w) { return pack_weights(w, true); }
 
 namespace mx_gemm_detail {
 namespace {

@@ -1,6 +1,7 @@
 // Weight sources over safetensors: a Hugging Face directory (model.safetensors or shards) and
 // an msmodelslim directory (quant_model_weights + quant_model_description.json), plus the
 // checks every source shares and the detection that picks one.
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -183,12 +184,11 @@ Result<StoredWeight> MsmodelslimSource::mx_weight(const std::string& module, Qua
                             shape_to_string(want_s) + " (one E8M0 byte per 32 inputs)");
   }
   const auto* sb = sc->data_as<uint8_t>();
-  for (int64_t i = 0; i < sc->numel(); ++i) {
-    if (sb[i] == kE8M0Nan) {
-      return invalid_argument("tensor '" + sn + "' holds the NaN scale byte 0xFF at row " +
-                              std::to_string(i / want_s[1]) + ", block " +
-                              std::to_string(i % want_s[1]));
-    }
+  if (const void* nan = std::memchr(sb, kE8M0Nan, static_cast<size_t>(sc->numel()))) {
+    const int64_t i = static_cast<const uint8_t*>(nan) - sb;
+    return invalid_argument("tensor '" + sn + "' holds the NaN scale byte 0xFF at row " +
+                            std::to_string(i / want_s[1]) + ", block " +
+                            std::to_string(i % want_s[1]));
   }
   q.data = w->reshape(want_w);
   q.scale = *sc;
