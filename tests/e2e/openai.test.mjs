@@ -87,10 +87,12 @@ test("stop strings end the text before the stop", async () => {
   assert.equal(r.choices[0].text, text.slice(0, cut));
 });
 
+// 48 tokens each, whatever the text: long enough that the 16 requests overlap however fast the
+// machine, so that a tight KV cache must preempt some of them.
 async function sixteenStreams(c) {
   const prompts = Array.from({ length: 16 }, (_, i) => `Chapter ${i + 1}. The ${["house", "sea", "king", "law"][i % 4]} was`);
   const one = async (p) => {
-    const s = await c.completions.create({ model: MODEL, prompt: p, max_tokens: 16, temperature: 0, stream: true });
+    const s = await c.completions.create({ model: MODEL, prompt: p, max_tokens: 48, temperature: 0, stream: true, ignore_eos: true });
     let t = "";
     for await (const chunk of s) t += chunk.choices[0]?.text ?? "";
     return t;
