@@ -91,26 +91,18 @@ constexpr int kMaxRows = 6, kMaxPanels = 6;
 // the two halves of one widened panel row and the row broadcasts).
 constexpr int kPanels[kMaxRows + 1] = {0, 6, 2, 1, 1, 1, 1};
 
-template <int R, int... Cs>
-constexpr std::array<TileFn, kMaxPanels + 1> row_of(std::integer_sequence<int, Cs...>) {
-  return {nullptr, &tile<R, Cs + 1>...};
-}
-template <int... Rs>
-constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> table_of(
-    std::integer_sequence<int, Rs...>) {
-  return {std::array<TileFn, kMaxPanels + 1>{},
-          row_of<Rs + 1>(std::make_integer_sequence<int, kMaxPanels>())...};
-}
-constexpr auto kTiles = table_of(std::make_integer_sequence<int, kMaxRows>());
+struct Bf16Tiles {
+  template <int R, int C>
+  static constexpr TileFn fn() {
+    return &tile<R, C>;
+  }
+};
+constexpr auto kTiles = tile_table<TileFn, kMaxRows, kMaxPanels, Bf16Tiles>();
 
 // Rows in blocks that stay in L2 while a group of panels (in L1) passes over every row tile of
 // the block; row tiles of up to six.
 void bf16_avx2(const GemmBf16Args& a, int64_t n_begin, int64_t n_end) {
-  for_each_tile(a.m, n_begin / kP, (n_end + kP - 1) / kP, n_end, kP, 48, kMaxRows, kPanels,
-                [&](int64_t row, int64_t rows, int64_t panel, int64_t panels, int64_t cols) {
-                  kTiles[static_cast<size_t>(rows)][static_cast<size_t>(panels)](a, row, panel,
-                                                                                 cols);
-                });
+  run_tile_table(kTiles, a, n_begin, n_end, kP, kMaxRows, kPanels);
 }
 
 }  // namespace

@@ -79,32 +79,21 @@ constexpr int kMaxRows = 6, kMaxPanels = 8;
 // pipes of four-cycle FMAs), within the 32 vector registers.
 constexpr int kPanels[kMaxRows + 1] = {0, 8, 4, 2, 2, 2, 2};
 
-template <int R, int C>
-constexpr TileFn tile_fn() {
-  if constexpr (C > kPanels[R]) {
-    return nullptr;
-  } else {
-    return &tile<R, C>;
+// Only the shapes for_each_tile can ask for (at most the row count's panels) are compiled.
+struct Bf16Tiles {
+  template <int R, int C>
+  static constexpr TileFn fn() {
+    if constexpr (C > kPanels[R]) {
+      return nullptr;
+    } else {
+      return &tile<R, C>;
+    }
   }
-}
-template <int R, int... Cs>
-constexpr std::array<TileFn, kMaxPanels + 1> row_of(std::integer_sequence<int, Cs...>) {
-  return {nullptr, tile_fn<R, Cs + 1>()...};
-}
-template <int... Rs>
-constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> table_of(
-    std::integer_sequence<int, Rs...>) {
-  return {std::array<TileFn, kMaxPanels + 1>{},
-          row_of<Rs + 1>(std::make_integer_sequence<int, kMaxPanels>())...};
-}
-constexpr auto kTiles = table_of(std::make_integer_sequence<int, kMaxRows>());
+};
+constexpr auto kTiles = tile_table<TileFn, kMaxRows, kMaxPanels, Bf16Tiles>();
 
 void bf16_avx512(const GemmBf16Args& a, int64_t n_begin, int64_t n_end) {
-  for_each_tile(a.m, n_begin / kP, (n_end + kP - 1) / kP, n_end, kP, 48, kMaxRows, kPanels,
-                [&](int64_t row, int64_t rows, int64_t panel, int64_t panels, int64_t cols) {
-                  kTiles[static_cast<size_t>(rows)][static_cast<size_t>(panels)](a, row, panel,
-                                                                                 cols);
-                });
+  run_tile_table(kTiles, a, n_begin, n_end, kP, kMaxRows, kPanels);
 }
 
 }  // namespace

@@ -419,29 +419,22 @@ void tile_of(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
     tile<R, C>(a, row, panel, cols);
   }
 }
-template <int Kind, int R, int... Cs>
-constexpr std::array<TileFn, kMaxPanels + 1> row_of(std::integer_sequence<int, Cs...>) {
-  return {nullptr, tile_fn<Kind, R, Cs + 1>()...};
-}
-template <int Kind, int... Rs>
-constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> table_of(
-    std::integer_sequence<int, Rs...>) {
-  return {std::array<TileFn, kMaxPanels + 1>{},
-          row_of<Kind, Rs + 1>(std::make_integer_sequence<int, kMaxPanels>())...};
-}
-constexpr auto kFp8Tiles = table_of<0>(std::make_integer_sequence<int, kMaxRows>());
-constexpr auto kW4a4Tiles = table_of<2>(std::make_integer_sequence<int, kMaxRows>());
-constexpr auto kW4a8Tiles = table_of<3>(std::make_integer_sequence<int, kMaxRows>());
+template <int Kind>
+struct MxTiles {
+  template <int R, int C>
+  static constexpr TileFn fn() {
+    return tile_fn<Kind, R, C>();
+  }
+};
+constexpr auto kFp8Tiles = tile_table<TileFn, kMaxRows, kMaxPanels, MxTiles<0>>();
+constexpr auto kW4a4Tiles = tile_table<TileFn, kMaxRows, kMaxPanels, MxTiles<2>>();
+constexpr auto kW4a8Tiles = tile_table<TileFn, kMaxRows, kMaxPanels, MxTiles<3>>();
 
 // Rows in L2-sized blocks; row tiles of up to four, sized evenly, as in the BF16 kernel.
 template <typename Table>
 void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table& tiles,
                int max_rows = kMaxRows, const int* panels_for_rows = kPanels) {
-  for_each_tile(a.m, n_begin / kP, (n_end + kP - 1) / kP, n_end, kP, 48, max_rows, panels_for_rows,
-                [&](int64_t row, int64_t rows, int64_t panel, int64_t panels, int64_t cols) {
-                  tiles[static_cast<size_t>(rows)][static_cast<size_t>(panels)](a, row, panel,
-                                                                                cols);
-                });
+  run_tile_table(tiles, a, n_begin, n_end, kP, max_rows, panels_for_rows);
 }
 
 // Many rows (prefill): each block of a panel is widened once into an L1 buffer of FP32 raw

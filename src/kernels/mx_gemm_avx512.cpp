@@ -237,27 +237,20 @@ constexpr TileFn tile_fn() {
     return &tile_of<Kind, R, C>;
   }
 }
-template <int Kind, int R, int... Cs>
-constexpr std::array<TileFn, kMaxPanels + 1> row_of(std::integer_sequence<int, Cs...>) {
-  return {nullptr, tile_fn<Kind, R, Cs + 1>()...};
-}
-template <int Kind, int... Rs>
-constexpr std::array<std::array<TileFn, kMaxPanels + 1>, kMaxRows + 1> table_of(
-    std::integer_sequence<int, Rs...>) {
-  return {std::array<TileFn, kMaxPanels + 1>{},
-          row_of<Kind, Rs + 1>(std::make_integer_sequence<int, kMaxPanels>())...};
-}
-constexpr auto kFp8Tiles = table_of<0>(std::make_integer_sequence<int, kMaxRows>());
-constexpr auto kW4a4Tiles = table_of<1>(std::make_integer_sequence<int, kMaxRows>());
-constexpr auto kW4a8Tiles = table_of<2>(std::make_integer_sequence<int, kMaxRows>());
+template <int Kind>
+struct MxTiles {
+  template <int R, int C>
+  static constexpr TileFn fn() {
+    return tile_fn<Kind, R, C>();
+  }
+};
+constexpr auto kFp8Tiles = tile_table<TileFn, kMaxRows, kMaxPanels, MxTiles<0>>();
+constexpr auto kW4a4Tiles = tile_table<TileFn, kMaxRows, kMaxPanels, MxTiles<1>>();
+constexpr auto kW4a8Tiles = tile_table<TileFn, kMaxRows, kMaxPanels, MxTiles<2>>();
 
 template <typename Table>
 void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table& tiles) {
-  for_each_tile(a.m, n_begin / kP, (n_end + kP - 1) / kP, n_end, kP, 48, kMaxRows, kPanels,
-                [&](int64_t row, int64_t rows, int64_t panel, int64_t panels, int64_t cols) {
-                  tiles[static_cast<size_t>(rows)][static_cast<size_t>(panels)](a, row, panel,
-                                                                                cols);
-                });
+  run_tile_table(tiles, a, n_begin, n_end, kP, kMaxRows, kPanels);
 }
 
 // Many rows (prefill), E4M3: a group of blocks of one or two panels is widened once into an

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <utility>
 
 namespace mx {
 
@@ -32,6 +34,40 @@ void for_each_tile(int64_t m, int64_t p_begin, int64_t p_end, int64_t n_end, int
       }
     }
   }
+}
+
+namespace tile_plan_detail {
+template <typename Fn, int R, typename Pick, int... Cs>
+constexpr std::array<Fn, sizeof...(Cs) + 1> tile_row(std::integer_sequence<int, Cs...>) {
+  return {Fn{}, Pick::template fn<R, Cs + 1>()...};
+}
+template <typename Fn, int MaxPanels, typename Pick, int... Rs>
+constexpr std::array<std::array<Fn, MaxPanels + 1>, sizeof...(Rs) + 1> tile_rows(
+    std::integer_sequence<int, Rs...>) {
+  return {std::array<Fn, MaxPanels + 1>{},
+          tile_row<Fn, Rs + 1, Pick>(std::make_integer_sequence<int, MaxPanels>())...};
+}
+}  // namespace tile_plan_detail
+
+// A kernel's tile functions by shape, t[rows][panels] for rows 1..MaxRows and panels
+// 1..MaxPanels: Pick::fn<R, C>() each (null for a shape the kernel does not compile), null at
+// row 0 and panel 0. Instantiated with a translation unit's own Pick, it stays that unit's.
+template <typename Fn, int MaxRows, int MaxPanels, typename Pick>
+constexpr auto tile_table() {
+  return tile_plan_detail::tile_rows<Fn, MaxPanels, Pick>(
+      std::make_integer_sequence<int, MaxRows>());
+}
+
+// Columns [n_begin, n_end) of a GEMM whose arguments `a` have rows a.m, as for_each_tile walks
+// them (panels of kP columns, row blocks of 48), each tile through its shape's function.
+template <typename Table, typename Args>
+void run_tile_table(const Table& tiles, const Args& a, int64_t n_begin, int64_t n_end, int64_t kp,
+                    int64_t max_rows, const int* panels_for_rows) {
+  for_each_tile(a.m, n_begin / kp, (n_end + kp - 1) / kp, n_end, kp, 48, max_rows, panels_for_rows,
+                [&](int64_t row, int64_t rows, int64_t panel, int64_t panels, int64_t cols) {
+                  tiles[static_cast<size_t>(rows)][static_cast<size_t>(panels)](a, row, panel,
+                                                                                cols);
+                });
 }
 
 }  // namespace mx
