@@ -9,6 +9,10 @@
 #include <utility>
 
 namespace mx {
+// Internal linkage: ISA translation units compiled with different flags include this, and a
+// shared instantiation (the same table and argument types) could otherwise be linked from the
+// widest unit into every caller.
+namespace {
 
 // fn(row, rows, panel, panels, cols) for every tile of rows [0, m) and panels
 // [p_begin, p_end); cols counts the valid columns from the tile's first panel (output columns
@@ -70,4 +74,5 @@ void run_tile_table(const Table& tiles, const Args& a, int64_t n_begin, int64_t 
                 });
 }
 
+}  // namespace
 }  // namespace mx
