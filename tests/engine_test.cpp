@@ -20,14 +20,16 @@ struct Collector {
   std::map<uint64_t, std::vector<int32_t>> tokens;
   std::map<uint64_t, std::string> text, reason;
   int finished = 0;
-  std::function<void(const StreamEvent&)> sink(uint64_t* id_slot) {
-    return [this, id_slot](const StreamEvent& e) {
+  // The events of one request, kept under `key`: a request's first tokens can arrive before
+  // submit() has returned its id to the submitting thread.
+  std::function<void(const StreamEvent&)> sink(uint64_t key) {
+    return [this, key](const StreamEvent& e) {
       std::lock_guard<std::mutex> lock(mu);
-      auto& t = tokens[*id_slot];
+      auto& t = tokens[key];
       t.insert(t.end(), e.tokens.begin(), e.tokens.end());
-      text[*id_slot] += e.text;
+      text[key] += e.text;
       if (e.finished) {
-        reason[*id_slot] = e.finish_reason;
+        reason[key] = e.finish_reason;
         ++finished;
         cv.notify_all();
       }
@@ -68,18 +70,13 @@ int64_t run_concurrent(Fixture& f, const SchedulerConfig& cfg) {
   p.max_tokens = 24;
   p.stop = {". "};  // prose hits it: both paths must stop at the same place
   Collector c;
-  std::vector<uint64_t> ids(f.prompts.size());
   int64_t preemptions = 0;
   {
     Engine engine(*f.model, *f.tok, cfg);
     for (size_t i = 0; i < f.prompts.size(); ++i) {
-      // The id is known only after submit; the callback reads it through the slot.
-      ids[i] = 0;
-      auto r = engine.submit({f.prompts[i], p, c.sink(&ids[i])});
+      auto r = engine.submit({f.prompts[i], p, c.sink(i)});
       EXPECT_TRUE(r.is_ok()) << r.status().to_string();
       if (!r.is_ok()) return -1;
-      std::lock_guard<std::mutex> lock(c.mu);
-      ids[i] = *r;
     }
     EXPECT_TRUE(c.wait_for(static_cast<int>(f.prompts.size())));
     EXPECT_EQ(engine.stats().kv_blocks_used, 0);
@@ -89,9 +86,9 @@ int64_t run_concurrent(Fixture& f, const SchedulerConfig& cfg) {
     auto alone = generate(*f.model, *f.tok, f.prompts[i], p, 1024);
     EXPECT_TRUE(alone.is_ok());
     if (!alone.is_ok()) return -1;
-    EXPECT_EQ(c.tokens[ids[i]], alone->token_ids) << "request " << i;
-    EXPECT_EQ(c.text[ids[i]], alone->text) << "request " << i;
-    EXPECT_EQ(c.reason[ids[i]], alone->finish_reason);
+    EXPECT_EQ(c.tokens[i], alone->token_ids) << "request " << i;
+    EXPECT_EQ(c.text[i], alone->text) << "request " << i;
+    EXPECT_EQ(c.reason[i], alone->finish_reason);
   }
   return preemptions;
 }
@@ -141,20 +138,14 @@ TEST(Engine, CancelFreesBlocksAndFullQueueRefuses) {
   p.max_tokens = 500;
   p.ignore_eos = true;
   Collector c;
-  uint64_t id = 0;
-  auto r = engine.submit({f.prompts[0], p, c.sink(&id)});
+  auto r = engine.submit({f.prompts[0], p, c.sink(0)});
   ASSERT_TRUE(r.is_ok());
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    id = *r;
-  }
   // Wait for generation to start, then fill the queue past its bound.
   for (int i = 0; i < 1000 && engine.stats().running == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  uint64_t id2 = 0, id3 = 0;
-  auto r2 = engine.submit({f.prompts[1], p, c.sink(&id2)});
+  auto r2 = engine.submit({f.prompts[1], p, c.sink(1)});
   ASSERT_TRUE(r2.is_ok());
-  auto r3 = engine.submit({f.prompts[2], p, c.sink(&id3)});
+  auto r3 = engine.submit({f.prompts[2], p, c.sink(2)});
   EXPECT_EQ(r3.status().code(), StatusCode::kOutOfRange);  // the waiting queue holds one
   // A request that can never run is the client's error (400), even while the queue is full.
   SamplingParams past = p;
@@ -164,7 +155,7 @@ TEST(Engine, CancelFreesBlocksAndFullQueueRefuses) {
   engine.cancel(*r);
   engine.cancel(*r2);
   ASSERT_TRUE(c.wait_for(2));
-  EXPECT_EQ(c.reason[*r], "cancelled");
+  EXPECT_EQ(c.reason[0], "cancelled");
   for (int i = 0; i < 1000 && engine.stats().kv_blocks_used != 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_EQ(engine.stats().kv_blocks_used, 0);
