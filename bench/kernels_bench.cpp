@@ -2,9 +2,13 @@
 // (GFLOP/s) and attention over a paged cache (positions/s), each variant beside the scalar
 // reference in the same run.
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
+#include <chrono>
+#include <cstring>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "formats/half.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
@@ -51,46 +55,54 @@ BENCHMARK_CAPTURE(BM_GemmBf16, scalar, IsaLevel::kScalar)->Arg(1)->Arg(8);
 BENCHMARK_CAPTURE(BM_GemmBf16, avx2, IsaLevel::kAvx2)->Arg(1)->Arg(4)->Arg(8)->Arg(64);
 BENCHMARK_CAPTURE(BM_GemmBf16, avx512, IsaLevel::kAvx512)->Arg(1)->Arg(4)->Arg(8)->Arg(64);
 
-// MX GEMM over packed weights, from decoded activations (W4A4: integer activations, the
-// int8 kernel); GB/s counts the weight bytes (codes and scales) a decode step streams.
-void BM_GemmMx(benchmark::State& state, IsaLevel isa, Scheme scheme) {
-  const MxGemmKernels* k = mx_gemm_kernels_for(isa);
-  if (k == nullptr) {
-    state.SkipWithError("ISA not available");
-    return;
-  }
-  const SchemeInfo& info = scheme_info(scheme);
-  const int64_t m = state.range(0), kd = 2048, n = 2048;
-  const auto wf = values(static_cast<size_t>(n * kd), 2);
-  Tensor wt = Tensor::empty(DType::kF32, {n, kd});
-  std::copy(wf.begin(), wf.end(), wt.mutable_data_as<float>());
-  auto q = quantize_weight(wt, scheme, ScaleRule::kFloor, "w");
-  if (!q.is_ok()) {
-    state.SkipWithError("quantization failed");
-    return;
-  }
-  const MxMatrixView wv{info.weight,
-                        q->codes.data_as<uint8_t>(),
-                        q->scales.data_as<uint8_t>(),
-                        info.dual ? q->chunk_scales.data_as<float>() : nullptr,
-                        n,
-                        kd,
-                        q->row_bytes()};
-  const MxPanelWeights packed = k->pack(wv);
-  const MxPanelView& pv = packed.view;
-  const auto x = values(static_cast<size_t>(m * kd), 1);
-  std::vector<float> y(static_cast<size_t>(m * n));
-  MxGemmArgs a{x.data(), &pv, y.data(), m, kd, n};
-  // W4A4 runs its integer kernel on activations quantized to E2M1.
-  const bool w4a4 = info.activation == ElemFormat::kE2M1;
-  ActRows acts;
-  act_rows_init(scheme, kd, ScaleRule::kFloor, &acts);
-  acts.resize(m);
-  for (int64_t r = 0; r < m; ++r) act_rows_quantize(x.data() + r * kd, r, ScaleRule::kFloor, &acts);
-  std::vector<int8_t> xq(static_cast<size_t>(m * kd));
-  std::vector<int32_t> xsum(static_cast<size_t>(m * kd / 32));
-  std::vector<float> xscale(xsum.size());
-  if (w4a4) {
+// One MX GEMM problem: packed weights of an [n, 2048] matrix and m rows of activations in the
+// form the scheme's kernel reads (W4A4: E2M1 integers; W4A8: its table's 14-bit planes).
+struct MxProblem {
+  MxPanelWeights packed;
+  std::vector<float> x, y;
+  std::vector<int8_t> xq, planes;
+  std::vector<int16_t> xh;
+  std::vector<int32_t> xsum;
+  std::vector<float> xscale;
+  MxGemmArgs a{};
+  void (*fn)(const MxGemmArgs&, int64_t, int64_t) = nullptr;
+
+  // False (with the reason in state) where the ISA is missing or quantization fails.
+  bool init(benchmark::State& state, const MxGemmKernels* k, Scheme scheme, int64_t m, int64_t n) {
+    if (k == nullptr) {
+      state.SkipWithError("ISA not available");
+      return false;
+    }
+    const SchemeInfo& info = scheme_info(scheme);
+    const int64_t kd = 2048;
+    Tensor wt = Tensor::empty(DType::kF32, {n, kd});
+    {
+      const auto wf = values(static_cast<size_t>(n * kd), 2);
+      std::copy(wf.begin(), wf.end(), wt.mutable_data_as<float>());
+    }
+    auto q = quantize_weight(wt, scheme, ScaleRule::kFloor, "w");
+    if (!q.is_ok()) {
+      state.SkipWithError("quantization failed");
+      return false;
+    }
+    const MxMatrixView wv{info.weight,
+                          q->codes.data_as<uint8_t>(),
+                          q->scales.data_as<uint8_t>(),
+                          info.dual ? q->chunk_scales.data_as<float>() : nullptr,
+                          n,
+                          kd,
+                          q->row_bytes()};
+    packed = k->pack(wv);
+    x = values(static_cast<size_t>(m * kd), 1);
+    y.assign(static_cast<size_t>(m * n), 0.0f);
+    a = {x.data(), &packed.view, y.data(), m, kd, n};
+    ActRows acts;
+    act_rows_init(scheme, kd, ScaleRule::kFloor, &acts);
+    acts.resize(m);
+    for (int64_t r = 0; r < m; ++r)
+      act_rows_quantize(x.data() + r * kd, r, ScaleRule::kFloor, &acts);
+    xsum.resize(static_cast<size_t>(m * kd / 32));
+    xscale.resize(xsum.size());
     const MxMatrixView av{acts.format,
                           acts.codes.data(),
                           acts.scales.data(),
@@ -98,67 +110,136 @@ void BM_GemmMx(benchmark::State& state, IsaLevel isa, Scheme scheme) {
                           m,
                           kd,
                           acts.row_bytes};
-    mx_prepare_fp4_activations(av, xq.data(), xsum.data(), xscale.data());
-    a = {nullptr, &pv, y.data(), m, kd, n, xq.data(), xsum.data(), xscale.data()};
+    if (info.activation == ElemFormat::kE2M1) {
+      xq.resize(static_cast<size_t>(m * kd));
+      mx_prepare_fp4_activations(av, xq.data(), xsum.data(), xscale.data());
+      a = {nullptr, &packed.view, y.data(), m, kd, n, xq.data(), xsum.data(), xscale.data()};
+      fn = k->gemm_w4a4;
+    } else if (info.weight == ElemFormat::kE2M1) {
+      xh.resize(static_cast<size_t>(m * kd));
+      planes.resize(static_cast<size_t>(2 * m * kd));
+      k->prepare_w4a8(av, xh.data(), planes.data(), xsum.data(), xscale.data());
+      a.x = nullptr;
+      a.xh = xh.data();
+      a.xhb = planes.data();
+      a.xsum = xsum.data();
+      a.xscale = xscale.data();
+      fn = k->gemm_w4a8;
+    } else {
+      fn = k->gemm;
+    }
+    return true;
   }
-  // W4A8 runs its integer kernel on 14-bit activations, prepared by its own table.
-  const bool w4a8 = !w4a4 && info.weight == ElemFormat::kE2M1;
-  std::vector<int16_t> xh(static_cast<size_t>(m * kd));
-  std::vector<int8_t> planes(static_cast<size_t>(2 * m * kd));
-  if (w4a8) {
-    const MxMatrixView av{acts.format, acts.codes.data(), acts.scales.data(), nullptr, m,
-                          kd,          acts.row_bytes};
-    k->prepare_w4a8(av, xh.data(), planes.data(), xsum.data(), xscale.data());
-    a.x = nullptr;
-    a.xh = xh.data();
-    a.xhb = planes.data();
-    a.xsum = xsum.data();
-    a.xscale = xscale.data();
-  }
-  auto* fn = w4a4 ? k->gemm_w4a4 : w4a8 ? k->gemm_w4a8 : k->gemm;
+};
+
+// MX GEMM over packed weights on one thread; GB/s counts the weight bytes (codes and scales)
+// a decode step streams. A second argument sets the columns: 256 keeps the weights in L2.
+void BM_GemmMx(benchmark::State& state, IsaLevel isa, Scheme scheme) {
+  MxProblem p;
+  const int64_t m = state.range(0), n = state.range(1);
+  if (!p.init(state, mx_gemm_kernels_for(isa), scheme, m, n)) return;
   for (auto _ : state) {
-    fn(a, 0, n);
-    benchmark::DoNotOptimize(y.data());
+    p.fn(p.a, 0, n);
+    benchmark::DoNotOptimize(p.y.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * n * kd),
+  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * n * 2048),
                                                  benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(packed.bytes()));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(p.packed.bytes()));
 }
-BENCHMARK_CAPTURE(BM_GemmMx, scalar_mxfp8, IsaLevel::kScalar, Scheme::kW8A8Mxfp8)->Arg(1);
+
+// Sums [p, p + bytes) in 256-bit loads, four chains, as bench's bandwidth probe reads: the
+// read a GEMV's weights cost at best.
+__attribute__((target("avx2"))) uint64_t read_words(const uint8_t* p, size_t bytes) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 128 <= bytes; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  return static_cast<uint64_t>(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 3));
+}
+
+// A one-row GEMV too large for the caches (65,536 x 2048) on two threads, as decode runs
+// lm_head, beside a two-thread read of the same packed bytes in every iteration:
+// `of_read` is the GEMV's share of the read rate, the kernel's own bandwidth roofline.
+void BM_GemvDram(benchmark::State& state, Scheme scheme) {
+  MxProblem p;
+  const int64_t n = 65536;
+  if (!p.init(state, &mx_gemm_kernels(), scheme, 1, n)) return;
+  ThreadPool pool(2);
+  const int64_t panels = mx_panels(n);
+  const uint8_t* codes = p.packed.codes.data();
+  const size_t per_panel = p.packed.codes.size() / static_cast<size_t>(panels);
+  double gemv_s = 0, read_s = 0;
+  uint64_t sink[2] = {0, 0};
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    pool.parallel_for(panels, [&](int64_t b, int64_t e, int t) {
+      sink[t] += read_words(codes + b * per_panel, static_cast<size_t>(e - b) * per_panel);
+    });
+    auto t1 = std::chrono::steady_clock::now();
+    pool.parallel_for(panels, [&](int64_t b, int64_t e, int) {
+      p.fn(p.a, b * kMxPanelCols, std::min(n, e * kMxPanelCols));
+    });
+    auto t2 = std::chrono::steady_clock::now();
+    read_s += std::chrono::duration<double>(t1 - t0).count();
+    gemv_s += std::chrono::duration<double>(t2 - t1).count();
+    benchmark::DoNotOptimize(p.y.data());
+  }
+  benchmark::DoNotOptimize(sink);
+  const double iters = static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(p.packed.bytes()) * iters;
+  state.counters["gemv_GB/s"] = bytes / gemv_s / 1e9;
+  state.counters["read_GB/s"] = static_cast<double>(p.packed.codes.size()) * iters / read_s / 1e9;
+  state.counters["of_read"] = state.counters["gemv_GB/s"] / state.counters["read_GB/s"];
+}
+BENCHMARK_CAPTURE(BM_GemvDram, mxfp8, Scheme::kW8A8Mxfp8)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemvDram, w4a8, Scheme::kW4A8Mxfp4)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemvDram, w4a4, Scheme::kW4A4Mxfp4)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemvDram, mxfp4_dual, Scheme::kW4A4Mxfp4Dual)->Unit(benchmark::kMillisecond);
+
+BENCHMARK_CAPTURE(BM_GemmMx, scalar_mxfp8, IsaLevel::kScalar, Scheme::kW8A8Mxfp8)->Args({1, 2048});
 BENCHMARK_CAPTURE(BM_GemmMx, avx2_mxfp8, IsaLevel::kAvx2, Scheme::kW8A8Mxfp8)
-    ->Arg(1)
-    ->Arg(4)
-    ->Arg(8)
-    ->Arg(64);
+    ->Args({1, 256})
+    ->Args({1, 2048})
+    ->Args({4, 2048})
+    ->Args({8, 2048})
+    ->Args({64, 2048});
 BENCHMARK_CAPTURE(BM_GemmMx, avx2_w4a8, IsaLevel::kAvx2, Scheme::kW4A8Mxfp4)
-    ->Arg(1)
-    ->Arg(4)
-    ->Arg(8)
-    ->Arg(64);
+    ->Args({1, 256})
+    ->Args({1, 2048})
+    ->Args({4, 2048})
+    ->Args({8, 2048})
+    ->Args({64, 2048});
 BENCHMARK_CAPTURE(BM_GemmMx, avx2_w4a4, IsaLevel::kAvx2, Scheme::kW4A4Mxfp4)
-    ->Arg(1)
-    ->Arg(4)
-    ->Arg(8)
-    ->Arg(64);
-BENCHMARK_CAPTURE(BM_GemmMx, avx2_mxfp4_dual, IsaLevel::kAvx2, Scheme::kW4A4Mxfp4Dual)->Arg(1);
+    ->Args({1, 256})
+    ->Args({1, 2048})
+    ->Args({4, 2048})
+    ->Args({8, 2048})
+    ->Args({64, 2048});
+BENCHMARK_CAPTURE(BM_GemmMx, avx2_mxfp4_dual, IsaLevel::kAvx2, Scheme::kW4A4Mxfp4Dual)
+    ->Args({1, 2048});
 // Skipped, saying so, where the processor lacks AVX-512.
 BENCHMARK_CAPTURE(BM_GemmMx, avx512_mxfp8, IsaLevel::kAvx512, Scheme::kW8A8Mxfp8)
-    ->Arg(1)
-    ->Arg(4)
-    ->Arg(8)
-    ->Arg(64);
+    ->Args({1, 2048})
+    ->Args({4, 2048})
+    ->Args({8, 2048})
+    ->Args({64, 2048});
 BENCHMARK_CAPTURE(BM_GemmMx, avx512_w4a8, IsaLevel::kAvx512, Scheme::kW4A8Mxfp4)
-    ->Arg(1)
-    ->Arg(4)
-    ->Arg(8)
-    ->Arg(64);
+    ->Args({1, 2048})
+    ->Args({4, 2048})
+    ->Args({8, 2048})
+    ->Args({64, 2048});
 BENCHMARK_CAPTURE(BM_GemmMx, avx512_w4a4, IsaLevel::kAvx512, Scheme::kW4A4Mxfp4)
-    ->Arg(1)
-    ->Arg(4)
-    ->Arg(8)
-    ->Arg(64);
-BENCHMARK_CAPTURE(BM_GemmMx, avx512_mxfp4_dual, IsaLevel::kAvx512, Scheme::kW4A4Mxfp4Dual)->Arg(1);
+    ->Args({1, 2048})
+    ->Args({4, 2048})
+    ->Args({8, 2048})
+    ->Args({64, 2048});
+BENCHMARK_CAPTURE(BM_GemmMx, avx512_mxfp4_dual, IsaLevel::kAvx512, Scheme::kW4A4Mxfp4Dual)
+    ->Args({1, 2048});
 
 void BM_AttentionHead(benchmark::State& state, IsaLevel isa) {
   const AttentionKernels* k = attention_kernels_for(isa);
