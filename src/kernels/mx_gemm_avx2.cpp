@@ -519,6 +519,23 @@ constexpr int64_t kWideGroupBlocks = 4;
 // stack) stay in L2 as well.
 constexpr int64_t kWidePanels = 8;
 
+// The codes a panel widens next (its group from block b, or after its last group the next
+// panel set's first), asked for while the row tiles run on this one. A panel's group is 2 KB,
+// and the next is 16-32 KB further on: the hardware prefetcher does not follow those jumps,
+// and without this the loads of the widening pass waited on L3 or DRAM for half of its time.
+inline void prefetch_next_group(const MxPanelView& w, int64_t panel, int64_t b, int64_t nb,
+                                int64_t np) {
+  constexpr int64_t kBlockBytes = 512;
+  if (b >= nb) {
+    panel += np;
+    b = 0;
+  }
+  if (panel >= mx_panels(w.n)) return;
+  const int64_t bytes = std::min(kWideGroupBlocks, nb - b) * kBlockBytes;
+  const uint8_t* codes = w.codes + (panel * nb + b) * kBlockBytes;
+  for (int64_t off = 0; off < bytes; off += 64) prefetch_line(codes + off);
+}
+
 // Rows [row0, row0 + m) (m <= kWideBlockRows) of panels [p0, p0 + np) (np <= kWidePanels);
 // output columns end at n_end.
 void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64_t np,
@@ -553,6 +570,7 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
           }
         }
       }
+      prefetch_next_group(w, panel, b0 + kWideGroupBlocks, nb, np);
       const __m256* s = scales[i] + (b0 % kGroupBlocks) * 2;
       for (int64_t t = 0, r = 0; t < tiles; ++t) {
         const int64_t left = m - r;
