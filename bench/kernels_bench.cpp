@@ -52,7 +52,7 @@ void BM_GemmBf16(benchmark::State& state, IsaLevel isa) {
   state.SetBytesProcessed(state.iterations() * n * kd * 2);
 }
 BENCHMARK_CAPTURE(BM_GemmBf16, scalar, IsaLevel::kScalar)->Arg(1)->Arg(8);
-BENCHMARK_CAPTURE(BM_GemmBf16, avx2, IsaLevel::kAvx2)->Arg(1)->Arg(4)->Arg(8)->Arg(64);
+BENCHMARK_CAPTURE(BM_GemmBf16, avx2, IsaLevel::kAvx2)->Arg(1)->Arg(4)->Arg(8)->Arg(64)->Arg(512);
 BENCHMARK_CAPTURE(BM_GemmBf16, avx512, IsaLevel::kAvx512)->Arg(1)->Arg(4)->Arg(8)->Arg(64);
 
 // One MX GEMM problem: packed weights of an [n, 2048] matrix and m rows of activations in the
@@ -207,7 +207,7 @@ BENCHMARK_CAPTURE(BM_GemmMx, avx2_mxfp8, IsaLevel::kAvx2, Scheme::kW8A8Mxfp8)
     ->Args({1, 2048})
     ->Args({4, 2048})
     ->Args({8, 2048})
-    ->Args({64, 2048});
+    ->Args({64, 2048})->Args({512, 2048});
 BENCHMARK_CAPTURE(BM_GemmMx, avx2_w4a8, IsaLevel::kAvx2, Scheme::kW4A8Mxfp4)
     ->Args({1, 256})
     ->Args({1, 2048})
