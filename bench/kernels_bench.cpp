@@ -59,7 +59,7 @@ BENCHMARK_CAPTURE(BM_GemmBf16, avx512, IsaLevel::kAvx512)->Arg(1)->Arg(4)->Arg(8
 // form the scheme's kernel reads (W4A4: E2M1 integers; W4A8: its table's 14-bit planes).
 struct MxProblem {
   MxPanelWeights packed;
-  std::vector<float> x, y;
+  std::vector<float> x, xd, y;
   std::vector<int8_t> xq, planes;
   std::vector<int16_t> xh;
   std::vector<int32_t> xsum;
@@ -126,6 +126,11 @@ struct MxProblem {
       a.xscale = xscale.data();
       fn = k->gemm_w4a8;
     } else {
+      // The FP32 path's activations as the product hands them over: decoded E4M3 times the
+      // input scale (the prefill kernel folds block scales only for such values).
+      xd.resize(static_cast<size_t>(m * kd));
+      mx_decode_activations(av, xd.data(), kMxGemmInputScale);
+      a.x = xd.data();
       fn = k->gemm;
     }
     return true;
