@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -27,6 +28,16 @@ std::vector<float> values(size_t n, uint32_t seed) {
   return v;
 }
 
+// Random [n, kd] weights in BF16, packed as table k's kernels read them.
+std::vector<uint16_t> bf16_weights(const GemmKernels& k, int64_t n, int64_t kd) {
+  const auto wf = values(static_cast<size_t>(n * kd), 2);
+  std::vector<uint16_t> w(wf.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float_to_bf16(wf[i]);
+  std::vector<uint16_t> packed(static_cast<size_t>(bf16_panel_elems(n, kd)));
+  k.pack(w.data(), n, kd, kd, packed.data());
+  return packed;
+}
+
 void BM_GemmBf16(benchmark::State& state, IsaLevel isa) {
   const GemmKernels* k = gemm_kernels_for(isa);
   if (k == nullptr) {
@@ -35,11 +46,7 @@ void BM_GemmBf16(benchmark::State& state, IsaLevel isa) {
   }
   const int64_t m = state.range(0), kd = 2048, n = 2048;
   const auto x = values(static_cast<size_t>(m * kd), 1);
-  const auto wf = values(static_cast<size_t>(n * kd), 2);
-  std::vector<uint16_t> w(wf.size());
-  for (size_t i = 0; i < w.size(); ++i) w[i] = float_to_bf16(wf[i]);
-  std::vector<uint16_t> packed(static_cast<size_t>(bf16_panel_elems(n, kd)));
-  k->pack(w.data(), n, kd, kd, packed.data());
+  const std::vector<uint16_t> packed = bf16_weights(*k, n, kd);
   std::vector<float> y(static_cast<size_t>(m * n));
   const GemmBf16Args a{x.data(), packed.data(), y.data(), m, kd, kd, n};
   for (auto _ : state) {
@@ -167,6 +174,24 @@ __attribute__((target("avx2"))) uint64_t read_words(const uint8_t* p, size_t byt
   return static_cast<uint64_t>(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 3));
 }
 
+// Seconds spent in each of two jobs over `panels` column panels on a two-thread pool, run one
+// after the other in every iteration, so that both meet the same neighbours.
+template <typename A, typename B>
+std::pair<double, double> time_alternating(benchmark::State& state, ThreadPool& pool,
+                                           int64_t panels, A&& first, B&& second) {
+  double first_s = 0, second_s = 0;
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    pool.parallel_for(panels, first);
+    auto t1 = std::chrono::steady_clock::now();
+    pool.parallel_for(panels, second);
+    auto t2 = std::chrono::steady_clock::now();
+    first_s += std::chrono::duration<double>(t1 - t0).count();
+    second_s += std::chrono::duration<double>(t2 - t1).count();
+  }
+  return {first_s, second_s};
+}
+
 // A one-row GEMV too large for the caches (65,536 x 2048) on two threads, as decode runs
 // lm_head, beside a two-thread read of the same packed bytes in every iteration:
 // `of_read` is the GEMV's share of the read rate, the kernel's own bandwidth roofline.
@@ -178,29 +203,24 @@ void BM_GemvDram(benchmark::State& state, Scheme scheme) {
   const int64_t panels = mx_panels(n);
   const uint8_t* codes = p.packed.codes.data();
   const size_t per_panel = p.packed.codes.size() / static_cast<size_t>(panels);
-  double gemv_s = 0, read_s = 0;
   uint64_t sink[2] = {0, 0};
-  for (auto _ : state) {
-    auto t0 = std::chrono::steady_clock::now();
-    pool.parallel_for(panels, [&](int64_t b, int64_t e, int t) {
-      sink[t] += read_words(codes + b * per_panel, static_cast<size_t>(e - b) * per_panel);
-    });
-    auto t1 = std::chrono::steady_clock::now();
-    pool.parallel_for(panels, [&](int64_t b, int64_t e, int) {
-      p.fn(p.a, b * kMxPanelCols, std::min(n, e * kMxPanelCols));
-    });
-    auto t2 = std::chrono::steady_clock::now();
-    read_s += std::chrono::duration<double>(t1 - t0).count();
-    gemv_s += std::chrono::duration<double>(t2 - t1).count();
-    benchmark::DoNotOptimize(p.y.data());
-  }
+  const auto [read_s, gemv_s] = time_alternating(
+      state, pool, panels,
+      [&](int64_t b, int64_t e, int t) {
+        sink[t] += read_words(codes + b * per_panel, static_cast<size_t>(e - b) * per_panel);
+      },
+      [&](int64_t b, int64_t e, int) {
+        p.fn(p.a, b * kMxPanelCols, std::min(n, e * kMxPanelCols));
+      });
   benchmark::DoNotOptimize(sink);
+  benchmark::DoNotOptimize(p.y.data());
   const double iters = static_cast<double>(state.iterations());
   const double bytes = static_cast<double>(p.packed.bytes()) * iters;
   state.counters["gemv_GB/s"] = bytes / gemv_s / 1e9;
   state.counters["read_GB/s"] = static_cast<double>(p.packed.codes.size()) * iters / read_s / 1e9;
   state.counters["of_read"] = state.counters["gemv_GB/s"] / state.counters["read_GB/s"];
 }
+
 // A prefill-shaped GEMM (512 rows, 2048 x 5120 weights, a 30B-A3B layer's qkv) on two
 // threads through the pool, BF16 and MXFP8 alternating in every iteration: `mx_over_bf16` is
 // the ratio of their rates in the same run, which the machine's noise moves far less than
@@ -210,31 +230,21 @@ void BM_PrefillGemmPair(benchmark::State& state) {
   MxProblem p;
   const int64_t m = 512, n = 5120, kd = 2048;
   if (!p.init(state, &mx_gemm_kernels(), Scheme::kW8A8Mxfp8, m, n)) return;
-  const auto wf = values(static_cast<size_t>(n * kd), 2);
-  std::vector<uint16_t> w(wf.size());
-  for (size_t i = 0; i < w.size(); ++i) w[i] = float_to_bf16(wf[i]);
-  std::vector<uint16_t> packed(static_cast<size_t>(bf16_panel_elems(n, kd)));
-  bk->pack(w.data(), n, kd, kd, packed.data());
+  const std::vector<uint16_t> packed = bf16_weights(*bk, n, kd);
   std::vector<float> y(static_cast<size_t>(m * n));
   const GemmBf16Args a{p.x.data(), packed.data(), y.data(), m, kd, kd, n};
   ThreadPool pool(2);
   const int64_t panels = mx_panels(n);
-  double bf16_s = 0, mx_s = 0;
-  for (auto _ : state) {
-    auto t0 = std::chrono::steady_clock::now();
-    pool.parallel_for(panels, [&](int64_t b, int64_t e, int) {
-      bk->bf16(a, b * kMxPanelCols, std::min(n, e * kMxPanelCols));
-    });
-    auto t1 = std::chrono::steady_clock::now();
-    pool.parallel_for(panels, [&](int64_t b, int64_t e, int) {
-      p.fn(p.a, b * kMxPanelCols, std::min(n, e * kMxPanelCols));
-    });
-    auto t2 = std::chrono::steady_clock::now();
-    bf16_s += std::chrono::duration<double>(t1 - t0).count();
-    mx_s += std::chrono::duration<double>(t2 - t1).count();
-    benchmark::DoNotOptimize(y.data());
-    benchmark::DoNotOptimize(p.y.data());
-  }
+  const auto [bf16_s, mx_s] = time_alternating(
+      state, pool, panels,
+      [&](int64_t b, int64_t e, int) {
+        bk->bf16(a, b * kMxPanelCols, std::min(n, e * kMxPanelCols));
+      },
+      [&](int64_t b, int64_t e, int) {
+        p.fn(p.a, b * kMxPanelCols, std::min(n, e * kMxPanelCols));
+      });
+  benchmark::DoNotOptimize(y.data());
+  benchmark::DoNotOptimize(p.y.data());
   const double flops = 2.0 * m * n * kd * static_cast<double>(state.iterations());
   state.counters["bf16_GFLOP/s"] = flops / bf16_s / 1e9;
   state.counters["mxfp8_GFLOP/s"] = flops / mx_s / 1e9;
