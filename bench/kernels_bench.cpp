@@ -134,7 +134,7 @@ struct MxProblem {
       fn = k->gemm_w4a8;
     } else {
       // The FP32 path's activations as the product hands them over: decoded E4M3 times the
-      // input scale (the prefill kernel folds block scales only for such values).
+      // input scale, not arbitrary FP32 values.
       xd.resize(static_cast<size_t>(m * kd));
       mx_decode_activations(av, xd.data(), kMxGemmInputScale);
       a.x = xd.data();

@@ -523,17 +523,18 @@ constexpr int64_t kWideGroupBlocks = 4;
 constexpr int64_t kWidePanels = 8;
 
 // The codes a panel widens next (its group from block b, or after its last group the next
-// panel set's first), asked for while the row tiles run on this one. A panel's group is 2 KB,
-// and the next is 16-32 KB further on: the hardware prefetcher does not follow those jumps,
-// and without this the loads of the widening pass waited on L3 or DRAM for half of its time.
+// panel set's first, while that is still below panel_end), asked for while the row tiles run
+// on this one. A panel's group is 2 KB, and the next is 16-32 KB further on: the hardware
+// prefetcher does not follow those jumps, and without this the loads of the widening pass
+// waited on L3 or DRAM for half of its time.
 inline void prefetch_next_group(const MxPanelView& w, int64_t panel, int64_t b, int64_t nb,
-                                int64_t np) {
-  constexpr int64_t kBlockBytes = 512;
+                                int64_t np, int64_t panel_end) {
+  constexpr int64_t kBlockBytes = mx_panel_block_bytes(ElemFormat::kE4M3);
   if (b >= nb) {
     panel += np;
     b = 0;
   }
-  if (panel >= mx_panels(w.n)) return;
+  if (panel >= panel_end) return;
   const int64_t bytes = std::min(kWideGroupBlocks, nb - b) * kBlockBytes;
   const uint8_t* codes = w.codes + (panel * nb + b) * kBlockBytes;
   for (int64_t off = 0; off < bytes; off += 64) prefetch_line(codes + off);
@@ -573,7 +574,7 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
           }
         }
       }
-      prefetch_next_group(w, panel, b0 + kWideGroupBlocks, nb, np);
+      prefetch_next_group(w, panel, b0 + kWideGroupBlocks, nb, np, mx_panels(n_end));
       const __m256* s = scales[i] + (b0 % kGroupBlocks) * 2;
       for (int64_t t = 0, r = 0; t < tiles; ++t) {
         const int64_t left = m - r;
