@@ -46,6 +46,15 @@ for q in mxfp8 mxfp4; do
   done
 done
 
+# bench --profile on 2 ranks: every rank times its MoE layers (their barriers must meet), and
+# the report splits the exchange from the wait for the other rank's experts.
+out=$(timeout 120 mpirun -np 2 "$real_bin" bench -m "$model" --quantization mxfp8 -p 16 -n 4 -r 1 \
+  -t 1 --profile --ep-size 2 --ep-dispatch low_latency 2>&1) || fail "bench --profile on 2 ranks: $out"
+for want in "ep_skew" "ep_exchange" "dispatch + combine (their exchange included)" \
+  "waiting for the other ranks' experts"; do
+  grep -qF "$want" <<<"$out" || fail "bench --profile on 2 ranks lacks '$want': $out"
+done
+
 # The openai-client suite against servers of 2 ranks each.
 cat >"$tmp/ep_serve" <<WRAP
 #!/usr/bin/env bash

@@ -240,6 +240,7 @@ class DecoderModel {
 
   // When set, every forward adds the time of each phase to `prof` (null: off).
   void set_profile(ForwardProfile* prof) { profile_ = prof; }
+  bool profiling() const { return profile_ != nullptr; }
 
   // When set, forward() records the router choices of each MoE layer.
   void set_trace_router(bool on) { trace_router_ = on; }

@@ -59,7 +59,8 @@ void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float
     prof->add(Phase::kGmm1, times.gmm1);
     prof->add(Phase::kGmm2, times.gmm2);
     prof->add(Phase::kCombine, times.combine);
-    prof->add(Phase::kEpWait, times.wait);
+    prof->add(Phase::kEpSkew, times.skew);
+    prof->add(Phase::kEpExchange, times.exchange);
   }
   if (ctx.router_trace) ctx.router_trace->push_back({li, std::move(ids), std::move(wts)});
   if (m.shared) shared_expert_forward(m, ctx, h, x);

@@ -38,8 +38,10 @@ const char* phase_name(Phase p) {
       return "delta_rule";
     case Phase::kDnNorm:
       return "dn_gated_norm";
-    case Phase::kEpWait:
-      return "ep_wait";
+    case Phase::kEpSkew:
+      return "ep_skew";
+    case Phase::kEpExchange:
+      return "ep_exchange";
     case Phase::kCount:
       break;
   }
@@ -56,7 +58,8 @@ const char* phase_layer_type(Phase p) {
     case Phase::kGmm2:
     case Phase::kCombine:
     case Phase::kSharedExpert:
-    case Phase::kEpWait:
+    case Phase::kEpSkew:
+    case Phase::kEpExchange:
       return "moe";
     case Phase::kDnProj:
     case Phase::kDnConv:

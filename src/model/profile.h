@@ -26,7 +26,8 @@ enum class Phase : int {
   kDnConv,        // causal conv1d + SiLU, q/k L2 norms, beta and decay gates
   kDeltaRule,     // the gated delta rule over the recurrent state
   kDnNorm,        // the gated RMSNorm with silu(z)
-  kEpWait,        // expert parallelism: inside collectives (counts, rows, outputs, gather)
+  kEpSkew,        // expert parallelism: waiting for the other ranks to reach a collective
+  kEpExchange,    // expert parallelism: the collectives once every rank has reached them
   kCount
 };
 

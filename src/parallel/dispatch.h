@@ -42,7 +42,10 @@ struct MoeTimes {
   double dispatch = 0;  // counting, the fused quantization, packing and unpacking rows
   double gmm1 = 0, gmm2 = 0;
   double combine = 0;  // returned rows weighted and summed at their source, the gather
-  double wait = 0;     // inside collectives (expert parallelism only)
+  // Expert parallelism only, measured when timed by a barrier before each collective: skew
+  // is the wait for the other ranks to arrive (the slowest rank's extra work), exchange the
+  // collective itself once every rank has arrived.
+  double skew = 0, exchange = 0;
 };
 
 // Attributes the time since the previous lap to one field of a MoeTimes (null: untimed).
@@ -60,6 +63,7 @@ class MoeClock {
   void skip() {
     if (t_) last_ = std::chrono::steady_clock::now();
   }
+  bool timed() const { return t_ != nullptr; }
 
  private:
   MoeTimes* t_;

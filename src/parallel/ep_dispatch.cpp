@@ -59,30 +59,44 @@ class EpDispatcher final : public MoeDispatcher {
     place(a.num_experts);
     pack_rows(a);
     clock.lap(&MoeTimes::dispatch);
+    arrive(clock);
     exchange_counts(a);
-    clock.lap(&MoeTimes::wait);
+    clock.lap(&MoeTimes::exchange);
     prepare_receive(a, low_latency);
+    clock.lap(&MoeTimes::dispatch);
+    arrive(clock);
     call(comm_.all_to_all_v(send_.data(), send_bytes_.data(), send_offsets_.data(), recv_.data(),
                             recv_bytes_.data(), recv_offsets_.data()),
          "dispatch");
-    clock.lap(&MoeTimes::wait);
+    clock.lap(&MoeTimes::exchange);
     unpack_rows(a);
     clock.lap(&MoeTimes::dispatch);
     run_experts(a, rows_, bank_offsets_.data(), outs_.data());
     clock.skip();
     pack_outputs(a);
     clock.lap(&MoeTimes::combine);
+    arrive(clock);
     return_outputs(a);
-    clock.lap(&MoeTimes::wait);
+    clock.lap(&MoeTimes::exchange);
     combine(a);
     clock.lap(&MoeTimes::combine);
+    arrive(clock);
     gather(a);
-    clock.lap(&MoeTimes::wait);
+    clock.lap(&MoeTimes::exchange);
   }
 
  private:
   void call(const Status& st, const char* what) {
     if (!st.is_ok()) comm_.abort(std::string("expert ") + what + " failed: " + st.to_string());
+  }
+
+  // Timed runs only: a barrier before a collective, so that the time until every rank has
+  // reached it (one rank still running its experts) is skew and the collective after it is
+  // the exchange proper.
+  void arrive(MoeClock& clock) {
+    if (!clock.timed()) return;
+    call(comm_.barrier(), "barrier");
+    clock.lap(&MoeTimes::skew);
   }
 
   int64_t token_begin(int64_t rows, int q) const { return rows * q / comm_.size(); }

@@ -53,7 +53,7 @@ void profile_report(const char* title, const ForwardProfile& p,
     const std::string type = phase_layer_type(ph);
     if (type == "moe") moe += s;
     if (ph == Phase::kRouter || ph == Phase::kDispatch || ph == Phase::kCombine) moe_overhead += s;
-    if (ph == Phase::kDispatch || ph == Phase::kCombine || ph == Phase::kEpWait) ep += s;
+    if (ph == Phase::kDispatch || ph == Phase::kCombine || ph == Phase::kEpExchange) ep += s;
     const auto n = layers.find(type);
     const double per_layer =
         n != layers.end() && n->second > 0 ? 1e3 * s / fw / static_cast<double>(n->second) : 0.0;
@@ -65,10 +65,12 @@ void profile_report(const char* title, const ForwardProfile& p,
     std::snprintf(line, sizeof line, "  router + dispatch + combine: %.1f%% of MoE time\n",
                   100 * moe_overhead / moe);
     *out += line;
-    if (p.seconds[static_cast<size_t>(Phase::kEpWait)] > 0) {
+    const double skew = p.seconds[static_cast<size_t>(Phase::kEpSkew)];
+    if (p.seconds[static_cast<size_t>(Phase::kEpExchange)] > 0) {
       std::snprintf(line, sizeof line,
-                    "  expert parallelism: dispatch + combine + wait %.1f%% of MoE time\n",
-                    100 * ep / moe);
+                    "  expert parallelism: dispatch + combine (their exchange included) %.1f%% "
+                    "of MoE time; waiting for the other ranks' experts %.1f%%\n",
+                    100 * ep / moe, 100 * skew / moe);
       *out += line;
     }
   }

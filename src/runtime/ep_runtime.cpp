@@ -22,6 +22,9 @@ struct StepHeader {
   uint32_t seqs = 0;
   uint64_t kv_id = 0;
   int32_t num_blocks = 0, block_size = 0, kv_dtype = 0, slots = 0;
+  // Rank 0 profiles this step: every rank times its MoE layers, whose timing adds a barrier
+  // before each collective (parallel/ep_dispatch.cpp), so that they meet the same ones.
+  uint32_t timed = 0, reserved = 0;
   uint64_t words = 0;
 };
 
@@ -88,7 +91,11 @@ Status replay(DecoderModel& model, Comm& comm, const StepHeader& h, KvReplicas& 
     s.blocks = blocks[i].data();
   }
   PagedKv& kv = kvs.get(model.config(), h);
-  return model.forward_batch(seqs, kv, nullptr);
+  ForwardProfile unused;
+  model.set_profile(h.timed != 0 ? &unused : nullptr);
+  Status st = model.forward_batch(seqs, kv, nullptr);
+  model.set_profile(nullptr);
+  return st;
 }
 
 EpRankStats own_stats(DecoderModel& model) {
@@ -183,7 +190,7 @@ bool reset_peak_resident() {
 
 void install_step_broadcast(DecoderModel& model, Comm& comm) {
   g_load_rss = resident_bytes();
-  model.set_step_hook([&comm](const std::vector<SeqSlice>& seqs, const PagedKv& kv) {
+  model.set_step_hook([&comm, &model](const std::vector<SeqSlice>& seqs, const PagedKv& kv) {
     const std::vector<int64_t> w = encode(seqs, kv);
     StepHeader h;
     h.op = static_cast<uint32_t>(Op::kForward);
@@ -193,6 +200,7 @@ void install_step_broadcast(DecoderModel& model, Comm& comm) {
     h.block_size = kv.block_size();
     h.kv_dtype = static_cast<int32_t>(kv.dtype());
     h.slots = kv.slots();
+    h.timed = model.profiling() ? 1 : 0;
     h.words = w.size();
     Status st = send_header(comm, h);
     if (st.is_ok())
