@@ -316,8 +316,8 @@ inline void prefetch_line(const void* p) {
 // after the last group the next panel set's first, while below panel_end), asked for while
 // the row tiles run on these: the next group is 16-32 KB on, a jump the hardware prefetcher
 // does not follow, and weights streamed from memory would otherwise stall the widening.
-inline void prefetch_next_group(const MxPanelView& w, int64_t panel, int q, int64_t b,
-                                int64_t nb, int64_t np, int64_t panel_end) {
+inline void prefetch_next_group(const MxPanelView& w, int64_t panel, int q, int64_t b, int64_t nb,
+                                int64_t np, int64_t panel_end) {
   constexpr int64_t kBlockBytes = mx_panel_block_bytes(ElemFormat::kE4M3);
   if (b >= nb) {
     panel += np;
