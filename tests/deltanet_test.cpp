@@ -103,6 +103,16 @@ TEST(DeltaNet, ConvEveryVariantMatchesDoubleAndChunksBitForBit) {
             for (int64_t ch = c; ch < ldx; ++ch) ASSERT_EQ(xp[tt * ldx + ch], x[tt * ldx + ch]);
           }
           ASSERT_EQ(stp, st) << where << " pieces state";
+          // In channel slices (as threads split them: an odd first slice, then runs of 16),
+          // each reading and writing its columns of the whole state: bit for bit.
+          std::vector<float> yc(y.size(), -7.0f), stc = st0;
+          for (int64_t c0 = 0, len = 5; c0 < c; c0 += len, len = 16) {
+            const int64_t n = std::min(len, c - c0);
+            kern->conv_silu({x.data() + c0, w.data() + c0 * kw, stc.data() + c0, yc.data() + c0, t,
+                             n, kw, ldx, c, c});
+          }
+          ASSERT_EQ(yc, y) << where << " channel slices";
+          ASSERT_EQ(stc, st) << where << " channel slices state";
         }
       }
     }

@@ -17,11 +17,11 @@ inline float sigmoid1(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float softplus1(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 void conv_silu_reference(const ConvArgs& a) {
-  const int64_t km1 = a.kernel - 1;
+  const int64_t km1 = a.kernel - 1, lds = a.lds != 0 ? a.lds : a.channels;
   float win[kConvMaxKernel];
   for (int64_t c = 0; c < a.channels; ++c) {
     const float* w = a.w + c * a.kernel;
-    for (int64_t j = 0; j < km1; ++j) win[j] = a.state[j * a.channels + c];
+    for (int64_t j = 0; j < km1; ++j) win[j] = a.state[j * lds + c];
     for (int64_t t = 0; t < a.t; ++t) {
       win[km1] = a.x[t * a.ldx + c];  // read before y (which may alias x) is written
       float acc = w[0] * win[0];
@@ -29,7 +29,7 @@ void conv_silu_reference(const ConvArgs& a) {
       a.y[t * a.ldy + c] = silu(acc);
       for (int64_t j = 0; j < km1; ++j) win[j] = win[j + 1];
     }
-    for (int64_t j = 0; j < km1; ++j) a.state[j * a.channels + c] = win[j];
+    for (int64_t j = 0; j < km1; ++j) a.state[j * lds + c] = win[j];
   }
 }
 

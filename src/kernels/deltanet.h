@@ -49,11 +49,12 @@ constexpr float kL2NormEps = 1e-6f;    // x * rsqrt(sum(x^2) + eps), as the mode
 struct ConvArgs {
   const float* x;  // [T, C], row stride ldx
   const float* w;  // [C, K] (conv1d.weight [C, 1, K] is the same memory)
-  float* state;    // [K-1, C] dense: the previous K-1 inputs per channel, oldest first;
-                   // updated in place to the last K-1 inputs (carried across calls)
+  float* state;    // [K-1, C]: the previous K-1 inputs per channel, oldest first, row
+                   // stride lds; updated in place to the last K-1 inputs (carried across calls)
   float* y;        // [T, C], row stride ldy; may alias x (same pointer and stride)
   int64_t t, channels, kernel;  // kernel in 1 .. kConvMaxKernel
   int64_t ldx, ldy;
+  int64_t lds = 0;  // 0: channels (dense); more when the call covers a slice of the channels
 };
 
 // The gated delta rule over T tokens of one sequence, per value head h (key head

@@ -61,7 +61,7 @@ void fma_rows(float* y, const float* init, int64_t n, const float* c, int64_t cn
 
 template <class V>
 void conv_silu(const ConvArgs& a) {
-  const int64_t km1 = a.kernel - 1, nc = a.channels;
+  const int64_t km1 = a.kernel - 1, nc = a.channels, lds = a.lds != 0 ? a.lds : nc;
   const int64_t cw = nc / V::W * V::W;
   alignas(64) float tmp[V::W];
   typename V::T wv[kConvMaxKernel], win[kConvMaxKernel];
@@ -70,7 +70,7 @@ void conv_silu(const ConvArgs& a) {
       for (int l = 0; l < V::W; ++l) tmp[l] = a.w[(c + l) * a.kernel + j];
       wv[j] = V::load(tmp);
     }
-    for (int64_t j = 0; j < km1; ++j) win[j] = V::load(a.state + j * nc + c);
+    for (int64_t j = 0; j < km1; ++j) win[j] = V::load(a.state + j * lds + c);
     for (int64_t t = 0; t < a.t; ++t) {
       win[km1] = V::load(a.x + t * a.ldx + c);
       typename V::T acc = V::mul(wv[0], win[0]);
@@ -80,12 +80,12 @@ void conv_silu(const ConvArgs& a) {
       for (int l = 0; l < V::W; ++l) y[l] = silu(tmp[l]);
       for (int64_t j = 0; j < km1; ++j) win[j] = win[j + 1];
     }
-    for (int64_t j = 0; j < km1; ++j) V::store(a.state + j * nc + c, win[j]);
+    for (int64_t j = 0; j < km1; ++j) V::store(a.state + j * lds + c, win[j]);
   }
   float sw[kConvMaxKernel];
   for (int64_t c = cw; c < nc; ++c) {
     const float* w = a.w + c * a.kernel;
-    for (int64_t j = 0; j < km1; ++j) sw[j] = a.state[j * nc + c];
+    for (int64_t j = 0; j < km1; ++j) sw[j] = a.state[j * lds + c];
     for (int64_t t = 0; t < a.t; ++t) {
       sw[km1] = a.x[t * a.ldx + c];
       float acc = w[0] * sw[0];
@@ -93,7 +93,7 @@ void conv_silu(const ConvArgs& a) {
       a.y[t * a.ldy + c] = silu(acc);
       for (int64_t j = 0; j < km1; ++j) sw[j] = sw[j + 1];
     }
-    for (int64_t j = 0; j < km1; ++j) a.state[j * nc + c] = sw[j];
+    for (int64_t j = 0; j < km1; ++j) a.state[j * lds + c] = sw[j];
   }
 }
 
