@@ -215,10 +215,15 @@ void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
 }
 
 using TileFn = void (*)(const MxGemmArgs&, int64_t, int64_t, int64_t);
-constexpr int kMaxRows = 4, kMaxPanels = 4;
+constexpr int kMaxRows = 8, kMaxPanels = 4;
 // Panels per tile for each row count: four or more independent chains (more panels for one
 // row measured no faster), the accumulators and totals within the 32 vector registers.
-constexpr int kPanels[kMaxRows + 1] = {0, 4, 4, 2, 2};
+constexpr int kPanels[kMaxRows + 1] = {0, 4, 4, 2, 2, 1, 1, 1, 1};
+// E4M3's direct tiles stop at four rows: the wide path takes six rows or more, and eight-row
+// direct tiles, faster in mx_bench at eight rows, made batch-8 W8A8 decode 20% slower in
+// the model (lm_head from memory). The integer tiles take up to eight rows (one decode of a
+// panel row feeds twice the rows: W4A8 prefill +10%).
+constexpr int kFp8MaxRows = 4;
 
 // Kind 0: E4M3 (FP32); 1: W4A4; 2: W4A8.
 template <int Kind, int R, int C>
@@ -231,7 +236,7 @@ void tile_of(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
 }
 template <int Kind, int R, int C>
 constexpr TileFn tile_fn() {
-  if constexpr (C > kPanels[R]) {
+  if constexpr (C > kPanels[R] || (Kind == 0 && R > kFp8MaxRows)) {
     return nullptr;
   } else {
     return &tile_of<Kind, R, C>;
@@ -249,8 +254,9 @@ constexpr auto kW4a4Tiles = tile_table<TileFn, kMaxRows, kMaxPanels, MxTiles<1>>
 constexpr auto kW4a8Tiles = tile_table<TileFn, kMaxRows, kMaxPanels, MxTiles<2>>();
 
 template <typename Table>
-void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table& tiles) {
-  run_tile_table(tiles, a, n_begin, n_end, kP, kMaxRows, kPanels);
+void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table& tiles,
+               int max_rows = kMaxRows) {
+  run_tile_table(tiles, a, n_begin, n_end, kP, max_rows, kPanels);
 }
 
 // Many rows (prefill), E4M3: a group of blocks of one or two panels is widened once into an
@@ -385,7 +391,7 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
 
 void mx_gemm_avx512(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   if (a.m < kWideMinRows) {
-    run_tiles(a, n_begin, n_end, kFp8Tiles);
+    run_tiles(a, n_begin, n_end, kFp8Tiles, kFp8MaxRows);
     return;
   }
   const int64_t p_begin = n_begin / kP, p_end = (n_end + kP - 1) / kP;
