@@ -15,6 +15,7 @@
 
 #include "kernels/avx2_util.h"
 #include "kernels/mx_gemm.h"
+#include "kernels/mx_prefetch.h"
 #include "kernels/tile_plan.h"
 
 namespace mx::mx_gemm_detail {
@@ -76,11 +77,6 @@ void store_totals(const float (&total)[R][C][kP], const MxGemmArgs& a, int64_t r
 // dual-level. Out of line and ahead of the blocks it serves, so the tile's accumulators stay
 // in registers across it only once per group.
 constexpr int64_t kGroupBlocks = 16;
-
-// A prefetch that stays: GCC deletes a loop whose only work is _mm_prefetch.
-inline void prefetch_line(const void* p) {
-  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-}
 
 // The scale bytes of the group after the one ending at b1 (this tile's next group, or the
 // next tile's first), asked for a group ahead. A group's scales are a few cache lines per
@@ -522,24 +518,6 @@ constexpr int64_t kWideGroupBlocks = 4;
 // stack) stay in L2 as well.
 constexpr int64_t kWidePanels = 8;
 
-// The codes a panel widens next (its group from block b, or after its last group the next
-// panel set's first, while that is still below panel_end), asked for while the row tiles run
-// on this one. A panel's group is 2 KB, and the next is 16-32 KB further on: the hardware
-// prefetcher does not follow those jumps, and without this the loads of the widening pass
-// waited on L3 or DRAM for half of its time.
-inline void prefetch_next_group(const MxPanelView& w, int64_t panel, int64_t b, int64_t nb,
-                                int64_t np, int64_t panel_end) {
-  constexpr int64_t kBlockBytes = mx_panel_block_bytes(ElemFormat::kE4M3);
-  if (b >= nb) {
-    panel += np;
-    b = 0;
-  }
-  if (panel >= panel_end) return;
-  const int64_t bytes = std::min(kWideGroupBlocks, nb - b) * kBlockBytes;
-  const uint8_t* codes = w.codes + (panel * nb + b) * kBlockBytes;
-  for (int64_t off = 0; off < bytes; off += 64) prefetch_line(codes + off);
-}
-
 // Rows [row0, row0 + m) (m <= kWideBlockRows) of panels [p0, p0 + np) (np <= kWidePanels);
 // output columns end at n_end.
 void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64_t np,
@@ -574,7 +552,9 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
           }
         }
       }
-      prefetch_next_group(w, panel, b0 + kWideGroupBlocks, nb, np, mx_panels(n_end));
+      // Without it the loads of the widening pass waited on L3 or DRAM for half of its time.
+      prefetch_next_group(w, panel, 1, b0 + kWideGroupBlocks, nb, kWideGroupBlocks, np,
+                          mx_panels(n_end));
       const __m256* s = scales[i] + (b0 % kGroupBlocks) * 2;
       for (int64_t t = 0, r = 0; t < tiles; ++t) {
         const int64_t left = m - r;

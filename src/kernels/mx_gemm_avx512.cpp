@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "kernels/mx_gemm.h"
+#include "kernels/mx_prefetch.h"
 #include "kernels/tile_plan.h"
 
 namespace mx::mx_gemm_detail {
@@ -313,29 +314,6 @@ constexpr WideRowsFn kWideTwo[kWideRows[2] + 1] = {
     nullptr,         wide_rows<1, 2>, wide_rows<2, 2>, wide_rows<3, 2>, wide_rows<4, 2>,
     wide_rows<5, 2>, wide_rows<6, 2>, wide_rows<7, 2>, wide_rows<8, 2>};
 
-// A prefetch that stays: GCC deletes a loop whose only work is _mm_prefetch.
-inline void prefetch_line(const void* p) {
-  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-}
-
-// The codes of panels [panel, panel + q) that are widened next (their group from block b, or
-// after the last group the next panel set's first, while below panel_end), asked for while
-// the row tiles run on these: the next group is 16-32 KB on, a jump the hardware prefetcher
-// does not follow, and weights streamed from memory would otherwise stall the widening.
-inline void prefetch_next_group(const MxPanelView& w, int64_t panel, int q, int64_t b, int64_t nb,
-                                int64_t np, int64_t panel_end) {
-  constexpr int64_t kBlockBytes = mx_panel_block_bytes(ElemFormat::kE4M3);
-  if (b >= nb) {
-    panel += np;
-    b = 0;
-  }
-  const int64_t bytes = min64(kWideGroupBlocks, nb - b) * kBlockBytes;
-  for (int qq = 0; qq < q && panel + qq < panel_end; ++qq) {
-    const uint8_t* codes = w.codes + ((panel + qq) * nb + b) * kBlockBytes;
-    for (int64_t off = 0; off < bytes; off += 64) prefetch_line(codes + off);
-  }
-}
-
 // Rows [row0, row0 + m) of panels [p0, p0 + np); output columns end at n_end. The activations
 // of a group of blocks stay in L2 while every panel of the set passes over them.
 void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64_t np,
@@ -368,7 +346,8 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
           }
         }
       }
-      prefetch_next_group(w, p0 + i, q, b0 + kWideGroupBlocks, nb, np, mx_panels(n_end));
+      prefetch_next_group(w, p0 + i, q, b0 + kWideGroupBlocks, nb, kWideGroupBlocks, np,
+                          mx_panels(n_end));
       const int64_t tiles = (m + kWideRows[q] - 1) / kWideRows[q];
       for (int64_t t = 0, r = 0; t < tiles; ++t) {
         const int64_t left = m - r;
