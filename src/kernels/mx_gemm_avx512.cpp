@@ -202,7 +202,7 @@ void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
         __m512i dot;
         if constexpr (kW4a8) {
           const __m512i hl = _mm512_add_epi32(
-              _mm512_mullo_epi32(acc[r][c][0], _mm512_set1_epi32(170)), acc[r][c][1]);
+              _mm512_mullo_epi32(acc[r][c][0], _mm512_set1_epi32(kW4a8PlaneSplit)), acc[r][c][1]);
           dot = _mm512_slli_epi32(_mm512_sub_epi32(hl, offset), 8);
         } else {
           dot = _mm512_sub_epi32(_mm512_add_epi32(acc[r][c][0], acc[r][c][1]), offset);
