@@ -330,6 +330,31 @@ struct W4a4 {
 // 4j + 3, the order in which mx_prepare_fp8_activations_i16 stores the activations. A block's
 // sum is exact in int32 (mx_gemm.h). The decode (eleven operations per 64 weights) is shared
 // by the tile's rows.
+// W4a8Words's four int16 lane vectors of one panel row (eleven operations).
+__attribute__((always_inline)) inline void w4a8_words(const uint8_t* p, __m256i (&w)[4]) {
+  const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0,
+                                       1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m256i nibble = _mm256_set1_epi16(0x0F00);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  w[0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_slli_epi16(v, 8), nibble));
+  w[1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_slli_epi16(v, 4), nibble));
+  w[2] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nibble));
+  w[3] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+}
+
+// One row's step j of W4a8Words: the two dwords of activations broadcast against a panel
+// row's four lane vectors.
+__attribute__((always_inline)) inline void w4a8_words_step(const __m256i (&w)[4], const int8_t* x,
+                                                           __m256i (&acc)[2]) {
+  int32_t pair[2];
+  __builtin_memcpy(pair, x, 8);
+  const __m256i p0 = _mm256_set1_epi32(pair[0]), p1 = _mm256_set1_epi32(pair[1]);
+  acc[0] = _mm256_add_epi32(
+      acc[0], _mm256_add_epi32(_mm256_madd_epi16(w[0], p0), _mm256_madd_epi16(w[2], p1)));
+  acc[1] = _mm256_add_epi32(
+      acc[1], _mm256_add_epi32(_mm256_madd_epi16(w[1], p0), _mm256_madd_epi16(w[3], p1)));
+}
+
 struct W4a8Words {
   static constexpr int kAcc = 2;
   static const int8_t* x(const MxGemmArgs& a, int64_t row, int64_t b) {
@@ -339,31 +364,14 @@ struct W4a8Words {
   __attribute__((always_inline)) static void accumulate(const uint8_t* const (&wrow)[C],
                                                         const int8_t* const (&x)[R],
                                                         __m256i (&acc)[R][C][kAcc]) {
-    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0,
-                                         1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    const __m256i nibble = _mm256_set1_epi16(0x0F00);
 #pragma GCC unroll 2
     for (int j = 0; j < 8; ++j) {
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wrow[c] + 32 * j));
-        const __m256i w0 =
-            _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_slli_epi16(v, 8), nibble));
-        const __m256i w1 =
-            _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_slli_epi16(v, 4), nibble));
-        const __m256i w2 = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, nibble));
-        const __m256i w3 =
-            _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+        __m256i w[4];
+        w4a8_words(wrow[c] + 32 * j, w);
 #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          int32_t pair[2];
-          __builtin_memcpy(pair, x[r] + 8 * j, 8);
-          const __m256i p0 = _mm256_set1_epi32(pair[0]), p1 = _mm256_set1_epi32(pair[1]);
-          acc[r][c][0] = _mm256_add_epi32(
-              acc[r][c][0], _mm256_add_epi32(_mm256_madd_epi16(w0, p0), _mm256_madd_epi16(w2, p1)));
-          acc[r][c][1] = _mm256_add_epi32(
-              acc[r][c][1], _mm256_add_epi32(_mm256_madd_epi16(w1, p0), _mm256_madd_epi16(w3, p1)));
-        }
+        for (int r = 0; r < R; ++r) w4a8_words_step(w, x[r] + 8 * j, acc[r][c]);
       }
     }
   }
@@ -514,6 +522,26 @@ constexpr int64_t kWideGroupBlocks = 4;
 // stack) stay in L2 as well.
 constexpr int64_t kWidePanels = 8;
 
+// The totals of a wide pass (rows [row0, row0 + m) of panels [p0, p0 + np)) times 2^g into y.
+void store_wide_totals(const MxGemmArgs& a, const float (&total)[kWidePanels][kWideBlockRows * kP],
+                       int64_t row0, int64_t m, int64_t p0, int64_t np, int64_t n_end) {
+  const __m256 post = _mm256_set1_ps(a.w->post);
+  for (int64_t i = 0; i < np; ++i) {
+    const int64_t cols = std::min(n_end - (p0 + i) * kP, kP);
+    for (int64_t r = 0; r < m; ++r) {
+      float* y = a.y + (row0 + r) * a.ldy + (p0 + i) * kP - a.y_col0;
+      const __m256 lo = _mm256_mul_ps(_mm256_load_ps(total[i] + r * kP), post);
+      const __m256 hi = _mm256_mul_ps(_mm256_load_ps(total[i] + r * kP + 8), post);
+      if (cols >= kP) {
+        _mm256_storeu_ps(y, lo);
+        _mm256_storeu_ps(y + 8, hi);
+      } else {
+        store_partial(y, lo, hi, cols);
+      }
+    }
+  }
+}
+
 // Rows [row0, row0 + m) (m <= kWideBlockRows) of panels [p0, p0 + np) (np <= kWidePanels);
 // output columns end at n_end.
 void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64_t np,
@@ -550,7 +578,7 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
       }
       // Without it the loads of the widening pass waited on L3 or DRAM for half of its time.
       prefetch_next_group(w, panel, 1, b0 + kWideGroupBlocks, nb, kWideGroupBlocks, np,
-                          mx_panels(n_end));
+                          mx_panels(n_end), mx_panel_block_bytes(ElemFormat::kE4M3));
       const __m256* s = scales[i] + (b0 % kGroupBlocks) * 2;
       for (int64_t t = 0, r = 0; t < tiles; ++t) {
         const int64_t left = m - r;
@@ -561,19 +589,109 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
       }
     }
   }
-  const __m256 post = _mm256_set1_ps(w.post);
-  for (int64_t i = 0; i < np; ++i) {
-    const int64_t cols = std::min(n_end - (p0 + i) * kP, kP);
-    for (int64_t r = 0; r < m; ++r) {
-      float* y = a.y + (row0 + r) * a.ldy + (p0 + i) * kP - a.y_col0;
-      const __m256 lo = _mm256_mul_ps(_mm256_load_ps(total[i] + r * kP), post);
-      const __m256 hi = _mm256_mul_ps(_mm256_load_ps(total[i] + r * kP + 8), post);
-      if (cols >= kP) {
-        _mm256_storeu_ps(y, lo);
-        _mm256_storeu_ps(y + 8, hi);
-      } else {
-        store_partial(y, lo, hi, cols);
+  store_wide_totals(a, total, row0, m, p0, np, n_end);
+}
+
+// W4A8 with many rows (prefill): each group of four blocks of a panel is decoded once into L1
+// as W4a8Words's int16 lane vectors, and row tiles of up to kW4a8WideRows run from there with
+// W4a8Words's operations per output (an exact integer dot per block, then the same scaling),
+// so results match the direct tiles bit for bit. The direct tiles decode every panel row again
+// for each four rows: eleven operations per 64 weights beside eight per row.
+constexpr int64_t kW4a8WideMinRows = 5, kW4a8WideRows = 4;
+
+// Blocks [0, nblk) of a decoded group for R rows: per block, the exact dots of W4a8Words and
+// their scaling into the totals.
+template <int R>
+void wide_rows_w4a8(const __m256i* wbuf, int64_t nblk, const int16_t* x, int64_t ldx,
+                    const float* xscale, int64_t nb, const __m256* s, float* total) {
+  const __m256 unit = _mm256_set1_ps(0x1p-62f);  // mx_panel_scale_unit(kE2M1)
+  for (int64_t b = 0; b < nblk; ++b, wbuf += 32, x += 32, s += 2) {
+    __m256i acc[R][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int j = 0; j < 8; ++j) {
+      const __m256i w[4] = {_mm256_load_si256(wbuf + 4 * j), _mm256_load_si256(wbuf + 4 * j + 1),
+                            _mm256_load_si256(wbuf + 4 * j + 2),
+                            _mm256_load_si256(wbuf + 4 * j + 3)};
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        w4a8_words_step(w, reinterpret_cast<const int8_t*>(x + r * ldx + 4 * j), acc[r]);
       }
+      // As keep_chains: without it GCC keeps the accumulators on the stack.
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) asm("" : "+x"(acc[r][0]), "+x"(acc[r][1]));
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 xs = _mm256_set1_ps(xscale[r * nb + b]);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(s[h], unit), xs);
+        float* t = total + r * kP + 8 * h;
+        _mm256_store_ps(t,
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), scale, _mm256_load_ps(t)));
+      }
+    }
+    // As in wide_rows: the totals stay in memory only.
+    asm volatile("" : : "r"(total) : "memory");
+  }
+}
+
+using WideRowsW4a8Fn = void (*)(const __m256i*, int64_t, const int16_t*, int64_t, const float*,
+                                int64_t, const __m256*, float*);
+constexpr WideRowsW4a8Fn kWideRowsW4a8Fns[kW4a8WideRows + 1] = {
+    nullptr, wide_rows_w4a8<1>, wide_rows_w4a8<2>, wide_rows_w4a8<3>, wide_rows_w4a8<4>};
+
+// wide_panels for E2M1 weights and W4A8's 14-bit activations.
+void wide_panels_w4a8(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64_t np,
+                      int64_t n_end) {
+  constexpr int64_t kBlockBytes = mx_panel_block_bytes(ElemFormat::kE2M1);
+  const MxPanelView& w = *a.w;
+  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
+  alignas(32) float total[kWidePanels][kWideBlockRows * kP];
+  for (int64_t i = 0; i < np; ++i) std::fill(total[i], total[i] + m * kP, 0.0f);
+  alignas(32) __m256i wbuf[kWideGroupBlocks * 32];
+  alignas(32) __m256 scales[kWidePanels][kGroupBlocks * 2];
+  const int64_t tiles = (m + kW4a8WideRows - 1) / kW4a8WideRows;
+  for (int64_t b0 = 0; b0 < nb; b0 += kWideGroupBlocks) {
+    const int64_t nblk = std::min(kWideGroupBlocks, nb - b0);
+    for (int64_t i = 0; i < np; ++i) {
+      const int64_t panel = p0 + i;
+      if (b0 % kGroupBlocks == 0) {
+        block_scales<1>(w, panel, b0, std::min(nb, b0 + kGroupBlocks), nb, nc, scales[i]);
+      }
+      const uint8_t* codes = w.codes + (panel * nb + b0) * kBlockBytes;
+      for (int64_t q = 0; q < 8 * nblk; ++q) {
+        __m256i v[4];
+        w4a8_words(codes + 32 * q, v);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) _mm256_store_si256(wbuf + 4 * q + t, v[t]);
+      }
+      prefetch_next_group(w, panel, 1, b0 + kWideGroupBlocks, nb, kWideGroupBlocks, np,
+                          mx_panels(n_end), kBlockBytes);
+      const __m256* s = scales[i] + (b0 % kGroupBlocks) * 2;
+      for (int64_t t = 0, r = 0; t < tiles; ++t) {
+        const int64_t left = m - r;
+        const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
+        kWideRowsW4a8Fns[rows](wbuf, nblk, a.xh + (row0 + r) * a.ldx + b0 * 32, a.ldx,
+                               a.xscale + (row0 + r) * nb + b0, nb, s, total[i] + r * kP);
+        r += rows;
+      }
+    }
+  }
+  store_wide_totals(a, total, row0, m, p0, np, n_end);
+}
+
+// Rows in blocks of kWideBlockRows, columns [n_begin, n_end) in sets of kWidePanels panels,
+// each through pass(a, row0, m, p0, np, n_end).
+template <typename Pass>
+void wide_blocks(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, Pass&& pass) {
+  const int64_t p_begin = n_begin / kP, p_end = (n_end + kP - 1) / kP;
+  for (int64_t r0 = 0; r0 < a.m; r0 += kWideBlockRows) {
+    const int64_t m = std::min(kWideBlockRows, a.m - r0);
+    for (int64_t p = p_begin; p < p_end; p += kWidePanels) {
+      pass(a, r0, m, p, std::min(kWidePanels, p_end - p), n_end);
     }
   }
 }
@@ -583,14 +701,7 @@ void mx_gemm_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
     run_tiles(a, n_begin, n_end, kFp8Tiles);
     return;
   }
-  const int64_t p_begin = n_begin / kP, p_end = (n_end + kP - 1) / kP;
-  for (int64_t r0 = 0; r0 < a.m; r0 += kWideBlockRows) {
-    const int64_t m = std::min(kWideBlockRows, a.m - r0);
-    for (int64_t p = p_begin; p < p_end; p += kWidePanels) {
-      const int64_t np = std::min(kWidePanels, p_end - p);
-      wide_panels(a, r0, m, p, np, n_end);
-    }
-  }
+  wide_blocks(a, n_begin, n_end, wide_panels);
 }
 
 void mx_gemm_w4a4_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
@@ -598,7 +709,11 @@ void mx_gemm_w4a4_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
 }
 
 void mx_gemm_w4a8_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
-  run_tiles(a, n_begin, n_end, kW4a8Tiles, kMaxRows, kW4a8Panels);
+  if (a.m < kW4a8WideMinRows) {
+    run_tiles(a, n_begin, n_end, kW4a8Tiles, kMaxRows, kW4a8Panels);
+    return;
+  }
+  wide_blocks(a, n_begin, n_end, wide_panels_w4a8);
 }
 
 }  // namespace

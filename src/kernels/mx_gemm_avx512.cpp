@@ -347,7 +347,7 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
         }
       }
       prefetch_next_group(w, p0 + i, q, b0 + kWideGroupBlocks, nb, kWideGroupBlocks, np,
-                          mx_panels(n_end));
+                          mx_panels(n_end), mx_panel_block_bytes(ElemFormat::kE4M3));
       const int64_t tiles = (m + kWideRows[q] - 1) / kWideRows[q];
       for (int64_t t = 0, r = 0; t < tiles; ++t) {
         const int64_t left = m - r;
