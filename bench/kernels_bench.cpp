@@ -75,13 +75,13 @@ struct MxProblem {
   void (*fn)(const MxGemmArgs&, int64_t, int64_t) = nullptr;
 
   // False (with the reason in state) where the ISA is missing or quantization fails.
-  bool init(benchmark::State& state, const MxGemmKernels* k, Scheme scheme, int64_t m, int64_t n) {
+  bool init(benchmark::State& state, const MxGemmKernels* k, Scheme scheme, int64_t m, int64_t n,
+            int64_t kd = 2048) {
     if (k == nullptr) {
       state.SkipWithError("ISA not available");
       return false;
     }
     const SchemeInfo& info = scheme_info(scheme);
-    const int64_t kd = 2048;
     Tensor wt = Tensor::empty(DType::kF32, {n, kd});
     {
       const auto wf = values(static_cast<size_t>(n * kd), 2);
@@ -221,15 +221,16 @@ void BM_GemvDram(benchmark::State& state, Scheme scheme) {
   state.counters["of_read"] = state.counters["gemv_GB/s"] / state.counters["read_GB/s"];
 }
 
-// A prefill-shaped GEMM (512 rows, 2048 x 5120 weights, a 30B-A3B layer's qkv) on two
+// A prefill-shaped GEMM (512 rows, k x n weights: a 30B-A3B layer's qkv, 2048 x 5120, or its
+// o_proj, 4096 x 2048) on two
 // threads through the pool, BF16 and MXFP8 alternating in every iteration: `mx_over_bf16` is
 // the ratio of their rates in the same run, which the machine's noise moves far less than
 // either rate.
 void BM_PrefillGemmPair(benchmark::State& state) {
   const GemmKernels* bk = &gemm_kernels();
   MxProblem p;
-  const int64_t m = 512, n = 5120, kd = 2048;
-  if (!p.init(state, &mx_gemm_kernels(), Scheme::kW8A8Mxfp8, m, n)) return;
+  const int64_t m = 512, n = state.range(0), kd = state.range(1);
+  if (!p.init(state, &mx_gemm_kernels(), Scheme::kW8A8Mxfp8, m, n, kd)) return;
   const std::vector<uint16_t> packed = bf16_weights(*bk, n, kd);
   std::vector<float> y(static_cast<size_t>(m * n));
   const GemmBf16Args a{p.x.data(), packed.data(), y.data(), m, kd, kd, n};
@@ -250,7 +251,10 @@ void BM_PrefillGemmPair(benchmark::State& state) {
   state.counters["mxfp8_GFLOP/s"] = flops / mx_s / 1e9;
   state.counters["mx_over_bf16"] = bf16_s / mx_s;
 }
-BENCHMARK(BM_PrefillGemmPair)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PrefillGemmPair)
+    ->Args({5120, 2048})
+    ->Args({2048, 4096})
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_CAPTURE(BM_GemvDram, mxfp8, Scheme::kW8A8Mxfp8)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GemvDram, w4a8, Scheme::kW4A8Mxfp4)->Unit(benchmark::kMillisecond);
