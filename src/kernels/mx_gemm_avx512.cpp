@@ -89,6 +89,8 @@ void tile_fp8(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
     for (int c = 0; c < C; ++c) total[r][c] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
+    // The codes 1 KB ahead: one-row W8A8 decode 39.6 -> 44.4-46.1 tok/s.
+    prefetch_blocks_ahead(w, panel, C, nb, b, 2, 512);
     const float* x[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) x[r] = a.x + (row + r) * a.ldx + b * 32;
@@ -147,6 +149,12 @@ __attribute__((always_inline)) inline __m512i broadcast4(const int8_t* p) {
 // 12 * sum(x). W4A8: against the high and the low byte planes of x = 170 h + l (prepare_w4a8
 // of the AVX2 table writes them in k order), one accumulator each; the dot is 256 * (170 H + L
 // - 12 * sum(x)), the int16 kernels' exactly. Either is then scaled as int_gemm_scalar does.
+//
+// From four rows each block asks for the codes eight blocks (2 KB) ahead: with the hardware
+// prefetcher alone such a tile, computing for twice as long as its codes take to arrive,
+// waited on them (lm_head at batch 8: 18.6 ms of a step without, 12.6-13.0 with). Fewer rows
+// measured no faster with it (one row: 3-5% slower at 8 blocks, level at 2-4).
+constexpr int kIntPrefetchRows = 4;
 template <bool kW4a8, int R, int C>
 void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   const MxPanelView& w = *a.w;
@@ -159,6 +167,7 @@ void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
     for (int c = 0; c < C; ++c) total[r][c] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (R >= kIntPrefetchRows) prefetch_blocks_ahead(w, panel, C, nb, b, 8, 256);
     const int8_t* x[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {

@@ -1,6 +1,7 @@
-// Software prefetch for the MX GEMMs' prefill widening and decoding passes, shared by the ISA
-// units: a panel's next group of codes is 8-32 KB on, a jump the hardware prefetcher does not
-// follow, so the pass asks for it while the row tiles run on the current one.
+// Software prefetch for the MX GEMMs, shared by the ISA units: the prefill passes ask for a
+// panel's next group of codes (8-32 KB on, a jump the hardware prefetcher does not follow)
+// while the row tiles run on the current one, and the direct tiles for the codes a few blocks
+// ahead of the one they start.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,21 @@ inline void prefetch_next_group(const MxPanelView& w, int64_t panel, int64_t q, 
   for (int64_t i = 0; i < q && panel + i < panel_end; ++i) {
     const uint8_t* codes = w.codes + ((panel + i) * nb + b) * block_bytes;
     for (int64_t off = 0; off < bytes; off += 64) prefetch_line(codes + off);
+  }
+}
+
+// The codes of block b + ahead of panels [panel, panel + c) (block_bytes each, a panel's
+// blocks followed by the next panel's), where the matrix has them: the direct tiles ask for
+// them as they start block b. Their stream is sequential, yet with the hardware prefetcher
+// alone a one-row tile waited on it for a fifth of its time (docs/performance.md).
+inline void prefetch_blocks_ahead(const MxPanelView& w, int64_t panel, int c, int64_t nb, int64_t b,
+                                  int64_t ahead, int64_t block_bytes) {
+  const int64_t end = mx_panels(w.n) * nb;
+  for (int i = 0; i < c; ++i) {
+    const int64_t blk = (panel + i) * nb + b + ahead;
+    if (blk >= end) return;
+    const uint8_t* codes = w.codes + blk * block_bytes;
+    for (int64_t off = 0; off < block_bytes; off += 64) prefetch_line(codes + off);
   }
 }
 
