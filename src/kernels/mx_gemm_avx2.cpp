@@ -547,18 +547,19 @@ void store_wide_totals(const MxGemmArgs& a, const float (&total)[kWidePanels][kW
 }
 
 // Rows [row0, row0 + m) (m <= kWideBlockRows) of panels [p0, p0 + np) (np <= kWidePanels);
-// output columns end at n_end.
+// output columns end at n_end. P, the kernel's part: kBlockBytes, kRows (the widest row
+// tile), Buffer (one group of blocks of a panel as its tiles read it), decode(codes, nblk,
+// buffer) and tile(rows, buffer, nblk, a, row, b0, s, total), one row tile over the group.
+template <typename P>
 void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64_t np,
                  int64_t n_end) {
-  constexpr int Q = 2;
-  constexpr int64_t kBlockBytes = 512;
   const MxPanelView& w = *a.w;
   const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
   alignas(32) float total[kWidePanels][kWideBlockRows * kP];
   for (int64_t i = 0; i < np; ++i) std::fill(total[i], total[i] + m * kP, 0.0f);
-  alignas(32) float wbuf[kWideGroupBlocks * 32 * kP];
+  alignas(32) typename P::Buffer buffer;
   alignas(32) __m256 scales[kWidePanels][kGroupBlocks * 2];
-  const int64_t tiles = (m + kWideRows - 1) / kWideRows;
+  const int64_t tiles = (m + P::kRows - 1) / P::kRows;
   for (int64_t b0 = 0; b0 < nb; b0 += kWideGroupBlocks) {
     const int64_t nblk = std::min(kWideGroupBlocks, nb - b0);
     for (int64_t i = 0; i < np; ++i) {
@@ -566,35 +567,48 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
       if (b0 % kGroupBlocks == 0) {
         block_scales<1>(w, panel, b0, std::min(nb, b0 + kGroupBlocks), nb, nc, scales[i]);
       }
-      for (int64_t g = 0; g < nblk; ++g) {
-        const uint8_t* codes = w.codes + (panel * nb + b0 + g) * kBlockBytes;
-        float* dst = wbuf + g * 32 * kP;
-#pragma GCC unroll 4
-        for (int j = 0; j < 32 / Q; ++j) {
-          __m256 wv[4];
-          widen4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * j)), wv);
-#pragma GCC unroll 4
-          for (int q = 0; q < Q; ++q) {
-            _mm256_store_ps(dst + (Q * j + q) * kP, wv[2 * q]);
-            _mm256_store_ps(dst + (Q * j + q) * kP + 8, wv[2 * q + 1]);
-          }
-        }
-      }
+      P::decode(w.codes + (panel * nb + b0) * P::kBlockBytes, nblk, buffer);
       // Without it the loads of the widening pass waited on L3 or DRAM for half of its time.
       prefetch_next_group(w, panel, 1, b0 + kWideGroupBlocks, nb, kWideGroupBlocks, np,
-                          mx_panels(n_end), mx_panel_block_bytes(ElemFormat::kE4M3));
+                          mx_panels(n_end), P::kBlockBytes);
       const __m256* s = scales[i] + (b0 % kGroupBlocks) * 2;
       for (int64_t t = 0, r = 0; t < tiles; ++t) {
         const int64_t left = m - r;
         const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
-        kWideRowsFns[rows](wbuf, nblk, a.x + (row0 + r) * a.ldx + b0 * 32, a.ldx, s,
-                           total[i] + r * kP);
+        P::tile(rows, buffer, nblk, a, row0 + r, b0, s, total[i] + r * kP);
         r += rows;
       }
     }
   }
   store_wide_totals(a, total, row0, m, p0, np, n_end);
 }
+
+// E4M3's part: each block widened into FP32 raw codes, row tiles of up to six.
+struct Fp8Wide {
+  static constexpr int64_t kBlockBytes = mx_panel_block_bytes(ElemFormat::kE4M3);
+  static constexpr int64_t kRows = kWideRows;
+  using Buffer = float[kWideGroupBlocks * 32 * kP];
+  static void decode(const uint8_t* codes, int64_t nblk, Buffer& buffer) {
+    constexpr int Q = 2;
+    for (int64_t g = 0; g < nblk; ++g, codes += kBlockBytes) {
+      float* dst = buffer + g * 32 * kP;
+#pragma GCC unroll 4
+      for (int j = 0; j < 32 / Q; ++j) {
+        __m256 wv[4];
+        widen4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * j)), wv);
+#pragma GCC unroll 4
+        for (int q = 0; q < Q; ++q) {
+          _mm256_store_ps(dst + (Q * j + q) * kP, wv[2 * q]);
+          _mm256_store_ps(dst + (Q * j + q) * kP + 8, wv[2 * q + 1]);
+        }
+      }
+    }
+  }
+  static void tile(int64_t rows, const Buffer& buffer, int64_t nblk, const MxGemmArgs& a,
+                   int64_t row, int64_t b0, const __m256* s, float* total) {
+    kWideRowsFns[rows](buffer, nblk, a.x + row * a.ldx + b0 * 32, a.ldx, s, total);
+  }
+};
 
 // W4A8 with many rows (prefill, and batched decode's lm_head): each group of four blocks of a
 // panel is decoded once into L1 as W4a8Words's int16 lane vectors, and row tiles of up to four
@@ -602,58 +616,40 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
 // then the same scaling), so results match the direct tiles bit for bit. The direct tiles
 // decode every panel row again for each four rows: eleven operations per 64 weights beside
 // eight per row. (W4A4's decode is five operations; its direct tiles ran as fast as this pass.)
-constexpr int64_t kIntWideMinRows = 5, kIntWideRows = 4;
+constexpr int64_t kW4a8WideMinRows = 5, kW4a8WideRows = 4;
 
-// What the wide pass needs of an integer kernel K besides K::x and K::dot: kVecs vectors per
-// decoded panel row, decode(codes, v), step(v, x, acc) for one panel row of one row, and
-// kXStep, the activation bytes that a panel row consumes.
-struct W4a8Wide : W4a8Words {
-  static constexpr int kVecs = 4;
-  __attribute__((always_inline)) static void decode(const uint8_t* p, __m256i (&v)[kVecs]) {
-    w4a8_words(p, v);
-  }
-  __attribute__((always_inline)) static void step(const __m256i (&v)[kVecs], const int8_t* x,
-                                                  __m256i (&acc)[kAcc]) {
-    w4a8_words_step(v, x, acc);
-  }
-  static constexpr int kXStep = 8;  // activation bytes per panel row
-};
-// Blocks [b0, b0 + nblk) of a decoded group for rows [row, row + R) of one panel: per block,
-// K's exact dots and their scaling into the totals.
-template <typename K, int R>
-void wide_rows_int(const __m256i* wbuf, int64_t nblk, const MxGemmArgs& a, int64_t row, int64_t b0,
-                   const __m256* s, float* total) {
-  const int64_t nb = (a.w->k + 31) / 32;
+// Blocks [0, nblk) of a decoded group for R rows: per block, the exact dots of W4a8Words and
+// their scaling into the totals.
+template <int R>
+void wide_rows_w4a8(const __m256i* wbuf, int64_t nblk, const int16_t* x, int64_t ldx,
+                    const float* xscale, int64_t nb, const __m256* s, float* total) {
   const __m256 unit = _mm256_set1_ps(0x1p-62f);  // mx_panel_scale_unit(kE2M1)
-  for (int64_t b = b0; b < b0 + nblk; ++b, wbuf += 8 * K::kVecs, s += 2) {
-    const int8_t* x[R];
-    __m256i acc[R][K::kAcc];
+  for (int64_t b = 0; b < nblk; ++b, wbuf += 32, x += 32, s += 2) {
+    __m256i acc[R][2];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      x[r] = K::x(a, row + r, b);
-      acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-    }
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
 #pragma GCC unroll 2
     for (int j = 0; j < 8; ++j) {
-      __m256i v[K::kVecs];
-#pragma GCC unroll 4
-      for (int q = 0; q < K::kVecs; ++q) v[q] = _mm256_load_si256(wbuf + K::kVecs * j + q);
+      const __m256i w[4] = {_mm256_load_si256(wbuf + 4 * j), _mm256_load_si256(wbuf + 4 * j + 1),
+                            _mm256_load_si256(wbuf + 4 * j + 2),
+                            _mm256_load_si256(wbuf + 4 * j + 3)};
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) K::step(v, x[r] + K::kXStep * j, acc[r]);
-        // As keep_chains: without it GCC keeps the accumulators on the stack.
+      for (int r = 0; r < R; ++r) {
+        w4a8_words_step(w, reinterpret_cast<const int8_t*>(x + r * ldx + 4 * j), acc[r]);
+      }
+      // As keep_chains: without it GCC keeps the accumulators on the stack.
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) asm("" : "+x"(acc[r][0]), "+x"(acc[r][1]));
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const int64_t xi = (row + r) * nb + b;
-      const __m256 xs = _mm256_set1_ps(a.xscale[xi]);
+      const __m256 xs = _mm256_set1_ps(xscale[r * nb + b]);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        const __m256i dot = K::dot(acc[r], h, a, xi);
         const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(s[h], unit), xs);
         float* t = total + r * kP + 8 * h;
-        _mm256_store_ps(t, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, _mm256_load_ps(t)));
+        _mm256_store_ps(t,
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), scale, _mm256_load_ps(t)));
       }
     }
     // As in wide_rows: the totals stay in memory only.
@@ -661,51 +657,31 @@ void wide_rows_int(const __m256i* wbuf, int64_t nblk, const MxGemmArgs& a, int64
   }
 }
 
-using WideRowsIntFn = void (*)(const __m256i*, int64_t, const MxGemmArgs&, int64_t, int64_t,
-                               const __m256*, float*);
-template <typename K>
-constexpr WideRowsIntFn kWideRowsIntFns[kIntWideRows + 1] = {
-    nullptr, wide_rows_int<K, 1>, wide_rows_int<K, 2>, wide_rows_int<K, 3>, wide_rows_int<K, 4>};
+using WideRowsW4a8Fn = void (*)(const __m256i*, int64_t, const int16_t*, int64_t, const float*,
+                                int64_t, const __m256*, float*);
+constexpr WideRowsW4a8Fn kWideRowsW4a8Fns[kW4a8WideRows + 1] = {
+    nullptr, wide_rows_w4a8<1>, wide_rows_w4a8<2>, wide_rows_w4a8<3>, wide_rows_w4a8<4>};
 
-// wide_panels for E2M1 weights and K's integer activations.
-template <typename K>
-void wide_panels_int(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64_t np,
-                     int64_t n_end) {
-  constexpr int64_t kBlockBytes = mx_panel_block_bytes(ElemFormat::kE2M1);
-  const MxPanelView& w = *a.w;
-  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
-  alignas(32) float total[kWidePanels][kWideBlockRows * kP];
-  for (int64_t i = 0; i < np; ++i) std::fill(total[i], total[i] + m * kP, 0.0f);
-  alignas(32) __m256i wbuf[kWideGroupBlocks * 8 * K::kVecs];
-  alignas(32) __m256 scales[kWidePanels][kGroupBlocks * 2];
-  const int64_t tiles = (m + kIntWideRows - 1) / kIntWideRows;
-  for (int64_t b0 = 0; b0 < nb; b0 += kWideGroupBlocks) {
-    const int64_t nblk = std::min(kWideGroupBlocks, nb - b0);
-    for (int64_t i = 0; i < np; ++i) {
-      const int64_t panel = p0 + i;
-      if (b0 % kGroupBlocks == 0) {
-        block_scales<1>(w, panel, b0, std::min(nb, b0 + kGroupBlocks), nb, nc, scales[i]);
-      }
-      const uint8_t* codes = w.codes + (panel * nb + b0) * kBlockBytes;
-      for (int64_t q = 0; q < 8 * nblk; ++q) {
-        __m256i v[K::kVecs];
-        K::decode(codes + 32 * q, v);
+// W4A8's part of wide_panels.
+struct W4a8Wide {
+  static constexpr int64_t kBlockBytes = mx_panel_block_bytes(ElemFormat::kE2M1);
+  static constexpr int64_t kRows = kW4a8WideRows;
+  using Buffer = __m256i[kWideGroupBlocks * 32];
+  static void decode(const uint8_t* codes, int64_t nblk, Buffer& buffer) {
+    for (int64_t q = 0; q < 8 * nblk; ++q) {
+      __m256i v[4];
+      w4a8_words(codes + 32 * q, v);
 #pragma GCC unroll 4
-        for (int t = 0; t < K::kVecs; ++t) _mm256_store_si256(wbuf + K::kVecs * q + t, v[t]);
-      }
-      prefetch_next_group(w, panel, 1, b0 + kWideGroupBlocks, nb, kWideGroupBlocks, np,
-                          mx_panels(n_end), kBlockBytes);
-      const __m256* s = scales[i] + (b0 % kGroupBlocks) * 2;
-      for (int64_t t = 0, r = 0; t < tiles; ++t) {
-        const int64_t left = m - r;
-        const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
-        kWideRowsIntFns<K>[rows](wbuf, nblk, a, row0 + r, b0, s, total[i] + r * kP);
-        r += rows;
-      }
+      for (int t = 0; t < 4; ++t) _mm256_store_si256(buffer + 4 * q + t, v[t]);
     }
   }
-  store_wide_totals(a, total, row0, m, p0, np, n_end);
-}
+  static void tile(int64_t rows, const Buffer& buffer, int64_t nblk, const MxGemmArgs& a,
+                   int64_t row, int64_t b0, const __m256* s, float* total) {
+    const int64_t nb = (a.w->k + 31) / 32;
+    kWideRowsW4a8Fns[rows](buffer, nblk, a.xh + row * a.ldx + b0 * 32, a.ldx,
+                           a.xscale + row * nb + b0, nb, s, total);
+  }
+};
 
 // Rows in blocks of kWideBlockRows, columns [n_begin, n_end) in sets of kWidePanels panels,
 // each through pass(a, row0, m, p0, np, n_end).
@@ -725,7 +701,7 @@ void mx_gemm_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
     run_tiles(a, n_begin, n_end, kFp8Tiles);
     return;
   }
-  wide_blocks(a, n_begin, n_end, wide_panels);
+  wide_blocks(a, n_begin, n_end, wide_panels<Fp8Wide>);
 }
 
 void mx_gemm_w4a4_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
@@ -733,11 +709,11 @@ void mx_gemm_w4a4_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
 }
 
 void mx_gemm_w4a8_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
-  if (a.m < kIntWideMinRows) {
+  if (a.m < kW4a8WideMinRows) {
     run_tiles(a, n_begin, n_end, kW4a8Tiles, kMaxRows, kW4a8Panels);
     return;
   }
-  wide_blocks(a, n_begin, n_end, wide_panels_int<W4a8Wide>);
+  wide_blocks(a, n_begin, n_end, wide_panels<W4a8Wide>);
 }
 
 }  // namespace
