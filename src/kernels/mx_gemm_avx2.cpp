@@ -3,8 +3,8 @@
 // R rows of FMAs. E2M1 weights: exact integer dots per block, byte products against E2M1
 // activations (W4A4), and against 14-bit E4M3 ones int16 products for several rows and byte
 // products on the activations split in two bytes for one (W4A8). Block scales apply once per
-// block, and weights never exist widened in memory, except one block at a time in L1 for
-// prefill.
+// block, and weights never exist widened in memory, except a group of blocks of a panel at a
+// time in L1 for prefill (E4M3 widened, W4A8 decoded).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -326,15 +326,7 @@ struct W4a4 {
   }
 };
 
-// W4A8, several rows: each int16 lane of a panel row holds four nibbles; a shift and a mask
-// bring one of them to the lane's high byte with a zero low byte, and a pshufb table of
-// 2 * value turns the lane into 512 * value. vpmaddwd against a dword of two 14-bit
-// activations broadcast then sums two k of one column into its int32 lane: nibbles 0 and 1 of
-// a lane pair k = 4j with 4j + 2 (columns l and l + 8), nibbles 2 and 3 pair 4j + 1 with
-// 4j + 3, the order in which mx_prepare_fp8_activations_i16 stores the activations. A block's
-// sum is exact in int32 (mx_gemm.h). The decode (eleven operations per 64 weights) is shared
-// by the tile's rows.
-// W4a8Words's four int16 lane vectors of one panel row (eleven operations).
+// W4a8Words's four int16 lane vectors of one panel row (eleven operations; see W4a8Words).
 __attribute__((always_inline)) inline void w4a8_words(const uint8_t* p, __m256i (&w)[4]) {
   const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0,
                                        1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
@@ -359,6 +351,14 @@ __attribute__((always_inline)) inline void w4a8_words_step(const __m256i (&w)[4]
       acc[1], _mm256_add_epi32(_mm256_madd_epi16(w[1], p0), _mm256_madd_epi16(w[3], p1)));
 }
 
+// W4A8, several rows: each int16 lane of a panel row holds four nibbles; a shift and a mask
+// bring one of them to the lane's high byte with a zero low byte, and a pshufb table of
+// 2 * value turns the lane into 512 * value. vpmaddwd against a dword of two 14-bit
+// activations broadcast then sums two k of one column into its int32 lane: nibbles 0 and 1 of
+// a lane pair k = 4j with 4j + 2 (columns l and l + 8), nibbles 2 and 3 pair 4j + 1 with
+// 4j + 3, the order in which mx_prepare_fp8_activations_i16 stores the activations. A block's
+// sum is exact in int32 (mx_gemm.h). The decode (eleven operations per 64 weights) is shared
+// by the tile's rows.
 struct W4a8Words {
   static constexpr int kAcc = 2;
   static const int8_t* x(const MxGemmArgs& a, int64_t row, int64_t b) {
