@@ -222,10 +222,9 @@ void BM_GemvDram(benchmark::State& state, Scheme scheme) {
 }
 
 // A prefill-shaped GEMM (512 rows, k x n weights: a 30B-A3B layer's qkv, 2048 x 5120, or its
-// o_proj, 4096 x 2048) on two
-// threads through the pool, BF16 and MXFP8 alternating in every iteration: `mx_over_bf16` is
-// the ratio of their rates in the same run, which the machine's noise moves far less than
-// either rate.
+// o_proj, 4096 x 2048) on two threads through the pool, BF16 and MXFP8 alternating in every
+// iteration: `mx_over_bf16` is the ratio of their rates in the same run, which the machine's
+// noise moves far less than either rate.
 void BM_PrefillGemmPair(benchmark::State& state) {
   const GemmKernels* bk = &gemm_kernels();
   MxProblem p;
