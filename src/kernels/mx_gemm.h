@@ -171,10 +171,9 @@ MxPanelWeights pack_mx_weights_avx512(const MxMatrixView& w);
 
 namespace mx_gemm_detail {
 // The byte planes that the AVX2 table's prepare_w4a8 writes (read by AVX2's one-row W4A8 tiles
-// and by AVX-512's W4A8 tiles at every row count): each
-// 14-bit value x = kW4a8PlaneSplit * h + l with h and l in [-85, 85] (|x| <= 448 * 32), a
-// split for which both halves keep a block's byte products in 16-bit lanes (16 products of
-// at most 24 * 85 = 32640).
+// and by AVX-512's W4A8 tiles at every row count): each 14-bit value x = kW4a8PlaneSplit * h
+// + l with h and l in [-85, 85] (|x| <= 448 * 32), a split for which both halves keep a
+// block's byte products in 16-bit lanes (16 products of at most 24 * 85 = 32640).
 constexpr int kW4a8PlaneSplit = 170;
 extern const MxGemmKernels kScalarMxGemm;
 extern const MxGemmKernels kAvx2MxGemm;
