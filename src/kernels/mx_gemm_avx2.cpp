@@ -72,8 +72,7 @@ void store_totals(const float (&total)[R][C][kP], const MxGemmArgs& a, int64_t r
 
 // Scale vectors of C panels for blocks [b0, b1) (at most kGroupBlocks) into s, 2 * C vectors
 // per block: E8M0-derived exponent bytes shifted into place, times the chunk scale when
-// dual-level. Out of line and ahead of the blocks it serves, so the tile's accumulators stay
-// in registers across it only once per group.
+// dual-level. The wide passes compute a group's once, for all the row tiles that read it.
 constexpr int64_t kGroupBlocks = 16;
 
 // The scale bytes of the group after the one ending at b1 (this tile's next group, or the
@@ -118,17 +117,28 @@ __attribute__((noinline)) void block_scales(const MxPanelView& w, int64_t panel,
   }
 }
 
-// At block b of C panels: the block's scale vectors (the group's computed every kGroupBlocks
-// blocks into `scales`) and the panels' code rows.
+// Half h of column panel p's scale vector at block b: E8M0-derived exponent bytes shifted into
+// place, times the chunk scale when dual-level (block_scales's, one vector at a time).
+__attribute__((always_inline)) inline __m256 scale_vector(const MxPanelView& w, int64_t p,
+                                                          int64_t b, int h, int64_t nb) {
+  const __m128i bytes =
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + (p * nb + b) * kP + 8 * h));
+  const __m256 v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(bytes), 23));
+  if (w.chunk_scales == nullptr) return v;
+  const int64_t nc = (w.k + 511) / 512;
+  return _mm256_mul_ps(v, _mm256_loadu_ps(w.chunk_scales + (p * nc + b / 16) * kP + 8 * h));
+}
+
+// At block b of C panels: the panels' code rows, and the next group's scales asked for at the
+// start of each group. The direct tiles decode each scale vector where they use it: computed
+// ahead out of line into memory, the call's register spills, stores and reloads cost one-row
+// W4A8 an eighth of its speed in mx_bench (16.6 -> 18.5-19.2 GB/s inline; W4A4 22.7-23.1 ->
+// 25.7-25.9).
 template <int C>
-inline const __m256* begin_block(const MxPanelView& w, int64_t panel, int64_t b,
-                                 int64_t block_bytes, __m256* scales, const uint8_t** wrow) {
-  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
-  if (b % kGroupBlocks == 0) {
-    block_scales<C>(w, panel, b, std::min(nb, b + kGroupBlocks), nb, nc, scales);
-  }
+inline void begin_block(const MxPanelView& w, int64_t panel, int64_t b, int64_t nb,
+                        int64_t block_bytes, const uint8_t** wrow) {
+  if (b % kGroupBlocks == 0) prefetch_scales<C>(w, panel, std::min(nb, b + kGroupBlocks), nb);
   for (int c = 0; c < C; ++c) wrow[c] = w.codes + ((panel + c) * nb + b) * block_bytes;
-  return scales + (b % kGroupBlocks) * 2 * C;
 }
 
 // R rows by C panels: per block, 2 * R * C accumulators in registers, each one FMA chain over
@@ -142,12 +152,11 @@ void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   const int64_t nb = (w.k + 31) / 32;
   alignas(32) float total[R][C][kP];
   zero_totals(total);
-  alignas(32) __m256 scales[kGroupBlocks * 2 * C];
   for (int64_t b = 0; b < nb; ++b) {
     // The codes 2 KB ahead: one-row W8A8 decode 34 -> 42-44 tok/s.
     prefetch_blocks_ahead(w, panel, C, nb, b, 4, kBlockBytes);
     const uint8_t* wrow[C];
-    const __m256* s = begin_block<C>(w, panel, b, kBlockBytes, scales, wrow);
+    begin_block<C>(w, panel, b, nb, kBlockBytes, wrow);
     const float* x[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) x[r] = a.x + (row + r) * a.ldx + b * 32;
@@ -180,13 +189,14 @@ void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
       for (int r = 0; r < R; ++r) x[r] += Q;
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) {
+    for (int c = 0; c < C; ++c) {
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < 2; ++h) {
+        const __m256 s = scale_vector(w, panel + c, b, h, nb);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
           float* t = total[r][c] + 8 * h;
-          _mm256_store_ps(t, _mm256_fmadd_ps(acc[r][c][h], s[2 * c + h], _mm256_load_ps(t)));
+          _mm256_store_ps(t, _mm256_fmadd_ps(acc[r][c][h], s, _mm256_load_ps(t)));
         }
       }
     }
@@ -219,12 +229,11 @@ void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   const __m256 unit = _mm256_set1_ps(0x1p-62f);  // mx_panel_scale_unit(kE2M1)
   alignas(32) float total[R][C][kP];
   zero_totals(total);
-  alignas(32) __m256 scales[kGroupBlocks * 2 * C];
   for (int64_t b = 0; b < nb; ++b) {
     // The codes 2 KB ahead: one-row W4A8 decode 58-62 -> 73-76 tok/s.
     prefetch_blocks_ahead(w, panel, C, nb, b, 8, 256);
     const uint8_t* wrow[C];
-    const __m256* s = begin_block<C>(w, panel, b, 256, scales, wrow);
+    begin_block<C>(w, panel, b, nb, 256, wrow);
     const int8_t* x[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) x[r] = K::x(a, row + r, b);
@@ -239,15 +248,15 @@ void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
     }
     K::template accumulate<R, C>(wrow, x, acc);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const int64_t xi = (row + r) * nb + b;
-      const __m256 xs = _mm256_set1_ps(a.xscale[xi]);
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) {
+    for (int c = 0; c < C; ++c) {
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < 2; ++h) {
+        const __m256 sv = _mm256_mul_ps(scale_vector(w, panel + c, b, h, nb), unit);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const int64_t xi = (row + r) * nb + b;
           const __m256i dot = K::dot(acc[r][c], h, a, xi);
-          const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(s[2 * c + h], unit), xs);
+          const __m256 scale = _mm256_mul_ps(sv, _mm256_set1_ps(a.xscale[xi]));
           float* t = total[r][c] + 8 * h;
           _mm256_store_ps(t, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, _mm256_load_ps(t)));
         }
