@@ -42,8 +42,10 @@ inline void prefetch_next_group(const MxPanelView& w, int64_t panel, int64_t q, 
 inline void prefetch_blocks_ahead(const MxPanelView& w, int64_t panel, int c, int64_t nb, int64_t b,
                                   int64_t ahead, int64_t block_bytes) {
   const int64_t end = mx_panels(w.n) * nb;
+  // Past the panels' last block, the next tile's panels (c on) are the ones read next.
+  const int64_t next = b + ahead < nb ? b + ahead : c * nb + b + ahead - nb;
   for (int i = 0; i < c; ++i) {
-    const int64_t blk = (panel + i) * nb + b + ahead;
+    const int64_t blk = (panel + i) * nb + next;
     if (blk >= end) return;
     const uint8_t* codes = w.codes + blk * block_bytes;
     for (int64_t off = 0; off < block_bytes; off += 64) prefetch_line(codes + off);
