@@ -35,10 +35,12 @@ inline void prefetch_next_group(const MxPanelView& w, int64_t panel, int64_t q, 
   }
 }
 
-// The codes of block b + ahead of panels [panel, panel + c) (block_bytes each, a panel's
-// blocks followed by the next panel's), where the matrix has them: the direct tiles ask for
-// them as they start block b. Their stream is sequential, yet with the hardware prefetcher
-// alone a one-row tile waited on it for a fifth of its time (docs/performance.md).
+// The codes of block b + ahead of panels [panel, panel + c) (block_bytes each), or past their
+// last block those of the next tile's panels [panel + c, panel + 2c), where the matrix has
+// them: the direct tiles ask for them as they start block b. Their stream is sequential, yet
+// with the hardware prefetcher alone a one-row tile waited on it for a fifth of its time, and
+// while the spill-over went to the tile's own next panel, the next tile began with cold
+// panels (one-row W4A8 decode 68-73 -> 76-80 tok/s; docs/performance.md).
 inline void prefetch_blocks_ahead(const MxPanelView& w, int64_t panel, int c, int64_t nb, int64_t b,
                                   int64_t ahead, int64_t block_bytes) {
   const int64_t end = mx_panels(w.n) * nb;
