@@ -1,4 +1,5 @@
 #include "runtime/bench.h"
+#include "kernels/ops.h"
 
 #include <unistd.h>
 
@@ -309,7 +310,7 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
         // Greedy: the next token is the argmax of the previous step's logits.
         const float* row = logits.data() + b * static_cast<size_t>(c.vocab_size);
         seqs[b][static_cast<size_t>(opt.prompt + step)] =
-            static_cast<int32_t>(std::max_element(row, row + c.vocab_size) - row);
+            static_cast<int32_t>(argmax(row, c.vocab_size));
         slices.push_back({seqs[b].data() + opt.prompt + step, 1, opt.prompt + step,
                           tables[b].data(), SeqSlice::Logits::kLast, static_cast<int32_t>(b)});
       }

@@ -1,4 +1,5 @@
 #include "runtime/sampler.h"
+#include "kernels/ops.h"
 
 #include <algorithm>
 #include <cfloat>
@@ -128,7 +129,7 @@ int32_t Sampler::sample(float* logits, int64_t vocab, const std::vector<int32_t>
                         const std::vector<int32_t>& output) {
   apply_penalties(logits, vocab, prompt, output, p_);
   if (p_.temperature <= 0.0f || p_.top_k == 1) {
-    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+    return static_cast<int32_t>(argmax(logits, vocab));
   }
   const auto d = filtered_distribution(logits, vocab, p_);
   // 53 random bits to a double in [0, 1): the same draw on every platform for one seed.
