@@ -372,9 +372,6 @@ TEST(Kernels, MxGemmWithLargeWeightScales) {
   }
 }
 
-// Attention over a paged cache with shuffled blocks: scores, a softmax and the value sum in
-// double; grouped heads against single heads. Tolerance: relative 1e-5 of the largest |value| (FP32
-// sums of a few hundred terms and the vectorized exp).
 // Against std::max_element on every length to 70, ties, infinities, NaNs and signed zeros.
 TEST(Kernels, ArgmaxFindsWhatMaxElementFinds) {
   std::mt19937 rng(7);
@@ -399,6 +396,9 @@ TEST(Kernels, ArgmaxFindsWhatMaxElementFinds) {
   EXPECT_EQ(argmax(big.data(), static_cast<int64_t>(big.size())), 100000);
 }
 
+// Attention over a paged cache with shuffled blocks: scores, a softmax and the value sum in
+// double; grouped heads against single heads. Tolerance: relative 1e-5 of the largest |value| (FP32
+// sums of a few hundred terms and the vectorized exp).
 TEST(Kernels, EveryAttentionVariant) {
   int variants = 0;
   for (IsaLevel isa : kLevels) {

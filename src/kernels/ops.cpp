@@ -1,6 +1,5 @@
 #include "kernels/ops.h"
 
-#include <algorithm>
 #include <bit>
 #include <cmath>
 

@@ -1,5 +1,4 @@
 #include "runtime/bench.h"
-#include "kernels/ops.h"
 
 #include <unistd.h>
 
@@ -9,6 +8,8 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+
+#include "kernels/ops.h"
 
 namespace mx {
 namespace {

@@ -1,5 +1,4 @@
 #include "runtime/sampler.h"
-#include "kernels/ops.h"
 
 #include <algorithm>
 #include <cfloat>
@@ -8,6 +7,8 @@
 #include <cstdio>
 #include <unordered_map>
 #include <unordered_set>
+
+#include "kernels/ops.h"
 
 namespace mx {
 
