@@ -2,8 +2,12 @@
 // reproducibility of a seeded draw.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
+#include <vector>
 
 #include "runtime/generate.h"
 #include "runtime/histogram.h"
@@ -27,6 +31,30 @@ std::map<int32_t, double> dist(const SamplingParams& p) {
 void expect_dist(const std::map<int32_t, double>& got, const std::map<int32_t, double>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [id, p] : want) EXPECT_NEAR(got.at(id), p, 1e-6) << "token " << id;
+}
+
+// Against std::max_element on every length to 70, ties, infinities, NaNs and signed zeros.
+TEST(Sampler, ArgmaxFindsWhatMaxElementFinds) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> pick(0, 9);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {nan, inf, -inf, 0.0f, -0.0f, 3.0f, -3.0f};
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int64_t n = 1 + trial % 70;
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) {
+      const int kind = pick(rng);
+      v = kind < 7 ? specials[kind] : static_cast<float>(pick(rng) - 5);
+    }
+    const int64_t want = std::max_element(x.begin(), x.end()) - x.begin();
+    ASSERT_EQ(argmax(x.data(), n), want) << "trial " << trial << " n " << n;
+  }
+  std::vector<float> big(151936);
+  std::uniform_real_distribution<float> u(-20.0f, 20.0f);
+  for (float& v : big) v = u(rng);
+  big[100000] = big[120000] = 25.0f;
+  EXPECT_EQ(argmax(big.data(), static_cast<int64_t>(big.size())), 100000);
 }
 
 TEST(Sampler, NoFilterIsTheSoftmax) {

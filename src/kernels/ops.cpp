@@ -3,10 +3,6 @@
 #include <bit>
 #include <cmath>
 
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
-
 namespace mx {
 
 namespace {
@@ -32,38 +28,6 @@ void rms_norm(const float* x, const float* w, int64_t n, double eps, float* y, b
     const float g = gemma_offset ? 1.0f + w[i] : w[i];
     y[i] = x[i] * inv * g;
   }
-}
-
-int64_t argmax(const float* x, int64_t n) {
-  if (std::isnan(x[0])) return 0;
-  float best = x[0];
-  int64_t i = 0;
-#if defined(__SSE2__)
-  // Four vectors of lanes (SSE2 is every x86-64's): maxps keeps its second operand when the
-  // first is a NaN, as the scalar comparison below does.
-  __m128 m[4];
-  for (__m128& v : m) v = _mm_set1_ps(x[0]);
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 4; ++j) m[j] = _mm_max_ps(_mm_loadu_ps(x + i + 4 * j), m[j]);
-  }
-  alignas(16) float lanes[16];
-  for (int j = 0; j < 4; ++j) _mm_store_ps(lanes + 4 * j, m[j]);
-  for (float v : lanes) best = v > best ? v : best;
-#endif
-  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
-  i = 0;
-#if defined(__SSE2__)
-  const __m128 b = _mm_set1_ps(best);
-  for (; i + 16 <= n; i += 16) {
-    int hit = 0;
-    for (int j = 0; j < 4; ++j) {
-      hit |= _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i + 4 * j), b)) << (4 * j);
-    }
-    if (hit != 0) return i + std::countr_zero(static_cast<unsigned>(hit));
-  }
-#endif
-  while (x[i] != best) ++i;
-  return i;
 }
 
 void rope_inv_freq(int64_t head_dim, double theta, float* inv_freq) {

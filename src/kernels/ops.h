@@ -27,12 +27,6 @@ void rope_neox_cs(float* head, int64_t head_dim, const float* cos, const float* 
 // In place: x = silu(gate) * up, with gate = x[0:n], up = x[n:2n] -> out[0:n].
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 
-// The index of the first largest of x[0, n) (n >= 1), as std::max_element finds it: NaNs are
-// passed over, and a NaN at x[0] is the answer. Greedy sampling reads a whole vocabulary of
-// logits per token: std::max_element took 0.43 ms over 151,936 of them (3% of a W4A8 decode
-// step of the 30B-A3B shape), this 17 us.
-int64_t argmax(const float* x, int64_t n);
-
 // Numerically stable softmax in place.
 void softmax(float* x, int64_t n);
 

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <random>
 
-#include "kernels/ops.h"
+#include "runtime/sampler.h"
 
 namespace mx {
 namespace {

@@ -1,6 +1,7 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -8,7 +9,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "kernels/ops.h"
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 namespace mx {
 
@@ -120,6 +123,38 @@ std::vector<std::pair<int32_t, double>> filtered_distribution(const float* logit
   for (const auto& e : d) kept += e.second;
   for (auto& e : d) e.second /= kept;
   return d;
+}
+
+int64_t argmax(const float* x, int64_t n) {
+  if (std::isnan(x[0])) return 0;
+  float best = x[0];
+  int64_t i = 0;
+#if defined(__SSE2__)
+  // Four vectors of lanes (SSE2 is every x86-64's): maxps keeps its second operand when the
+  // first is a NaN, as the scalar comparison below does.
+  __m128 m[4];
+  for (__m128& v : m) v = _mm_set1_ps(x[0]);
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 4; ++j) m[j] = _mm_max_ps(_mm_loadu_ps(x + i + 4 * j), m[j]);
+  }
+  alignas(16) float lanes[16];
+  for (int j = 0; j < 4; ++j) _mm_store_ps(lanes + 4 * j, m[j]);
+  for (float v : lanes) best = v > best ? v : best;
+#endif
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  i = 0;
+#if defined(__SSE2__)
+  const __m128 b = _mm_set1_ps(best);
+  for (; i + 16 <= n; i += 16) {
+    int hit = 0;
+    for (int j = 0; j < 4; ++j) {
+      hit |= _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i + 4 * j), b)) << (4 * j);
+    }
+    if (hit != 0) return i + std::countr_zero(static_cast<unsigned>(hit));
+  }
+#endif
+  while (x[i] != best) ++i;
+  return i;
 }
 
 Sampler::Sampler(const SamplingParams& p) : p_(p) {

