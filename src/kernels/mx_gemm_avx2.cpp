@@ -70,9 +70,20 @@ void store_totals(const float (&total)[R][C][kP], const MxGemmArgs& a, int64_t r
   }
 }
 
-// Scale vectors of C panels for blocks [b0, b1) (at most kGroupBlocks) into s, 2 * C vectors
-// per block: E8M0-derived exponent bytes shifted into place, times the chunk scale when
-// dual-level. The wide passes compute a group's once, for all the row tiles that read it.
+// Half h of column panel p's scale vector at block b: E8M0-derived exponent bytes shifted into
+// place, times the chunk scale when dual-level.
+__attribute__((always_inline)) inline __m256 scale_vector(const MxPanelView& w, int64_t p,
+                                                          int64_t b, int h, int64_t nb) {
+  const __m128i bytes =
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + (p * nb + b) * kP + 8 * h));
+  const __m256 v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(bytes), 23));
+  if (w.chunk_scales == nullptr) return v;
+  const int64_t nc = (w.k + 511) / 512;
+  return _mm256_mul_ps(v, _mm256_loadu_ps(w.chunk_scales + (p * nc + b / 16) * kP + 8 * h));
+}
+
+// The scale vectors of C panels for blocks [b0, b1) (at most kGroupBlocks) into s, 2 * C per
+// block. The wide passes compute a group's once, for all the row tiles that read it.
 constexpr int64_t kGroupBlocks = 16;
 
 // The scale bytes of the group after the one ending at b1 (this tile's next group, or the
@@ -99,34 +110,13 @@ inline void prefetch_scales(const MxPanelView& w, int64_t panel, int64_t b1, int
 
 template <int C>
 __attribute__((noinline)) void block_scales(const MxPanelView& w, int64_t panel, int64_t b0,
-                                            int64_t b1, int64_t nb, int64_t nc, __m256* s) {
+                                            int64_t b1, int64_t nb, __m256* s) {
   prefetch_scales<C>(w, panel, b1, nb);
   for (int64_t b = b0; b < b1; ++b, s += 2 * C) {
     for (int c = 0; c < C; ++c) {
-      const uint8_t* sc = w.scales + ((panel + c) * nb + b) * kP;
-      for (int h = 0; h < 2; ++h) {
-        const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8 * h));
-        __m256 v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(bytes), 23));
-        if (w.chunk_scales != nullptr) {
-          v = _mm256_mul_ps(
-              v, _mm256_loadu_ps(w.chunk_scales + ((panel + c) * nc + b / 16) * kP + 8 * h));
-        }
-        s[2 * c + h] = v;
-      }
+      for (int h = 0; h < 2; ++h) s[2 * c + h] = scale_vector(w, panel + c, b, h, nb);
     }
   }
-}
-
-// Half h of column panel p's scale vector at block b: E8M0-derived exponent bytes shifted into
-// place, times the chunk scale when dual-level (block_scales's, one vector at a time).
-__attribute__((always_inline)) inline __m256 scale_vector(const MxPanelView& w, int64_t p,
-                                                          int64_t b, int h, int64_t nb) {
-  const __m128i bytes =
-      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales + (p * nb + b) * kP + 8 * h));
-  const __m256 v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(bytes), 23));
-  if (w.chunk_scales == nullptr) return v;
-  const int64_t nc = (w.k + 511) / 512;
-  return _mm256_mul_ps(v, _mm256_loadu_ps(w.chunk_scales + (p * nc + b / 16) * kP + 8 * h));
 }
 
 // At block b of C panels: the panels' code rows, and the next group's scales asked for at the
@@ -563,7 +553,7 @@ template <typename P>
 void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64_t np,
                  int64_t n_end) {
   const MxPanelView& w = *a.w;
-  const int64_t nb = (w.k + 31) / 32, nc = (w.k + 511) / 512;
+  const int64_t nb = (w.k + 31) / 32;
   alignas(32) float total[kWidePanels][kWideBlockRows * kP];
   for (int64_t i = 0; i < np; ++i) std::fill(total[i], total[i] + m * kP, 0.0f);
   alignas(32) typename P::Buffer buffer;
@@ -574,7 +564,7 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
     for (int64_t i = 0; i < np; ++i) {
       const int64_t panel = p0 + i;
       if (b0 % kGroupBlocks == 0) {
-        block_scales<1>(w, panel, b0, std::min(nb, b0 + kGroupBlocks), nb, nc, scales[i]);
+        block_scales<1>(w, panel, b0, std::min(nb, b0 + kGroupBlocks), nb, scales[i]);
       }
       P::decode(w.codes + (panel * nb + b0) * P::kBlockBytes, nblk, buffer);
       // Without it the loads of the widening pass waited on L3 or DRAM for half of its time.
