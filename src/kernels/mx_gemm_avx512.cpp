@@ -273,8 +273,11 @@ void run_tiles(const MxGemmArgs& a, int64_t n_begin, int64_t n_end, const Table&
 // L1 buffer of FP32 raw codes, a vector per k and panel, and row tiles run their chains from
 // it: up to eight rows over two panels (each row's broadcast feeds two FMAs, ten loads per
 // sixteen FMAs) or twelve over a last odd panel. Every output sees the direct tiles'
-// operations, so the results match them bit for bit.
-constexpr int64_t kWideMinRows = 6, kWideBlockRows = 192, kWideGroupBlocks = 4;
+// operations, so the results match them bit for bit. Up to twelve rows (batched decode) the
+// direct tiles are faster: lm_head at 151,936 x 2048, two threads, took 26-28 ms against 30 at
+// 6 rows, 26-28 against 36 at 8 and 39-40 against 44-45 at 12; level at 16, and at 24 the wide
+// pass led (74-77 ms against 80-81).
+constexpr int64_t kWideMinRows = 13, kWideBlockRows = 192, kWideGroupBlocks = 4;
 constexpr int64_t kWidePanels = 8;
 constexpr int kWideRows[3] = {0, 12, 8};  // rows per tile for Q panels
 
