@@ -89,10 +89,11 @@ TEST(Kernels, EveryMxGemmVariant) {
     for (Scheme s :
          {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4, Scheme::kW4A4Mxfp4Dual}) {
       const SchemeInfo& info = scheme_info(s);
-      // Every row tile (1..6) and uneven tilings, and prefill row blocks past the first (197);
-      // one partial panel (11 columns), a partial panel after full ones (75) and panel sets
-      // past the first (150); k with partial blocks and chunks.
-      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 13, 53, 197}) {
+      // Every row tile (1..6) and uneven tilings, the most rows that run direct tiles (12)
+      // and the fewest that take the E4M3 wide pass (13), and prefill row blocks past the
+      // first (197); one partial panel (11 columns), a partial panel after full ones (75) and
+      // panel sets past the first (150); k with partial blocks and chunks.
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 12, 13, 53, 197}) {
         for (int64_t k : {32, 47, 240, 1100}) {
           if (m > 100 && k > 500) continue;  // the long k is covered by the smaller m
           for (int64_t n : {11, 75, 150}) {
