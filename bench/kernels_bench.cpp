@@ -110,6 +110,7 @@ struct MxProblem {
       act_rows_quantize(x.data() + r * kd, r, ScaleRule::kFloor, &acts);
     xsum.resize(static_cast<size_t>(m * kd / 32));
     xscale.resize(xsum.size());
+    const int64_t kp = mx_decoded_stride(kd);
     const MxMatrixView av{acts.format,
                           acts.codes.data(),
                           acts.scales.data(),
@@ -118,13 +119,14 @@ struct MxProblem {
                           kd,
                           acts.row_bytes};
     if (info.activation == ElemFormat::kE2M1) {
-      xq.resize(static_cast<size_t>(m * kd));
+      xq.resize(static_cast<size_t>(m * kp));
       mx_prepare_fp4_activations(av, xq.data(), xsum.data(), xscale.data());
-      a = {nullptr, &packed.view, y.data(), m, kd, n, xq.data(), xsum.data(), xscale.data()};
+      a = {nullptr, &packed.view, y.data(), m, kp, n, xq.data(), xsum.data(), xscale.data()};
       fn = k->gemm_w4a4;
     } else if (info.weight == ElemFormat::kE2M1) {
-      xh.resize(static_cast<size_t>(m * kd));
-      planes.resize(static_cast<size_t>(2 * m * kd));
+      a.ldx = kp;
+      xh.resize(static_cast<size_t>(m * kp));
+      planes.resize(static_cast<size_t>(2 * m * kp));
       k->prepare_w4a8(av, xh.data(), planes.data(), xsum.data(), xscale.data());
       a.x = nullptr;
       a.xh = xh.data();
@@ -135,7 +137,8 @@ struct MxProblem {
     } else {
       // The FP32 path's activations as the product hands them over: decoded E4M3 times the
       // input scale, not arbitrary FP32 values.
-      xd.resize(static_cast<size_t>(m * kd));
+      a.ldx = kp;
+      xd.resize(static_cast<size_t>(m * kp));
       mx_decode_activations(av, xd.data(), kMxGemmInputScale);
       a.x = xd.data();
       fn = k->gemm;

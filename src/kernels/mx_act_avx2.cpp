@@ -81,10 +81,10 @@ void decode_avx2(const MxMatrixView& a, float* af, float factor) {
     mx_decode_activations(a, af, factor);
     return;
   }
-  const int64_t nb = a.k / 32;
+  const int64_t nb = a.k / 32, kp = mx_decoded_stride(a.k);
   for (int64_t i = 0; i < a.rows; ++i) {
     const uint8_t* row = a.codes + i * a.row_bytes;
-    float* dst = af + i * a.k;
+    float* dst = af + i * kp;
     for (int64_t b = 0; b < nb; ++b) {
       const __m256 s = _mm256_set1_ps(block_scale(a.scales[i * nb + b], factor));
 #pragma GCC unroll 4

@@ -57,10 +57,13 @@ inline uint8_t panel_code(bool fp4, const uint8_t* blk, int64_t c, int64_t kk) {
 
 }  // namespace
 
-int64_t mx_decoded_stride(int64_t k) { return (k + 31) / 32 * 32; }
+int64_t mx_decoded_stride(int64_t k) {
+  const int64_t kp = (k + 31) / 32 * 32;
+  return kp % 1024 == 0 ? kp + 32 : kp;
+}
 
 void mx_decode_activations(const MxMatrixView& a, float* af, float factor) {
-  const int64_t k = a.k, nb = (k + 31) / 32, kp = nb * 32, nc = (k + 511) / 512;
+  const int64_t k = a.k, nb = (k + 31) / 32, kp = mx_decoded_stride(k), nc = (k + 511) / 512;
   const float* lut = lut_of(a.format);
   for (int64_t i = 0; i < a.rows; ++i) {
     const uint8_t* row = a.codes + i * a.row_bytes;
@@ -77,7 +80,7 @@ void mx_decode_activations(const MxMatrixView& a, float* af, float factor) {
 }
 
 void mx_prepare_fp4_activations(const MxMatrixView& a, int8_t* q, int32_t* sums, float* scales) {
-  const int64_t k = a.k, nb = (k + 31) / 32, kp = nb * 32, nc = (k + 511) / 512;
+  const int64_t k = a.k, nb = (k + 31) / 32, kp = mx_decoded_stride(k), nc = (k + 511) / 512;
   const float* lut = e2m1_table();
   for (int64_t i = 0; i < a.rows; ++i) {
     const uint8_t* row = a.codes + i * a.row_bytes;
@@ -113,7 +116,7 @@ int16_t mx_w4a8_activation_int(uint8_t code) {
 }
 
 void mx_prepare_fp8_activations_i16(const MxMatrixView& a, int16_t* q, float* scales) {
-  const int64_t k = a.k, nb = (k + 31) / 32, kp = nb * 32;
+  const int64_t k = a.k, nb = (k + 31) / 32, kp = mx_decoded_stride(k);
   for (int64_t i = 0; i < a.rows; ++i) {
     const uint8_t* row = a.codes + i * a.row_bytes;
     int16_t* dst = q + i * kp;

@@ -47,6 +47,10 @@ struct MxMatrixView {
 // folded in, zero-padded to whole 32-blocks: af[a.rows, mx_decoded_stride(k)]. The GEMM takes
 // them with factor kMxGemmInputScale.
 constexpr float kMxGemmInputScale = 0x1p64f;
+// The row stride (in elements) of every prepared activation layout: whole blocks, and one
+// block more where that would be a multiple of 1024, so that rows never lie a power of two
+// (4 KB or more) apart, where the prefill GEMM's row tiles would read them through a few
+// cache sets.
 int64_t mx_decoded_stride(int64_t k);
 void mx_decode_activations(const MxMatrixView& a, float* af, float factor = 1.0f);
 
