@@ -304,6 +304,7 @@ BENCHMARK_CAPTURE(BM_GemmMx, avx512_w4a4, IsaLevel::kAvx512, Scheme::kW4A4Mxfp4)
 BENCHMARK_CAPTURE(BM_GemmMx, avx512_mxfp4_dual, IsaLevel::kAvx512, Scheme::kW4A4Mxfp4Dual)
     ->Args({1, 2048});
 
+// One row of one query head at head_dim 128 (Qwen3's), a decode step's item.
 void BM_AttentionHead(benchmark::State& state, IsaLevel isa) {
   const AttentionKernels* k = attention_kernels_for(isa);
   if (k == nullptr) {
@@ -319,10 +320,11 @@ void BM_AttentionHead(benchmark::State& state, IsaLevel isa) {
     kb[static_cast<size_t>(b)] = kv.data() + (2 * b) * bs * ld;
     vb[static_cast<size_t>(b)] = kv.data() + (2 * b + 1) * bs * ld;
   }
-  std::vector<float> scores(static_cast<size_t>(len)), out(static_cast<size_t>(d));
+  std::vector<float> scratch(static_cast<size_t>(attention_scratch_floats(1, 1, len, d)));
+  std::vector<float> out(static_cast<size_t>(d));
+  const AttentionRows a{q.data(), d, out.data(), d, 1, 1, len, bs, ld, d, 0.088f, scratch.data()};
   for (auto _ : state) {
-    k->head_paged(q.data(), kb.data(), vb.data(), bs, len, ld, d, 0.088f, scores.data(),
-                  out.data());
+    k->group_paged(a, kb.data(), vb.data());
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(state.iterations() * len);
@@ -353,14 +355,15 @@ void BM_AttentionGroup(benchmark::State& state, IsaLevel isa, bool bf16) {
     kb16[static_cast<size_t>(b)] = kv16.data() + (2 * b) * bs * ld;
     vb16[static_cast<size_t>(b)] = kv16.data() + (2 * b + 1) * bs * ld;
   }
-  std::vector<float> scores(static_cast<size_t>(group * len)), out(static_cast<size_t>(group * d));
+  std::vector<float> scratch(static_cast<size_t>(attention_scratch_floats(1, group, len, d)));
+  std::vector<float> out(static_cast<size_t>(group * d));
+  const AttentionRows a{q.data(), group * d, out.data(), group * d, 1,      group,
+                        len,      bs,        ld,         d,         0.125f, scratch.data()};
   for (auto _ : state) {
     if (bf16) {
-      k->group_paged_bf16(q.data(), group, kb16.data(), vb16.data(), bs, len, ld, d, 0.125f,
-                          scores.data(), out.data());
+      k->group_paged_bf16(a, kb16.data(), vb16.data());
     } else {
-      k->group_paged(q.data(), group, kb.data(), vb.data(), bs, len, ld, d, 0.125f, scores.data(),
-                     out.data());
+      k->group_paged(a, kb.data(), vb.data());
     }
     benchmark::DoNotOptimize(out.data());
   }
@@ -371,6 +374,54 @@ BENCHMARK_CAPTURE(BM_AttentionGroup, avx2, IsaLevel::kAvx2, false)->Arg(192)->Ar
 BENCHMARK_CAPTURE(BM_AttentionGroup, avx2_bf16, IsaLevel::kAvx2, true)->Arg(192)->Arg(2048);
 BENCHMARK_CAPTURE(BM_AttentionGroup, avx512, IsaLevel::kAvx512, false)->Arg(192)->Arg(2048);
 BENCHMARK_CAPTURE(BM_AttentionGroup, avx512_bf16, IsaLevel::kAvx512, true)->Arg(192)->Arg(2048);
+
+// Prefill's items: sixteen rows at consecutive positions ending at the argument, of the
+// Qwen3-30B-A3B shape (eight query heads of 128 per KV head), in one call (rows = 16) or one
+// call per row (rows = 1), over an FP32 cache of 16-position blocks.
+void BM_AttentionRows(benchmark::State& state, IsaLevel isa, int64_t rows) {
+  const AttentionKernels* k = attention_kernels_for(isa);
+  if (k == nullptr) {
+    state.SkipWithError("ISA not available");
+    return;
+  }
+  const int64_t len = state.range(0), d = 128, group = 8, bs = 16, ld = d, n = 16;
+  const int64_t nblk = (len + bs - 1) / bs, len0 = len - n + 1;
+  const auto kv = values(static_cast<size_t>(2 * nblk * bs * ld), 3);
+  const auto q = values(static_cast<size_t>(n * group * d), 4);
+  std::vector<const float*> kb(static_cast<size_t>(nblk)), vb(kb.size());
+  for (int64_t b = 0; b < nblk; ++b) {
+    kb[static_cast<size_t>(b)] = kv.data() + b * bs * ld;
+    vb[static_cast<size_t>(b)] = kv.data() + (nblk + b) * bs * ld;
+  }
+  std::vector<float> scratch(static_cast<size_t>(attention_scratch_floats(rows, group, len, d)));
+  std::vector<float> out(static_cast<size_t>(n * group * d));
+  for (auto _ : state) {
+    for (int64_t r = 0; r < n; r += rows) {
+      const AttentionRows a{q.data() + r * group * d,
+                            group * d,
+                            out.data() + r * group * d,
+                            group * d,
+                            rows,
+                            group,
+                            len0 + r,
+                            bs,
+                            ld,
+                            d,
+                            0.088f,
+                            scratch.data()};
+      k->group_paged(a, kb.data(), vb.data());
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  // Multiply-adds: scores and values, every head of every row over its positions.
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      static_cast<double>(4 * group * d * (n * len0 + n * (n - 1) / 2)),
+      benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK_CAPTURE(BM_AttentionRows, avx2_one, IsaLevel::kAvx2, 1)->Arg(512)->Arg(2048);
+BENCHMARK_CAPTURE(BM_AttentionRows, avx2_sixteen, IsaLevel::kAvx2, 16)->Arg(512)->Arg(2048);
+BENCHMARK_CAPTURE(BM_AttentionRows, avx512_one, IsaLevel::kAvx512, 1)->Arg(512)->Arg(2048);
+BENCHMARK_CAPTURE(BM_AttentionRows, avx512_sixteen, IsaLevel::kAvx512, 16)->Arg(512)->Arg(2048);
 
 }  // namespace
 }  // namespace mx

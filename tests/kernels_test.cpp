@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -372,9 +373,23 @@ TEST(Kernels, MxGemmWithLargeWeightScales) {
   }
 }
 
-// Attention over a paged cache with shuffled blocks: scores, a softmax and the value sum in
-// double; grouped heads against single heads. Tolerance: relative 1e-5 of the largest |value| (FP32
-// sums of a few hundred terms and the vectorized exp).
+// `rows` rows of g query heads (queries [rows][g * d]) from len0 through fn, one of a table's
+// group_paged variants: out [rows][g * d].
+std::vector<float> attend_rows(const std::function<void(const AttentionRows&)>& fn, const float* q,
+                               int64_t rows, int64_t g, int64_t len0, int64_t bs, int64_t ld,
+                               int64_t d, float scale) {
+  std::vector<float> scratch(
+      static_cast<size_t>(attention_scratch_floats(rows, g, len0 + rows - 1, d)), NAN);
+  std::vector<float> out(static_cast<size_t>(rows * g * d), -1.0f);
+  fn(AttentionRows{q, g * d, out.data(), g * d, rows, g, len0, bs, ld, d, scale, scratch.data()});
+  return out;
+}
+
+// Attention over a paged cache with shuffled blocks: one row of one head against scores, a
+// softmax and the value sum in double (tolerance: relative 1e-5 of the largest |value|, FP32
+// sums of a few hundred terms and the vectorized exp); then rows of grouped heads, each (row,
+// head) bit for bit what it gives alone, and BF16 and FP8 caches bit for bit what the FP32
+// kernel gives on their values.
 TEST(Kernels, EveryAttentionVariant) {
   int variants = 0;
   for (IsaLevel isa : kLevels) {
@@ -394,9 +409,11 @@ TEST(Kernels, EveryAttentionVariant) {
             vb[b] = kv.data() + (nblk + b) * bs * ld;
           }
           const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-          std::vector<float> scores(static_cast<size_t>(len)), out(static_cast<size_t>(d), -1.0f);
-          kern->head_paged(q.data(), kb.data(), vb.data(), bs, len, ld, d, scale, scores.data(),
-                           out.data());
+          auto fp32 = [&](const std::vector<const float*>& k, const std::vector<const float*>& v) {
+            return [&, k, v](const AttentionRows& a) { kern->group_paged(a, k.data(), v.data()); };
+          };
+          const std::vector<float> out =
+              attend_rows(fp32(kb, vb), q.data(), 1, 1, len, bs, ld, d, scale);
           std::vector<double> p(static_cast<size_t>(len));
           double mx = -1e300, sum = 0, vmax = 0;
           for (int64_t t = 0; t < len; ++t) {
@@ -417,20 +434,25 @@ TEST(Kernels, EveryAttentionVariant) {
             ASSERT_NEAR(out[j], o, 1e-5 * vmax)
                 << isa_name(isa) << " d=" << d << " len=" << len << " bs=" << bs << " col " << j;
           }
-          // A group of query heads over the same keys and values: each head bit for bit as
-          // head_paged gives it (groups past eight heads run in parts).
+          // Rows of a group of query heads over the same keys and values, the last row seeing
+          // all len positions (groups past eight heads run in parts; sixteen rows, the most a
+          // call takes, span chunks of positions at len 300).
           for (int64_t g : {1, 2, 3, 5, 8, 12}) {
-            const auto qg = test::activation_like(static_cast<size_t>(g * d),
+            const int64_t rows = std::min<int64_t>(len, g == 8 ? kAttentionMaxRows : 3);
+            const int64_t len0 = len - rows + 1;
+            const auto qg = test::activation_like(static_cast<size_t>(rows * g * d),
                                                   static_cast<uint32_t>(len * 3 + g));
-            std::vector<float> gs(static_cast<size_t>(g * len)), go(static_cast<size_t>(g * d));
-            kern->group_paged(qg.data(), g, kb.data(), vb.data(), bs, len, ld, d, scale, gs.data(),
-                              go.data());
-            for (int64_t h = 0; h < g; ++h) {
-              kern->head_paged(qg.data() + h * d, kb.data(), vb.data(), bs, len, ld, d, scale,
-                               scores.data(), out.data());
-              for (int64_t j = 0; j < d; ++j)
-                ASSERT_EQ(go[h * d + j], out[j]) << isa_name(isa) << " group " << g << " head " << h
-                                                 << " d=" << d << " len=" << len;
+            const std::vector<float> go =
+                attend_rows(fp32(kb, vb), qg.data(), rows, g, len0, bs, ld, d, scale);
+            for (int64_t r = 0; r < rows; ++r) {
+              for (int64_t h = 0; h < g; ++h) {
+                const std::vector<float> one = attend_rows(
+                    fp32(kb, vb), qg.data() + (r * g + h) * d, 1, 1, len0 + r, bs, ld, d, scale);
+                for (int64_t j = 0; j < d; ++j)
+                  ASSERT_EQ(go[(r * g + h) * d + j], one[j])
+                      << isa_name(isa) << " group " << g << " row " << r << " head " << h
+                      << " d=" << d << " len=" << len << " bs=" << bs;
+              }
             }
             // A BF16 cache: bit for bit what group_paged gives on the same values in FP32.
             std::vector<uint16_t> kv16(kv.size());
@@ -447,23 +469,25 @@ TEST(Kernels, EveryAttentionVariant) {
               kbr[b] = kvr.data() + (kb[b] - kv.data());
               vbr[b] = kvr.data() + (vb[b] - kv.data());
             }
-            std::vector<float> o16(go.size()), s16(gs.size());
-            kern->group_paged(qg.data(), g, kbr.data(), vbr.data(), bs, len, ld, d, scale,
-                              gs.data(), go.data());
-            kern->group_paged_bf16(qg.data(), g, kb16.data(), vb16.data(), bs, len, ld, d, scale,
-                                   s16.data(), o16.data());
-            for (size_t j = 0; j < go.size(); ++j)
-              ASSERT_EQ(o16[j], go[j]) << isa_name(isa) << " bf16 group " << g << " d=" << d
-                                       << " len=" << len << " at " << j;
+            const std::vector<float> o16 = attend_rows(
+                [&](const AttentionRows& a) {
+                  kern->group_paged_bf16(a, kb16.data(), vb16.data());
+                },
+                qg.data(), rows, g, len0, bs, ld, d, scale);
+            const std::vector<float> or16 =
+                attend_rows(fp32(kbr, vbr), qg.data(), rows, g, len0, bs, ld, d, scale);
+            for (size_t j = 0; j < o16.size(); ++j)
+              ASSERT_EQ(o16[j], or16[j]) << isa_name(isa) << " bf16 group " << g << " d=" << d
+                                         << " len=" << len << " at " << j;
             // An FP8 cache: each row's E4M3 codes under its power-of-two scale (the largest
             // element in [256, 512)), bit for bit what group_paged gives on the same values
             // widened to FP32, where nothing nears FP32's subnormals (the scale then moves
             // from the elements to the score and the softmax weight exactly); the test data's
             // rows of magnitude 1e-40 stay within 2^-120 there.
-            const int64_t rows = static_cast<int64_t>(kv.size()) / ld;
+            const int64_t kv_rows = static_cast<int64_t>(kv.size()) / ld;
             std::vector<uint8_t> kv8(kv.size(), 0);
-            std::vector<float> rs(static_cast<size_t>(rows)), kv8r(kv.size(), 0.0f);
-            for (int64_t r = 0; r < rows; ++r) {
+            std::vector<float> rs(static_cast<size_t>(kv_rows)), kv8r(kv.size(), 0.0f);
+            for (int64_t r = 0; r < kv_rows; ++r) {
               float amax = 0.0f;
               for (int64_t j = 0; j < d; ++j) amax = std::max(amax, std::fabs(kv[r * ld + j]));
               int e = 0;
@@ -484,17 +508,19 @@ TEST(Kernels, EveryAttentionVariant) {
               kbr[b] = kv8r.data() + (kb[b] - kv.data());
               vbr[b] = kv8r.data() + (vb[b] - kv.data());
             }
-            std::vector<float> o8(go.size()), s8(gs.size());
-            kern->group_paged(qg.data(), g, kbr.data(), vbr.data(), bs, len, ld, d, scale,
-                              gs.data(), go.data());
-            kern->group_paged_fp8(qg.data(), g, kb8.data(), vb8.data(), ks8.data(), vs8.data(), bs,
-                                  len, ld, d, scale, s8.data(), o8.data());
-            for (size_t j = 0; j < go.size(); ++j) {
-              if (std::fabs(go[j]) >= 0x1p-100f) {
-                ASSERT_EQ(o8[j], go[j]) << isa_name(isa) << " fp8 group " << g << " d=" << d
-                                        << " len=" << len << " bs=" << bs << " at " << j;
+            const std::vector<float> o8 = attend_rows(
+                [&](const AttentionRows& a) {
+                  kern->group_paged_fp8(a, kb8.data(), vb8.data(), ks8.data(), vs8.data());
+                },
+                qg.data(), rows, g, len0, bs, ld, d, scale);
+            const std::vector<float> or8 =
+                attend_rows(fp32(kbr, vbr), qg.data(), rows, g, len0, bs, ld, d, scale);
+            for (size_t j = 0; j < o8.size(); ++j) {
+              if (std::fabs(or8[j]) >= 0x1p-100f) {
+                ASSERT_EQ(o8[j], or8[j]) << isa_name(isa) << " fp8 group " << g << " d=" << d
+                                         << " len=" << len << " bs=" << bs << " at " << j;
               } else {
-                ASSERT_NEAR(o8[j], go[j], 0x1p-120f) << isa_name(isa) << " fp8 group " << g;
+                ASSERT_NEAR(o8[j], or8[j], 0x1p-120f) << isa_name(isa) << " fp8 group " << g;
               }
             }
           }

@@ -38,37 +38,29 @@ void head_paged_reference(const float* q, const T* const* k_blocks, const T* con
   }
 }
 
-void head_reference(const float* q, const float* const* k_blocks, const float* const* v_blocks,
-                    int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
-                    float* scores, float* out) {
-  head_paged_reference<float>(q, k_blocks, v_blocks, nullptr, nullptr, block_size, len, ld,
-                              head_dim, scale, scores, out);
-}
-
+// Each (row, head) on its own, its scores in the scratch's first len floats.
 template <typename T>
-void group_reference(const float* q, int64_t group, const T* const* k_blocks,
-                     const T* const* v_blocks, const float* const* ks, const float* const* vs,
-                     int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
-                     float* scores, float* out) {
-  for (int64_t h = 0; h < group; ++h) {
-    head_paged_reference(q + h * head_dim, k_blocks, v_blocks, ks, vs, block_size, len, ld,
-                         head_dim, scale, scores + h * len, out + h * head_dim);
+void rows_reference(const AttentionRows& a, const T* const* k_blocks, const T* const* v_blocks,
+                    const float* const* ks, const float* const* vs) {
+  for (int64_t j = 0; j < a.rows; ++j) {
+    for (int64_t h = 0; h < a.group; ++h) {
+      head_paged_reference(a.q + j * a.q_ld + h * a.head_dim, k_blocks, v_blocks, ks, vs,
+                           a.block_size, a.len0 + j, a.ld, a.head_dim, a.scale, a.scratch,
+                           a.out + j * a.out_ld + h * a.head_dim);
+    }
   }
 }
 
 template <typename T>
-void group_paged_reference(const float* q, int64_t group, const T* const* k_blocks,
-                           const T* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
-                           int64_t head_dim, float scale, float* scores, float* out) {
-  group_reference<T>(q, group, k_blocks, v_blocks, nullptr, nullptr, block_size, len, ld, head_dim,
-                     scale, scores, out);
+void rows_paged_reference(const AttentionRows& a, const T* const* k_blocks,
+                          const T* const* v_blocks) {
+  rows_reference<T>(a, k_blocks, v_blocks, nullptr, nullptr);
 }
 
 }  // namespace
 
-const AttentionKernels kScalarAttention = {
-    IsaLevel::kScalar, head_reference, group_paged_reference<float>,
-    group_paged_reference<uint16_t>, group_reference<uint8_t>};
+const AttentionKernels kScalarAttention = {IsaLevel::kScalar, rows_paged_reference<float>,
+                                           rows_paged_reference<uint16_t>, rows_reference<uint8_t>};
 
 }  // namespace attention_detail
 
@@ -87,35 +79,20 @@ const AttentionKernels& attention_kernels() {
   return k;
 }
 
-void attention_head_paged(const float* q, const float* const* k_blocks,
-                          const float* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
-                          int64_t head_dim, float scale, float* scores, float* out) {
-  attention_kernels().head_paged(q, k_blocks, v_blocks, block_size, len, ld, head_dim, scale,
-                                 scores, out);
+void attention_group_paged(const AttentionRows& a, const float* const* k_blocks,
+                           const float* const* v_blocks) {
+  attention_kernels().group_paged(a, k_blocks, v_blocks);
 }
 
-void attention_group_paged(const float* q, int64_t group, const float* const* k_blocks,
-                           const float* const* v_blocks, int64_t block_size, int64_t len,
-                           int64_t ld, int64_t head_dim, float scale, float* scores, float* out) {
-  attention_kernels().group_paged(q, group, k_blocks, v_blocks, block_size, len, ld, head_dim,
-                                  scale, scores, out);
+void attention_group_paged_bf16(const AttentionRows& a, const uint16_t* const* k_blocks,
+                                const uint16_t* const* v_blocks) {
+  attention_kernels().group_paged_bf16(a, k_blocks, v_blocks);
 }
 
-void attention_group_paged_bf16(const float* q, int64_t group, const uint16_t* const* k_blocks,
-                                const uint16_t* const* v_blocks, int64_t block_size, int64_t len,
-                                int64_t ld, int64_t head_dim, float scale, float* scores,
-                                float* out) {
-  attention_kernels().group_paged_bf16(q, group, k_blocks, v_blocks, block_size, len, ld, head_dim,
-                                       scale, scores, out);
-}
-
-void attention_group_paged_fp8(const float* q, int64_t group, const uint8_t* const* k_blocks,
+void attention_group_paged_fp8(const AttentionRows& a, const uint8_t* const* k_blocks,
                                const uint8_t* const* v_blocks, const float* const* ks_blocks,
-                               const float* const* vs_blocks, int64_t block_size, int64_t len,
-                               int64_t ld, int64_t head_dim, float scale, float* scores,
-                               float* out) {
-  attention_kernels().group_paged_fp8(q, group, k_blocks, v_blocks, ks_blocks, vs_blocks,
-                                      block_size, len, ld, head_dim, scale, scores, out);
+                               const float* const* vs_blocks) {
+  attention_kernels().group_paged_fp8(a, k_blocks, v_blocks, ks_blocks, vs_blocks);
 }
 
 }  // namespace mx

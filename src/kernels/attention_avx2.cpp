@@ -86,7 +86,7 @@ struct V8 {
 
 }  // namespace
 
-const AttentionKernels kAvx2Attention = {IsaLevel::kAvx2, head_paged<V8>, group_paged<V8, float>,
+const AttentionKernels kAvx2Attention = {IsaLevel::kAvx2, group_paged<V8, float>,
                                          group_paged<V8, uint16_t>, group_scaled<V8, uint8_t>};
 
 }  // namespace mx::attention_detail

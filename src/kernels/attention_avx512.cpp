@@ -100,8 +100,7 @@ struct V16 {
 
 }  // namespace
 
-const AttentionKernels kAvx512Attention = {IsaLevel::kAvx512, head_paged<V16>,
-                                           group_paged<V16, float>, group_paged<V16, uint16_t>,
-                                           group_scaled<V16, uint8_t>};
+const AttentionKernels kAvx512Attention = {IsaLevel::kAvx512, group_paged<V16, float>,
+                                           group_paged<V16, uint16_t>, group_scaled<V16, uint8_t>};
 
 }  // namespace mx::attention_detail

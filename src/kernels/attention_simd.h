@@ -26,6 +26,7 @@ namespace mx::attention_detail {
 namespace {
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 // Heads rounded up to a power of two: a pass holds W / that many positions (scores), and
 // min(8, W / that) column vectors (values).
 constexpr int pow2_at_least(int g) { return g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : 8; }
@@ -79,12 +80,13 @@ float exp_scores(float* scores, int64_t len) {
 
 // Scores of G heads (at most eight) for positions [0, len): P positions per pass (G * P <= 16
 // accumulators), each score one FMA chain over d in 16-wide steps, reduced by reduce16, the
-// tail of d added in order, times the row scale (FP8) and scale. A block's last pass repeats
-// its final position in the unused lanes and keeps only the real ones.
+// tail of d added in order, times the row scale (FP8) and scale, into scores[h * sld + t]. A
+// block's last pass repeats its final position in the unused lanes and keeps only the real
+// ones.
 template <class V, int G, typename T>
 void head_scores(const float* q, const T* const* k_blocks, const float* const* ks,
                  int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
-                 float* scores) {
+                 float* scores, int64_t sld) {
   constexpr int P = static_cast<int>(V::W) / pow2_at_least(G);
   const int64_t dw = head_dim / V::W * V::W;
   for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
@@ -130,7 +132,7 @@ void head_scores(const float* q, const T* const* k_blocks, const float* const* k
       if (dw == head_dim) {
         V::store(sum, V::mul(sums, V::set1(scale)));
         for (int h = 0; h < G; ++h) {
-          for (int p = 0; p < live; ++p) scores[h * len + t0 + j + p] = sum[h * P + p];
+          for (int p = 0; p < live; ++p) scores[h * sld + t0 + j + p] = sum[h * P + p];
         }
         continue;
       }
@@ -141,35 +143,24 @@ void head_scores(const float* q, const T* const* k_blocks, const float* const* k
           float sc = sum[h * P + p];
           for (int64_t d = dw; d < head_dim; ++d) sc = __builtin_fmaf(qh[d], widen(k[p][d]), sc);
           if constexpr (std::is_same_v<T, uint8_t>) sc *= rs[h * P + p];
-          scores[h * len + t0 + j + p] = sc * scale;
+          scores[h * sld + t0 + j + p] = sc * scale;
         }
       }
     }
   }
 }
 
-// G heads (at most eight) over one KV head: scores, softmax, then the weighted sum of values,
-// W column vectors per pass (W * G <= 16 accumulators), each output column one FMA chain over
-// t in order, so every column is the same sequence of operations for any G.
+// The weighted sum of G heads' values over positions [t_begin, t_end) (softmax weights at
+// scores[h * sld + t]) added to acc[h * head_dim + d], or written there when `first`. W column
+// vectors per pass (W * G <= 16 accumulators), each output column one FMA chain over t in
+// order; the chain continues from acc across calls, so splitting the positions into calls
+// changes nothing.
 template <class V, int G, typename T>
-void heads_paged(const float* q, const T* const* k_blocks, const T* const* v_blocks,
-                 const float* const* ks, const float* const* vs, int64_t block_size, int64_t len,
-                 int64_t ld, int64_t head_dim, float scale, float* scores, float* out) {
+void head_values(const float* scores, int64_t sld, const T* const* v_blocks, int64_t block_size,
+                 int64_t t_begin, int64_t t_end, int64_t ld, int64_t head_dim, float* acc,
+                 bool first) {
   constexpr int W = columns_per_pass(static_cast<int>(V::W), G);
   const int64_t dw = head_dim / V::W * V::W;
-  head_scores<V, G, T>(q, k_blocks, ks, block_size, len, ld, head_dim, scale, scores);
-  float inv[G];
-  for (int h = 0; h < G; ++h) inv[h] = exp_scores<V>(scores + h * len, len);
-  if constexpr (std::is_same_v<T, uint8_t>) {
-    // Each softmax weight takes its value row's scale (the normalizers are already summed).
-    for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
-      const int64_t count = min64(block_size, len - t0);
-      for (int h = 0; h < G; ++h) {
-        float* sc = scores + h * len + t0;
-        for (int64_t i = 0; i < count; ++i) sc[i] *= vs[blk][i];
-      }
-    }
-  }
   for (int64_t d0 = 0; d0 < dw; d0 += V::W * W) {
     const int w = static_cast<int>(min64(W, (dw - d0) / V::W));
     // Columns past the head's end (a last pass with w < W) repeat a real one, unused.
@@ -179,78 +170,125 @@ void heads_paged(const float* q, const T* const* k_blocks, const T* const* v_blo
 #pragma GCC unroll 8
     for (int h = 0; h < G; ++h) {
 #pragma GCC unroll 8
-      for (int c = 0; c < W; ++c) o[h][c] = V::zero();
+      for (int c = 0; c < W; ++c) {
+        o[h][c] = first ? V::zero() : V::load(acc + h * head_dim + d0 + col[c]);
+      }
     }
-    for (int64_t t0 = 0, blk = 0; t0 < len; t0 += block_size, ++blk) {
-      const int64_t count = min64(block_size, len - t0);
-      const T* vb = v_blocks[blk] + d0;
-      for (int64_t i = 0; i < count; ++i) {
+    for (int64_t t = t_begin; t < t_end;) {
+      const int64_t off = t % block_size, n = min64(block_size - off, t_end - t);
+      const T* vb = v_blocks[t / block_size] + off * ld + d0;
+      for (int64_t i = 0; i < n; ++i) {
         const T* vt = vb + i * ld;
         typename V::T v[W];
 #pragma GCC unroll 8
         for (int c = 0; c < W; ++c) v[c] = V::load(vt + col[c]);
 #pragma GCC unroll 8
         for (int h = 0; h < G; ++h) {
-          const typename V::T p = V::set1(scores[h * len + t0 + i]);
+          const typename V::T p = V::set1(scores[h * sld + t + i]);
 #pragma GCC unroll 8
           for (int c = 0; c < W; ++c) o[h][c] = V::fmadd(p, v[c], o[h][c]);
         }
       }
+      t += n;
     }
     for (int h = 0; h < G; ++h) {
-      const typename V::T iv = V::set1(inv[h]);
-      for (int c = 0; c < w; ++c) V::store(out + h * head_dim + d0 + V::W * c, V::mul(o[h][c], iv));
+      for (int c = 0; c < w; ++c) V::store(acc + h * head_dim + d0 + V::W * c, o[h][c]);
     }
   }
   for (int h = 0; h < G; ++h) {
     for (int64_t d = dw; d < head_dim; ++d) {
-      float acc = 0.0f;
-      for (int64_t t = 0; t < len; ++t)
-        acc = __builtin_fmaf(scores[h * len + t],
-                             widen(v_blocks[t / block_size][(t % block_size) * ld + d]), acc);
-      out[h * head_dim + d] = acc * inv[h];
+      float s = first ? 0.0f : acc[h * head_dim + d];
+      for (int64_t t = t_begin; t < t_end; ++t)
+        s = __builtin_fmaf(scores[h * sld + t],
+                           widen(v_blocks[t / block_size][(t % block_size) * ld + d]), s);
+      acc[h * head_dim + d] = s;
     }
   }
 }
 
-template <class V>
-void head_paged(const float* q, const float* const* k_blocks, const float* const* v_blocks,
-                int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
-                float* scores, float* out) {
-  heads_paged<V, 1, float>(q, k_blocks, v_blocks, nullptr, nullptr, block_size, len, ld, head_dim,
-                           scale, scores, out);
+// Positions taken at a time over all rows of a call: whole cache blocks, about 32 positions
+// (16 KB of FP32 keys or values at head_dim 128), so that a chunk read for the first row stays
+// in L1 for the others, and for every column pass of the values.
+inline int64_t chunk_positions(int64_t block_size) {
+  return block_size >= 32 ? block_size : 32 / block_size * block_size;
+}
+
+// Heads [h0, h0 + G) (G at most eight) of every row of a: scores chunk by chunk for all rows,
+// the softmax of each row, then the values chunk by chunk, and the sums times the softmax's
+// normalizer into out. Per (row, head), the operations of one row alone, in the same order.
+template <class V, int G, typename T>
+void heads_rows(const AttentionRows& a, int64_t h0, const T* const* k_blocks,
+                const T* const* v_blocks, const float* const* ks, const float* const* vs) {
+  const int64_t max_len = a.len0 + a.rows - 1, bs = a.block_size, hd = a.head_dim;
+  const int64_t chunk = chunk_positions(bs), dw = hd / V::W * V::W;
+  // scratch: scores [rows][group][max_len], then sums [rows][group][head_dim].
+  auto scores_of = [&](int64_t j) { return a.scratch + (j * a.group + h0) * max_len; };
+  auto acc_of = [&](int64_t j) {
+    return a.scratch + a.rows * a.group * max_len + (j * a.group + h0) * hd;
+  };
+  for (int64_t c0 = 0; c0 < max_len; c0 += chunk) {
+    const int64_t cb = c0 / bs;
+    // Rows are in order of length: those that reach this chunk are the last ones.
+    for (int64_t j = max64(0, c0 + 1 - a.len0); j < a.rows; ++j) {
+      head_scores<V, G, T>(a.q + j * a.q_ld + h0 * hd, k_blocks + cb,
+                           ks != nullptr ? ks + cb : nullptr, bs, min64(chunk, a.len0 + j - c0),
+                           a.ld, hd, a.scale, scores_of(j) + c0, max_len);
+    }
+  }
+  float inv[kAttentionMaxRows][G];
+  for (int64_t j = 0; j < a.rows; ++j) {
+    const int64_t len = a.len0 + j;
+    for (int h = 0; h < G; ++h) {
+      float* sc = scores_of(j) + h * max_len;
+      inv[j][h] = exp_scores<V>(sc, len);
+      if constexpr (std::is_same_v<T, uint8_t>) {
+        // Each softmax weight takes its value row's scale (the normalizer is already summed).
+        for (int64_t t = 0; t < len; ++t) sc[t] *= vs[t / bs][t % bs];
+      }
+    }
+  }
+  for (int64_t c0 = 0; c0 < max_len; c0 += chunk) {
+    // Rows are in order of length: those that reach this chunk are the last ones.
+    for (int64_t j = max64(0, c0 + 1 - a.len0); j < a.rows; ++j) {
+      head_values<V, G, T>(scores_of(j), max_len, v_blocks, bs, c0, min64(c0 + chunk, a.len0 + j),
+                           a.ld, hd, acc_of(j), c0 == 0);
+    }
+  }
+  for (int64_t j = 0; j < a.rows; ++j) {
+    const float* acc = acc_of(j);
+    float* out = a.out + j * a.out_ld + h0 * hd;
+    for (int h = 0; h < G; ++h) {
+      const typename V::T iv = V::set1(inv[j][h]);
+      for (int64_t d = 0; d < dw; d += V::W)
+        V::store(out + h * hd + d, V::mul(V::load(acc + h * hd + d), iv));
+      for (int64_t d = dw; d < hd; ++d) out[h * hd + d] = acc[h * hd + d] * inv[j][h];
+    }
+  }
 }
 
 // Groups past eight heads run in parts of at most eight.
 template <class V, typename T>
-void group_scaled(const float* q, int64_t group, const T* const* k_blocks, const T* const* v_blocks,
-                  const float* const* ks, const float* const* vs, int64_t block_size, int64_t len,
-                  int64_t ld, int64_t head_dim, float scale, float* scores, float* out) {
-  using Fn =
-      void (*)(const float*, const T* const*, const T* const*, const float* const*,
-               const float* const*, int64_t, int64_t, int64_t, int64_t, float, float*, float*);
+void group_scaled(const AttentionRows& a, const T* const* k_blocks, const T* const* v_blocks,
+                  const float* const* ks, const float* const* vs) {
+  using Fn = void (*)(const AttentionRows&, int64_t, const T* const*, const T* const*,
+                      const float* const*, const float* const*);
   constexpr Fn kHeads[9] = {nullptr,
-                            heads_paged<V, 1, T>,
-                            heads_paged<V, 2, T>,
-                            heads_paged<V, 3, T>,
-                            heads_paged<V, 4, T>,
-                            heads_paged<V, 5, T>,
-                            heads_paged<V, 6, T>,
-                            heads_paged<V, 7, T>,
-                            heads_paged<V, 8, T>};
-  for (int64_t h = 0; h < group; h += 8) {
-    const int64_t g = min64(8, group - h);
-    kHeads[g](q + h * head_dim, k_blocks, v_blocks, ks, vs, block_size, len, ld, head_dim, scale,
-              scores + h * len, out + h * head_dim);
+                            heads_rows<V, 1, T>,
+                            heads_rows<V, 2, T>,
+                            heads_rows<V, 3, T>,
+                            heads_rows<V, 4, T>,
+                            heads_rows<V, 5, T>,
+                            heads_rows<V, 6, T>,
+                            heads_rows<V, 7, T>,
+                            heads_rows<V, 8, T>};
+  for (int64_t h = 0; h < a.group; h += 8) {
+    kHeads[min64(8, a.group - h)](a, h, k_blocks, v_blocks, ks, vs);
   }
 }
 
 template <class V, typename T>
-void group_paged(const float* q, int64_t group, const T* const* k_blocks, const T* const* v_blocks,
-                 int64_t block_size, int64_t len, int64_t ld, int64_t head_dim, float scale,
-                 float* scores, float* out) {
-  group_scaled<V, T>(q, group, k_blocks, v_blocks, nullptr, nullptr, block_size, len, ld, head_dim,
-                     scale, scores, out);
+void group_paged(const AttentionRows& a, const T* const* k_blocks, const T* const* v_blocks) {
+  group_scaled<V, T>(a, k_blocks, v_blocks, nullptr, nullptr);
 }
 
 }  // namespace

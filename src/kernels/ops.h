@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "kernels/attention.h"
+
 namespace mx {
 
 // y[i] = x[i] / rms(x) * w[i] with BF16 weights; y may alias x. `gemma_offset` applies
@@ -33,25 +35,16 @@ void softmax(float* x, int64_t n);
 // log-softmax of logits[n] into out[n] (may alias).
 void log_softmax(const float* logits, int64_t n, float* out);
 
-// Attention of one query head over a paged cache, through the active ISA's kernel
-// (kernels/attention.h says what it computes).
-void attention_head_paged(const float* q, const float* const* k_blocks,
-                          const float* const* v_blocks, int64_t block_size, int64_t len, int64_t ld,
-                          int64_t head_dim, float scale, float* scores, float* out);
-// `group` query heads sharing one KV head, each as attention_head_paged gives it.
-void attention_group_paged(const float* q, int64_t group, const float* const* k_blocks,
-                           const float* const* v_blocks, int64_t block_size, int64_t len,
-                           int64_t ld, int64_t head_dim, float scale, float* scores, float* out);
+// Rows of grouped query heads over a paged cache, through the active ISA's kernel
+// (kernels/attention.h says what they compute).
+void attention_group_paged(const AttentionRows& a, const float* const* k_blocks,
+                           const float* const* v_blocks);
 // The same over a BF16 cache.
-void attention_group_paged_bf16(const float* q, int64_t group, const uint16_t* const* k_blocks,
-                                const uint16_t* const* v_blocks, int64_t block_size, int64_t len,
-                                int64_t ld, int64_t head_dim, float scale, float* scores,
-                                float* out);
+void attention_group_paged_bf16(const AttentionRows& a, const uint16_t* const* k_blocks,
+                                const uint16_t* const* v_blocks);
 // The same over an FP8 cache (kernels/attention.h).
-void attention_group_paged_fp8(const float* q, int64_t group, const uint8_t* const* k_blocks,
+void attention_group_paged_fp8(const AttentionRows& a, const uint8_t* const* k_blocks,
                                const uint8_t* const* v_blocks, const float* const* ks_blocks,
-                               const float* const* vs_blocks, int64_t block_size, int64_t len,
-                               int64_t ld, int64_t head_dim, float scale, float* scores,
-                               float* out);
+                               const float* const* vs_blocks);
 
 }  // namespace mx

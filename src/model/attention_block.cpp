@@ -112,28 +112,67 @@ void store_keys_values(const AttentionBlock& attn, int64_t li, ForwardContext& c
   }
 }
 
+// Rows [begin, end) of the batch that one attention call takes: consecutive positions of one
+// sequence, at most kAttentionMaxRows.
+struct RowRun {
+  int64_t begin, end;
+};
+
+std::vector<RowRun> row_runs(const ForwardContext& ctx) {
+  std::vector<RowRun> runs;
+  for (int64_t t = 0; t < ctx.rows; ++t) {
+    const auto i = static_cast<size_t>(t);
+    if (!runs.empty()) {
+      RowRun& r = runs.back();
+      const auto last = static_cast<size_t>(r.end - 1);
+      if (r.end - r.begin < kAttentionMaxRows && ctx.row_seq[i] == ctx.row_seq[last] &&
+          ctx.row_pos[i] == ctx.row_pos[last] + 1) {
+        ++r.end;
+        continue;
+      }
+    }
+    runs.push_back({t, t + 1});
+  }
+  return runs;
+}
+
 // Causal attention: the token at position p sees positions 0 .. p of its own sequence. One
-// item per (row, KV head): the group's query heads read each key and value row once.
+// item per (run of rows, KV head): the run's rows and the group's query heads share each read
+// of a key and value row.
 void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
   const int64_t d = l.d, nq = l.nq, nkv = l.nkv, group = nq / nkv;
   const int64_t bs = ctx.kv.block_size(), head_block = bs * d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   PagedKv& kv = ctx.kv;
   const KvDtype dtype = kv.dtype();
-  ctx.pool->parallel_for(ctx.rows * nkv, [&](int64_t b, int64_t e, int) {
-    std::vector<float> scores;
+  const std::vector<RowRun> runs = row_runs(ctx);
+  const auto n_items = static_cast<int64_t>(runs.size()) * nkv;
+  ctx.pool->parallel_for(n_items, [&](int64_t b, int64_t e, int) {
+    std::vector<float> scratch;
     std::vector<const float*> kb, vb, ksb, vsb;
     std::vector<const uint16_t*> kb16, vb16;
     std::vector<const uint8_t*> kb8, vb8;
     for (int64_t idx = b; idx < e; ++idx) {
-      const int64_t t = idx / nkv, kvh = idx % nkv;
-      const int64_t len = ctx.row_pos[static_cast<size_t>(t)] + 1;
-      const SeqSlice& sq = ctx.seqs[static_cast<size_t>(ctx.row_seq[static_cast<size_t>(t)])];
-      const int64_t nblk = (len + bs - 1) / bs;
-      scores.resize(static_cast<size_t>(group * len));
+      const RowRun& run = runs[static_cast<size_t>(idx / nkv)];
+      const int64_t kvh = idx % nkv, rows = run.end - run.begin;
+      const int64_t len0 = ctx.row_pos[static_cast<size_t>(run.begin)] + 1;
+      const int64_t max_len = len0 + rows - 1, nblk = (max_len + bs - 1) / bs;
+      const SeqSlice& sq =
+          ctx.seqs[static_cast<size_t>(ctx.row_seq[static_cast<size_t>(run.begin)])];
+      scratch.resize(static_cast<size_t>(attention_scratch_floats(rows, group, max_len, d)));
       const int64_t h0 = kvh * group;
-      const float* q = l.q + t * l.q_ld + h0 * d;
-      float* o = out + (t * nq + h0) * d;
+      const AttentionRows a{l.q + run.begin * l.q_ld + h0 * d,
+                            l.q_ld,
+                            out + (run.begin * nq + h0) * d,
+                            nq * d,
+                            rows,
+                            group,
+                            len0,
+                            bs,
+                            d,
+                            d,
+                            scale,
+                            scratch.data()};
       if (dtype == KvDtype::kFp8E4M3) {
         kb8.resize(static_cast<size_t>(nblk));
         vb8.resize(static_cast<size_t>(nblk));
@@ -145,8 +184,7 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
           ksb[j] = kv.k_scales(li, sq.blocks[j]) + kvh * bs;
           vsb[j] = kv.v_scales(li, sq.blocks[j]) + kvh * bs;
         }
-        attention_group_paged_fp8(q, group, kb8.data(), vb8.data(), ksb.data(), vsb.data(), bs, len,
-                                  d, d, scale, scores.data(), o);
+        attention_group_paged_fp8(a, kb8.data(), vb8.data(), ksb.data(), vsb.data());
       } else if (dtype == KvDtype::kBF16) {
         kb16.resize(static_cast<size_t>(nblk));
         vb16.resize(static_cast<size_t>(nblk));
@@ -154,8 +192,7 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
           kb16[j] = kv.k_bf16(li, sq.blocks[j]) + kvh * head_block;
           vb16[j] = kv.v_bf16(li, sq.blocks[j]) + kvh * head_block;
         }
-        attention_group_paged_bf16(q, group, kb16.data(), vb16.data(), bs, len, d, d, scale,
-                                   scores.data(), o);
+        attention_group_paged_bf16(a, kb16.data(), vb16.data());
       } else {
         kb.resize(static_cast<size_t>(nblk));
         vb.resize(static_cast<size_t>(nblk));
@@ -163,8 +200,7 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
           kb[j] = kv.k(li, sq.blocks[j]) + kvh * head_block;
           vb[j] = kv.v(li, sq.blocks[j]) + kvh * head_block;
         }
-        attention_group_paged(q, group, kb.data(), vb.data(), bs, len, d, d, scale, scores.data(),
-                              o);
+        attention_group_paged(a, kb.data(), vb.data());
       }
     }
   });
