@@ -113,20 +113,24 @@ void store_keys_values(const AttentionBlock& attn, int64_t li, ForwardContext& c
 }
 
 // Rows [begin, end) of the batch that one attention call takes: consecutive positions of one
-// sequence, at most kAttentionMaxRows.
+// sequence, at most kAttentionMaxRows, and fewer at long contexts, where each row's scores
+// (group * position floats) would make the call's scratch outgrow kScratchFloats.
 struct RowRun {
   int64_t begin, end;
 };
 
-std::vector<RowRun> row_runs(const ForwardContext& ctx) {
+constexpr int64_t kScratchFloats = int64_t{1} << 21;
+
+std::vector<RowRun> row_runs(const ForwardContext& ctx, int64_t group) {
   std::vector<RowRun> runs;
   for (int64_t t = 0; t < ctx.rows; ++t) {
     const auto i = static_cast<size_t>(t);
     if (!runs.empty()) {
       RowRun& r = runs.back();
       const auto last = static_cast<size_t>(r.end - 1);
-      if (r.end - r.begin < kAttentionMaxRows && ctx.row_seq[i] == ctx.row_seq[last] &&
-          ctx.row_pos[i] == ctx.row_pos[last] + 1) {
+      const int64_t rows = r.end - r.begin + 1;
+      if (rows <= kAttentionMaxRows && rows * group * (ctx.row_pos[i] + 1) <= kScratchFloats &&
+          ctx.row_seq[i] == ctx.row_seq[last] && ctx.row_pos[i] == ctx.row_pos[last] + 1) {
         ++r.end;
         continue;
       }
@@ -145,10 +149,12 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   PagedKv& kv = ctx.kv;
   const KvDtype dtype = kv.dtype();
-  const std::vector<RowRun> runs = row_runs(ctx);
+  const std::vector<RowRun> runs = row_runs(ctx, group);
   const auto n_items = static_cast<int64_t>(runs.size()) * nkv;
   ctx.pool->parallel_for(n_items, [&](int64_t b, int64_t e, int) {
-    std::vector<float> scratch;
+    // Kept by each thread at its largest, so that a prefill's layers do not map and fault in
+    // a fresh megabyte per call.
+    thread_local std::vector<float> scratch;
     std::vector<const float*> kb, vb, ksb, vsb;
     std::vector<const uint16_t*> kb16, vb16;
     std::vector<const uint8_t*> kb8, vb8;
