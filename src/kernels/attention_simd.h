@@ -243,7 +243,10 @@ void heads_rows(const AttentionRows& a, int64_t h0, const T* const* k_blocks,
       inv[j][h] = exp_scores<V>(sc, len);
       if constexpr (std::is_same_v<T, uint8_t>) {
         // Each softmax weight takes its value row's scale (the normalizer is already summed).
-        for (int64_t t = 0; t < len; ++t) sc[t] *= vs[t / bs][t % bs];
+        for (int64_t t0 = 0, blk = 0; t0 < len; t0 += bs, ++blk) {
+          const int64_t count = min64(bs, len - t0);
+          for (int64_t i = 0; i < count; ++i) sc[t0 + i] *= vs[blk][i];
+        }
       }
     }
   }
