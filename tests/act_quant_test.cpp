@@ -2,6 +2,7 @@
 // the scalar reference on odd shapes, both scale rules, FP32 and BF16 input, special values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -128,7 +129,8 @@ TEST(ActQuant, EveryBf16ValueBesidePins) {
 
 TEST(ActQuant, ActiveTableIsTheBestSupported) {
   const ActQuantKernels& k = act_quant_kernels();
-  EXPECT_EQ(k.isa, active_isa());
+  // No AMX table here: at that level the AVX-512 one runs.
+  EXPECT_EQ(k.isa, std::min(active_isa(), IsaLevel::kAvx512));
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "core/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +15,17 @@ uint64_t read_xcr0() {
   uint32_t eax, edx;
   __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
   return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+
+// Linux keeps the 8 KB of tile data out of a process's state until it asks; without the
+// grant the first tile instruction faults.
+bool request_tile_data() {
+#ifdef SYS_arch_prctl
+  constexpr int kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
 }
 
 CpuFeatures detect() {
@@ -28,6 +41,7 @@ CpuFeatures detect() {
   const bool zmm_state = (xcr0 & 0xE6) == 0xE6;
   if (__get_cpuid_max(0, nullptr) < 7) return f;
   __cpuid_count(7, 0, a, b, c, d);
+  const bool amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1;
   const bool avx2 = (b >> 5) & 1;
   const bool bmi2 = (b >> 8) & 1;
   const bool avx512f = (b >> 16) & 1;
@@ -39,6 +53,9 @@ CpuFeatures detect() {
   f.avx512 = f.avx2 && avx512f && avx512dq && avx512bw && avx512vl && zmm_state;
   __cpuid_count(7, 1, a, b, c, d);
   f.avx512_bf16 = f.avx512 && ((a >> 5) & 1);
+  // XCR0 bits 17 and 18: the tile configuration and tile data states.
+  const bool tile_state = ((xcr0 >> 17) & 3) == 3;
+  f.amx = f.avx512 && amx_tile && amx_int8 && tile_state && request_tile_data();
   return f;
 }
 
@@ -47,7 +64,7 @@ IsaLevel detect_active() {
   if (const char* env = std::getenv("MX_CPU_ISA")) {
     IsaLevel want;
     if (!parse_isa(env, &want)) {
-      std::fprintf(stderr, "mxserve: MX_CPU_ISA='%s' is not scalar, avx2 or avx512; ignored\n",
+      std::fprintf(stderr, "mxserve: MX_CPU_ISA='%s' is not scalar, avx2, avx512 or amx; ignored\n",
                    env);
     } else if (want < level) {
       level = want;
@@ -66,7 +83,9 @@ const CpuFeatures& cpu_features() {
 IsaLevel max_supported_isa() {
   const CpuFeatures& f = cpu_features();
   // The AVX-512 kernels use BF16 and VNNI instructions, so they need both.
-  if (f.avx512 && f.avx512_bf16 && f.avx512_vnni) return IsaLevel::kAvx512;
+  if (f.avx512 && f.avx512_bf16 && f.avx512_vnni) {
+    return f.amx ? IsaLevel::kAmx : IsaLevel::kAvx512;
+  }
   if (f.avx2) return IsaLevel::kAvx2;
   return IsaLevel::kScalar;
 }
@@ -86,12 +105,14 @@ std::string_view isa_name(IsaLevel level) {
       return "avx2";
     case IsaLevel::kAvx512:
       return "avx512";
+    case IsaLevel::kAmx:
+      return "amx";
   }
   return "?";
 }
 
 bool parse_isa(std::string_view text, IsaLevel* out) {
-  for (IsaLevel l : {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512}) {
+  for (IsaLevel l : {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512, IsaLevel::kAmx}) {
     if (text == isa_name(l)) {
       *out = l;
       return true;

@@ -1,18 +1,22 @@
 // CPU instruction-set levels for kernel dispatch. Detected once from CPUID; MX_CPU_ISA
-// (scalar|avx2|avx512) lowers the level for debugging and for testing every variant.
+// (scalar|avx2|avx512|amx) lowers the level for debugging and for testing every variant.
 #pragma once
 
 #include <string_view>
 
 namespace mx {
 
-enum class IsaLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+// kAmx: the AVX-512 level with AMX tiles (TMUL int8) beside it.
+enum class IsaLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 
 struct CpuFeatures {
   bool avx2 = false;    // with FMA and F16C
   bool avx512 = false;  // F, BW, VL, DQ
   bool avx512_bf16 = false;
   bool avx512_vnni = false;
+  // AMX-TILE and AMX-INT8, with the tile data state enabled by the OS and granted to this
+  // process (Linux asks for it: arch_prctl ARCH_REQ_XCOMP_PERM).
+  bool amx = false;
 };
 
 // What the processor and OS support (XSAVE state enabled), ignoring MX_CPU_ISA.

@@ -13,6 +13,7 @@ struct IsaTable {
   const T* scalar = nullptr;
   const T* avx2 = nullptr;
   const T* avx512 = nullptr;
+  const T* amx = nullptr;
 
   // The table written for `level`, or null where none is or the processor lacks the level.
   const T* at(IsaLevel level) const {
@@ -24,6 +25,8 @@ struct IsaTable {
         return avx2;
       case IsaLevel::kAvx512:
         return avx512;
+      case IsaLevel::kAmx:
+        return amx;
     }
     return nullptr;
   }

@@ -89,7 +89,7 @@ MachinePeaks measure_machine_peaks(ThreadPool& pool) {
   sample_read_bandwidth(pool, 3, &m);
   std::vector<float> sinks(static_cast<size_t>(threads) * 16, 0.0f);
   // The widest arithmetic the selected kernels use: AVX-512 where they run at that level.
-  const bool avx512 = active_isa() == IsaLevel::kAvx512;
+  const bool avx512 = active_isa() >= IsaLevel::kAvx512;
   if (avx2) {
     m.fp32_gflops = best_rate(pool, 3,
                               [&](int64_t t) {
@@ -99,9 +99,11 @@ MachinePeaks measure_machine_peaks(ThreadPool& pool) {
                               }) /
                     1e9;
     std::vector<int> isinks(static_cast<size_t>(threads) * 16, 0);
+    const bool amx = active_isa() >= IsaLevel::kAmx;
     m.int8_gops = best_rate(pool, 3,
                             [&](int64_t t) {
                               int* sink = &isinks[static_cast<size_t>(t) * 16];
+                              if (amx) return peaks_detail::int8_dot_amx(1'000'000, sink);
                               return avx512 ? peaks_detail::int8_dot_avx512(20'000'000, sink)
                                             : peaks_detail::int8_dot_avx2(20'000'000, sink);
                             }) /
@@ -110,7 +112,9 @@ MachinePeaks measure_machine_peaks(ThreadPool& pool) {
     // activations to BF16 too): the FP32 peak bounds them.
     m.bf16_gflops = m.fp32_gflops;
     m.bf16_how = avx512 ? "avx512 fp32 fma on widened bf16" : "fp32 fma on widened bf16";
-    m.int8_how = avx512 ? "avx512 vnni vpdpbusd" : "avx2 vpmaddubsw + vpmaddwd";
+    m.int8_how = amx      ? "amx tdpbssd"
+                 : avx512 ? "avx512 vnni vpdpbusd"
+                          : "avx2 vpmaddubsw + vpmaddwd";
   } else {
     m.bf16_how = m.int8_how = "not measured without AVX2";
   }

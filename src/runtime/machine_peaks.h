@@ -1,7 +1,8 @@
 // What this machine can do at most, measured in the same run as the benchmark it scales:
 // memory read bandwidth (a buffer far larger than the caches, every thread reading its
 // slice) and peak arithmetic with the widest instructions the CPU has for FP32 FMA, BF16
-// products and int8 dot products, all threads busy.
+// products and int8 dot products (AMX tiles where the integer GEMMs run on them), all threads
+// busy.
 #pragma once
 
 #include <string>
@@ -35,6 +36,8 @@ double int8_dot_avx2(int64_t iters, int* sink);
 // AVX-512 loops (machine_peaks_avx512.cpp), run where the kernels run at that level.
 double fp32_fma_avx512(int64_t iters, float* sink);
 double int8_dot_avx512(int64_t iters, int* sink);
+// AMX (machine_peaks_amx.cpp), run where the kernels run at that level.
+double int8_dot_amx(int64_t iters, int* sink);
 }  // namespace peaks_detail
 
 }  // namespace mx
