@@ -295,14 +295,36 @@ BENCHMARK_CAPTURE(BM_GemmMx, avx512_w4a8, IsaLevel::kAvx512, Scheme::kW4A8Mxfp4)
     ->Args({1, 2048})
     ->Args({4, 2048})
     ->Args({8, 2048})
-    ->Args({64, 2048});
+    ->Args({12, 2048})
+    ->Args({16, 2048})
+    ->Args({64, 2048})
+    ->Args({512, 2048});
 BENCHMARK_CAPTURE(BM_GemmMx, avx512_w4a4, IsaLevel::kAvx512, Scheme::kW4A4Mxfp4)
     ->Args({1, 2048})
     ->Args({4, 2048})
     ->Args({8, 2048})
-    ->Args({64, 2048});
+    ->Args({12, 2048})
+    ->Args({16, 2048})
+    ->Args({64, 2048})
+    ->Args({512, 2048});
 BENCHMARK_CAPTURE(BM_GemmMx, avx512_mxfp4_dual, IsaLevel::kAvx512, Scheme::kW4A4Mxfp4Dual)
     ->Args({1, 2048});
+// The integer GEMMs on AMX tiles (fewer than four rows run the AVX-512 kernels); skipped,
+// saying so, where the processor or OS offers no AMX.
+BENCHMARK_CAPTURE(BM_GemmMx, amx_w4a8, IsaLevel::kAmx, Scheme::kW4A8Mxfp4)
+    ->Args({4, 2048})
+    ->Args({8, 2048})
+    ->Args({12, 2048})
+    ->Args({16, 2048})
+    ->Args({64, 2048})
+    ->Args({512, 2048});
+BENCHMARK_CAPTURE(BM_GemmMx, amx_w4a4, IsaLevel::kAmx, Scheme::kW4A4Mxfp4)
+    ->Args({4, 2048})
+    ->Args({8, 2048})
+    ->Args({12, 2048})
+    ->Args({16, 2048})
+    ->Args({64, 2048})
+    ->Args({512, 2048});
 
 // One row of one query head at head_dim 128 (Qwen3's), a decode step's item.
 void BM_AttentionHead(benchmark::State& state, IsaLevel isa) {

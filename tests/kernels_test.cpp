@@ -22,7 +22,7 @@
 namespace mx {
 namespace {
 
-const IsaLevel kLevels[] = {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512};
+const IsaLevel kLevels[] = {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512, IsaLevel::kAmx};
 
 // The variant tests below run the AVX-512 tables only where the processor has the level;
 // elsewhere this says so, and where it has it, the GEMM tables must be registered.
@@ -34,6 +34,20 @@ TEST(Kernels, Avx512TablesRunWhereTheCpuHasThem) {
   EXPECT_NE(gemm_kernels_for(IsaLevel::kAvx512), nullptr);
   EXPECT_NE(mx_gemm_kernels_for(IsaLevel::kAvx512), nullptr);
   EXPECT_EQ(mx_gemm_kernels_for(IsaLevel::kAvx512)->pack, &pack_mx_weights_avx512);
+}
+
+// The AMX level (the integer MX GEMMs on tiles) likewise: run where the processor has AMX-TILE
+// and AMX-INT8 and the OS grants the tile state, said where it does not.
+TEST(Kernels, AmxTablesRunWhereTheCpuHasThem) {
+  if (!isa_supported(IsaLevel::kAmx)) {
+    GTEST_SKIP() << "this CPU (or OS) offers no AMX-TILE with AMX-INT8: the AMX kernel "
+                    "variants are not run";
+  }
+  const MxGemmKernels* amx = mx_gemm_kernels_for(IsaLevel::kAmx);
+  ASSERT_NE(amx, nullptr);
+  EXPECT_EQ(amx->pack, &pack_mx_weights_avx512);
+  // Families without AMX kernels fall back to their AVX-512 tables.
+  EXPECT_EQ(gemm_kernels_for(IsaLevel::kAmx), nullptr);
 }
 
 TEST(Kernels, EveryBf16GemmVariant) {
@@ -95,10 +109,12 @@ TEST(Kernels, EveryMxGemmVariant) {
       // first (197); one partial panel (11 columns), a partial panel after full ones (75) and
       // panel sets past the first (150); k with partial blocks and chunks.
       for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 12, 13, 53, 197}) {
-        for (int64_t k : {32, 47, 240, 1024, 1100}) {
+        for (int64_t k : {32, 47, 240, 1024, 1100, 3100}) {
           if (m > 100 && k > 500) continue;  // the long k is covered by the smaller m
           // 1024: the padded row stride (mx_decoded_stride), on direct tiles and wide passes.
           if (k == 1024 && m != 1 && m != 13 && m != 53) continue;
+          // 3100: more than two groups of blocks in the AMX tiles, past a last partial tile.
+          if (k == 3100 && m != 13 && m != 53) continue;
           for (int64_t n : {11, 75, 150}) {
             const auto wf =
                 test::activation_like(static_cast<size_t>(n * k), static_cast<uint32_t>(k * 3 + n));

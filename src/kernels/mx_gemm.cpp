@@ -351,7 +351,8 @@ const MxGemmKernels kScalarMxGemm = {IsaLevel::kScalar,   pack_mx_weights, mx_de
 
 namespace {
 constexpr IsaTable<MxGemmKernels> kMxGemmKernelsTable{
-    &mx_gemm_detail::kScalarMxGemm, &mx_gemm_detail::kAvx2MxGemm, &mx_gemm_detail::kAvx512MxGemm};
+    &mx_gemm_detail::kScalarMxGemm, &mx_gemm_detail::kAvx2MxGemm, &mx_gemm_detail::kAvx512MxGemm,
+    &mx_gemm_detail::kAmxMxGemm};
 }  // namespace
 
 const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level) { return kMxGemmKernelsTable.at(level); }

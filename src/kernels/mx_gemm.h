@@ -182,6 +182,8 @@ constexpr int kW4a8PlaneSplit = 170;
 extern const MxGemmKernels kScalarMxGemm;
 extern const MxGemmKernels kAvx2MxGemm;
 extern const MxGemmKernels kAvx512MxGemm;
+// AVX-512 with AMX tiles for the integer GEMMs (mx_gemm_amx.cpp).
+extern const MxGemmKernels kAmxMxGemm;
 // The AVX2 table's activation preparation, which the AVX-512 table shares.
 void decode_avx2(const MxMatrixView& a, float* af, float factor);
 void prepare_w4a8_avx2(const MxMatrixView& a, int16_t* q, int8_t* planes, int32_t* sums,
