@@ -291,40 +291,23 @@ BENCHMARK_CAPTURE(BM_GemmMx, avx512_mxfp8, IsaLevel::kAvx512, Scheme::kW8A8Mxfp8
     ->Args({4, 2048})
     ->Args({8, 2048})
     ->Args({64, 2048});
+// The integer GEMMs' row counts: one row, the tile sizes around the AMX threshold (twelve),
+// an expert's prefill and a dense one.
+void integer_gemm_rows(benchmark::internal::Benchmark* b) {
+  for (int64_t m : {1, 4, 8, 12, 16, 64, 512}) b->Args({m, 2048});
+}
 BENCHMARK_CAPTURE(BM_GemmMx, avx512_w4a8, IsaLevel::kAvx512, Scheme::kW4A8Mxfp4)
-    ->Args({1, 2048})
-    ->Args({4, 2048})
-    ->Args({8, 2048})
-    ->Args({12, 2048})
-    ->Args({16, 2048})
-    ->Args({64, 2048})
-    ->Args({512, 2048});
+    ->Apply(integer_gemm_rows);
 BENCHMARK_CAPTURE(BM_GemmMx, avx512_w4a4, IsaLevel::kAvx512, Scheme::kW4A4Mxfp4)
-    ->Args({1, 2048})
-    ->Args({4, 2048})
-    ->Args({8, 2048})
-    ->Args({12, 2048})
-    ->Args({16, 2048})
-    ->Args({64, 2048})
-    ->Args({512, 2048});
+    ->Apply(integer_gemm_rows);
 BENCHMARK_CAPTURE(BM_GemmMx, avx512_mxfp4_dual, IsaLevel::kAvx512, Scheme::kW4A4Mxfp4Dual)
     ->Args({1, 2048});
-// The integer GEMMs on AMX tiles (fewer than four rows run the AVX-512 kernels); skipped,
+// The integer GEMMs on AMX tiles (fewer than twelve rows run the AVX-512 kernels); skipped,
 // saying so, where the processor or OS offers no AMX.
 BENCHMARK_CAPTURE(BM_GemmMx, amx_w4a8, IsaLevel::kAmx, Scheme::kW4A8Mxfp4)
-    ->Args({4, 2048})
-    ->Args({8, 2048})
-    ->Args({12, 2048})
-    ->Args({16, 2048})
-    ->Args({64, 2048})
-    ->Args({512, 2048});
+    ->Apply(integer_gemm_rows);
 BENCHMARK_CAPTURE(BM_GemmMx, amx_w4a4, IsaLevel::kAmx, Scheme::kW4A4Mxfp4)
-    ->Args({4, 2048})
-    ->Args({8, 2048})
-    ->Args({12, 2048})
-    ->Args({16, 2048})
-    ->Args({64, 2048})
-    ->Args({512, 2048});
+    ->Apply(integer_gemm_rows);
 
 // One row of one query head at head_dim 128 (Qwen3's), a decode step's item.
 void BM_AttentionHead(benchmark::State& state, IsaLevel isa) {
