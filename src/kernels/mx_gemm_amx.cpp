@@ -15,6 +15,7 @@
 #include <array>
 #include <utility>
 
+#include "core/amx_tile_config.h"
 #include "kernels/mx_gemm.h"
 
 namespace mx::mx_gemm_detail {
@@ -43,16 +44,9 @@ constexpr int64_t kAmxMinRows = 12;
 // tmm4 B.
 constexpr int kCh = 0, kCl = 1, kAh = 2, kAl = 3, kB = 4;
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // C and A tiles of `rows` rows (at most sixteen).
 void configure_tiles(int rows) {
-  TileConfig c;
+  AmxTileConfig c;
   for (int t : {kCh, kCl}) {
     c.colsb[t] = 64;
     c.rows[t] = static_cast<uint8_t>(rows);

@@ -3,23 +3,15 @@
 
 #include <cstdint>
 
+#include "core/amx_tile_config.h"
 #include "runtime/machine_peaks.h"
 
 namespace mx::peaks_detail {
 
-namespace {
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-}  // namespace
-
 // Four independent 16 x 16 int32 accumulators, each fed by TDPBSSD from two A and two B tiles
 // of 16 x 64 bytes (a 2 x 2 block): 16 * 16 * 64 multiply-adds per instruction.
 double int8_dot_amx(int64_t iters, int* sink) {
-  TileConfig c;
+  AmxTileConfig c;
   for (int t = 0; t < 8; ++t) {
     c.colsb[t] = 64;
     c.rows[t] = 16;
