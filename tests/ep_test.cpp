@@ -4,6 +4,7 @@
 // the wire (normal mode, or the BF16 scheme) stay within their rounding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -224,7 +225,7 @@ class ScaleBank final : public ExpertBank {
 
 // The bound of BF16 rows on the wire, exactly: each dispatched row arrives as its BF16
 // rounding and each output returns as its BF16 rounding, the weights applied at the source in
-// slot order, whatever the rank count.
+// expert order, whatever the rank count.
 TEST(ExpertParallel, NormalModeRowsAreTheirBf16Rounding) {
   const int64_t rows = 13, hidden = 40, experts = 7, k = 3;
   const auto h = test::activation_like(static_cast<size_t>(rows * hidden), 5);
@@ -268,8 +269,14 @@ TEST(ExpertParallel, NormalModeRowsAreTheirBf16Rounding) {
     for (std::thread& t : threads) t.join();
     for (int64_t t = 0; t < rows; ++t) {
       for (int64_t d = 0; d < hidden; ++d) {
-        float want = x0[static_cast<size_t>(t * hidden + d)];
-        for (int64_t j = 0; j < k; ++j) {
+        // Summed from zero in expert order, as the reference models add them.
+        std::vector<int64_t> by_id(static_cast<size_t>(k));
+        std::iota(by_id.begin(), by_id.end(), int64_t{0});
+        std::sort(by_id.begin(), by_id.end(), [&](int64_t p, int64_t q) {
+          return ids[static_cast<size_t>(t * k + p)] < ids[static_cast<size_t>(t * k + q)];
+        });
+        float want = 0.0f;
+        for (int64_t j : by_id) {
           const float sent = round_to_bf16(h[static_cast<size_t>(t * hidden + d)]);
           const float back =
               round_to_bf16(static_cast<float>(ids[static_cast<size_t>(t * k + j)] + 1) * sent);

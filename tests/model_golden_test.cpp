@@ -34,10 +34,6 @@ struct GoldenRun {
   int prompts = 0;
   int positions = 0;
   int positions_over_tol = 0;
-  // Prompts with a position beyond the tolerance, and the largest error before each such
-  // prompt's first one (every position of the other prompts included).
-  int prompts_diverged = 0;
-  double max_err_before_divergence = 0;
   int greedy_steps = 0;
   int greedy_mismatch = 0;
   double max_logprob_err = 0;
@@ -89,7 +85,6 @@ void check_model(const std::string& model_dir, const std::string& golden_json, K
     }
     const Json& top5 = p["top5_per_position"];
     ASSERT_EQ(static_cast<int64_t>(top5.size()), n) << where;
-    bool diverged = false;
     for (int64_t t = 0; t < n; ++t) {
       log_softmax(logits.data() + t * vocab, vocab, lp.data());
       const auto ref_ids = top5[t]["ids"].get<std::vector<int32_t>>();
@@ -105,10 +100,6 @@ void check_model(const std::string& model_dir, const std::string& golden_json, K
       const bool over = worst > tol;
       run->max_logprob_err = std::max(run->max_logprob_err, worst);
       run->positions_over_tol += over ? 1 : 0;
-      run->prompts_diverged += over && !diverged ? 1 : 0;
-      diverged = diverged || over;
-      if (!diverged)
-        run->max_err_before_divergence = std::max(run->max_err_before_divergence, worst);
       if (strict && ref_lp[0] - ref_lp[1] >= kTop1Margin) {
         const int64_t arg = std::max_element(lp.begin(), lp.end()) - lp.begin();
         EXPECT_EQ(arg, ref_ids[0]) << where << " top-1 at position " << t;
@@ -480,33 +471,25 @@ TEST(Qwen3_5Golden, PrefillChunksAgree) {
 
 // The msmodelslim W8A8_MXFP8 export of the Qwen3.5 fixture, loaded with no flag, against its
 // fake-quant reference (dequantized codes, every quantized linear's input MXFP8-rounded per
-// token), to the same tolerances.
+// token), to the same tolerances as the BF16 goldens. The activation quantization turns a
+// one-ulp difference at a rounding tie into a different E4M3 code, so the forward must round
+// where the reference rounds: with the MoE output summed in rank order straight into the
+// residual, layer 3's attention input of the third prompt had an element at exactly 2.375,
+// halfway between two codes, where the reference's was below it, and 23 positions left 1e-3.
 TEST(Qwen3_5Golden, OfflineMxfp8MatchesItsFakeQuantReference) {
   const std::string dir = test::shared_dir() + "/fixtures/tiny-qwen3_5-moe-w8a8-mxfp8";
   GoldenRun run;
   run.logprob_tol = 1e-3;
-  run.strict = false;
   check_model(dir, dir + "/golden/golden.json", KvDtype::kF32, &run);
   if (HasFatalFailure()) return;
   std::printf(
-      "w8a8 offline: %d prompts, %d positions, %d beyond 1e-3 (in %d prompts; max |dlogprob| "
-      "%.2e before them), max |dlogprob| %.2e, router %d/%d tokens agree, greedy %d/%d steps\n",
-      run.prompts, run.positions, run.positions_over_tol, run.prompts_diverged,
-      run.max_err_before_divergence, run.max_logprob_err, run.router_tokens - run.router_mismatch,
+      "w8a8 offline: %d prompts, %d positions, max |dlogprob| %.2e, router %d/%d tokens "
+      "agree, greedy %d/%d steps\n",
+      run.prompts, run.positions, run.max_logprob_err, run.router_tokens - run.router_mismatch,
       run.router_tokens, run.greedy_steps - run.greedy_mismatch, run.greedy_steps);
-  // What this measured: the same routing everywhere and the same greedy tokens; every position
-  // of five prompts, and of the third before position 42, within 1e-5 of the reference. At
-  // position 42, layer 3's attention input has an element at exactly 2.375 = 304 * 2^-7,
-  // halfway between the E4M3 codes 288 and 320; round-to-nearest-even gives 320, the reference
-  // 288 (its FP32 value below the tie, after another summation order), and that prompt's later
-  // positions carry the difference (forcing that one element to 288 puts all 304 positions
-  // within 6e-6). So: at most one prompt leaves the tolerance, and only after such a tie.
+  EXPECT_EQ(run.prompts, 6);
   EXPECT_EQ(run.router_mismatch, 0);
   EXPECT_EQ(run.greedy_mismatch, 0);
-  EXPECT_LE(run.prompts_diverged, 1);
-  EXPECT_LE(run.max_err_before_divergence, 1e-4);
-  EXPECT_LE(run.max_logprob_err, 0.15);
-  EXPECT_LE(run.positions_over_tol * 10, run.positions);
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ struct ForwardContext {
 };
 
 // Workspace slots of a forward pass: each is used by one block at a time.
-enum WorkspaceSlot : int { kWsResidual, kWsNormed, kWsRope, kWsQkv, kWsAttention };
+enum WorkspaceSlot : int { kWsResidual, kWsNormed, kWsRope, kWsQkv, kWsAttention, kWsMoe };
 
 Status load_attention(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
                       AttentionBlock* out);
@@ -66,7 +66,8 @@ Result<Tensor> load_norm(const WeightLoader& w, const ModelConfig& c, const std:
 void dense_mlp_forward(const DenseMlp& mlp, ForwardContext& ctx, float* h);
 // The same, untimed (a shared expert times itself).
 void dense_mlp_apply(const DenseMlp& mlp, ForwardContext& ctx, float* h);
-// Adds the MoE output of the normed rows h to x.
+// Adds the MoE output of the normed rows h to x: the routed experts' sum, plus the shared
+// expert's, formed apart from x as the reference forms it, then added to x.
 void moe_forward(const MoeBlock& moe, int64_t layer, ForwardContext& ctx, const float* h, float* x);
 // Pre-norm residual layer: x += attn(norm(x)); x += ffn(norm(x)), the FFN being the layer's
 // dense MLP or MoE. h is scratch of x's size.

@@ -9,8 +9,8 @@
 namespace mx {
 namespace {
 
-// x += sigmoid(shared_gate(h)) * shared(h), per token.
-void shared_expert_forward(const MoeBlock& m, ForwardContext& ctx, const float* h, float* x) {
+// y += sigmoid(shared_gate(h)) * shared(h), per token.
+void shared_expert_forward(const MoeBlock& m, ForwardContext& ctx, const float* h, float* y) {
   PhaseTimer t(ctx.profile, Phase::kSharedExpert);
   const int64_t n = ctx.rows, hid = ctx.config.hidden_size;
   std::vector<float> out(h, h + n * hid), gate(static_cast<size_t>(n));
@@ -18,7 +18,7 @@ void shared_expert_forward(const MoeBlock& m, ForwardContext& ctx, const float* 
   dense_mlp_apply(*m.shared, ctx, out.data());
   for (int64_t r = 0; r < n; ++r) {
     const float g = 1.0f / (1.0f + std::exp(-gate[static_cast<size_t>(r)]));
-    for (int64_t d = 0; d < hid; ++d) x[r * hid + d] += g * out[static_cast<size_t>(r * hid + d)];
+    for (int64_t d = 0; d < hid; ++d) y[r * hid + d] += g * out[static_cast<size_t>(r * hid + d)];
   }
 }
 
@@ -41,9 +41,11 @@ void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float
   a.norm_topk_prob = m.norm_topk_prob;
   a.probs = probs.data();
   a.h = h;
-  a.x = x;
+  const int64_t hid = ctx.config.hidden_size;
+  float* y = ctx.ws.floats(kWsMoe, n * hid);
+  a.x = y;
   a.rows = n;
-  a.hidden = ctx.config.hidden_size;
+  a.hidden = hid;
   a.has_prefill = ctx.has_prefill;
   a.step = ctx.step;
   a.rule = ctx.scale_rule;
@@ -63,7 +65,8 @@ void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float
     prof->add(Phase::kEpExchange, times.exchange);
   }
   if (ctx.router_trace) ctx.router_trace->push_back({li, std::move(ids), std::move(wts)});
-  if (m.shared) shared_expert_forward(m, ctx, h, x);
+  if (m.shared) shared_expert_forward(m, ctx, h, y);
+  for (int64_t i = 0; i < n * hid; ++i) x[i] += y[i];
 }
 
 }  // namespace mx

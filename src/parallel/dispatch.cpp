@@ -37,6 +37,11 @@ ExpertRange expert_range(int64_t experts, int rank, int size) {
   return {first, experts * (rank + 1) / size - first};
 }
 
+void combine_order(const int32_t* ids, int64_t k, int64_t* order) {
+  std::iota(order, order + k, int64_t{0});
+  std::sort(order, order + k, [ids](int64_t a, int64_t b) { return ids[a] < ids[b]; });
+}
+
 void route_top_k(float* probs, int64_t rows, int64_t experts, int64_t k, bool norm, int32_t* ids,
                  float* wts) {
   std::vector<int32_t> order(static_cast<size_t>(experts));
@@ -102,9 +107,12 @@ class LocalDispatcher final : public MoeDispatcher {
     run_experts(a, rows, offsets.data(), outs.data());
     clock.skip();
     // The weighted un-permute back to token order.
+    std::vector<int64_t> order(static_cast<size_t>(k));
     for (int64_t t = 0; t < n; ++t) {
       float* dst = a.x + t * hid;
-      for (int64_t j = 0; j < k; ++j) {
+      std::fill(dst, dst + hid, 0.0f);
+      combine_order(a.ids + t * k, k, order.data());
+      for (int64_t j : order) {
         const float wj = a.wts[t * k + j];
         const float* o = outs.data() + slot[static_cast<size_t>(t * k + j)] * hid;
         for (int64_t d = 0; d < hid; ++d) dst[d] += wj * o[d];

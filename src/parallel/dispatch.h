@@ -88,7 +88,7 @@ struct MoeArgs {
   bool norm_topk_prob = false;
   float* probs = nullptr;    // [rows, num_experts]: router logits in, softmax out
   const float* h = nullptr;  // [rows, hidden] the normed rows, identical on every rank
-  float* x = nullptr;        // [rows, hidden] += the MoE output
+  float* x = nullptr;        // [rows, hidden] out: the routed experts' weighted sum
   int64_t rows = 0, hidden = 0;
   bool has_prefill = false;  // the step holds prefill chunks (--ep-dispatch auto)
   uint64_t step = 0;         // the forward pass, for per-step counters
@@ -116,6 +116,12 @@ std::unique_ptr<MoeDispatcher> make_ep_dispatcher(const EpOptions& o);
 
 // The bank over rows grouped by its experts, its GEMM times added to a.times.
 void run_experts(const MoeArgs& a, const ActRows& rows, const int64_t* offsets, float* outs);
+
+// The order in which one token's k weighted expert outputs are summed: by expert id, from zero,
+// as the reference implementations add them (an index_add per expert). Summed in rank order
+// instead, FP32 rounding lands elsewhere, and the MX schemes' next activation quantization
+// amplifies a one-ulp difference at a rounding tie into a different code.
+void combine_order(const int32_t* ids, int64_t k, int64_t* order);
 
 // FP32 softmax over each row of probs, then the top k (highest first, ties to the lower id),
 // renormalized when `norm`.

@@ -327,14 +327,17 @@ class EpDispatcher final : public MoeDispatcher {
          "combine");
   }
 
-  // Weights applied at the source, slot by slot, as one process does.
+  // Weights applied at the source, in the one process's order (combine_order).
   void combine(const MoeArgs& a) {
     const int me = comm_.rank();
     const int64_t k = a.top_k, hid = a.hidden, out_row = out_row_bytes(hid);
     const int64_t t0 = token_begin(a.rows, me), t1 = token_begin(a.rows, me + 1);
+    std::vector<int64_t> order(static_cast<size_t>(k));
     for (int64_t t = t0; t < t1; ++t) {
       float* dst = a.x + t * hid;
-      for (int64_t j = 0; j < k; ++j) {
+      std::fill(dst, dst + hid, 0.0f);
+      combine_order(a.ids + t * k, k, order.data());
+      for (int64_t j : order) {
         const float wj = a.wts[t * k + j];
         const uint8_t* o =
             back_recv_.data() + send_pos_[static_cast<size_t>((t - t0) * k + j)] * out_row;
