@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -149,10 +150,10 @@ struct MxProblem {
 
 // MX GEMM over packed weights on one thread; GB/s counts the weight bytes (codes and scales)
 // a decode step streams. A second argument sets the columns: 256 keeps the weights in L2.
-void BM_GemmMx(benchmark::State& state, IsaLevel isa, Scheme scheme) {
+void run_gemm_mx(benchmark::State& state, const MxGemmKernels* table, Scheme scheme) {
   MxProblem p;
   const int64_t m = state.range(0), n = state.range(1);
-  if (!p.init(state, mx_gemm_kernels_for(isa), scheme, m, n)) return;
+  if (!p.init(state, table, scheme, m, n)) return;
   for (auto _ : state) {
     p.fn(p.a, 0, n);
     benchmark::DoNotOptimize(p.y.data());
@@ -161,6 +162,19 @@ void BM_GemmMx(benchmark::State& state, IsaLevel isa, Scheme scheme) {
                                                  benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(p.packed.bytes()));
+}
+
+void BM_GemmMx(benchmark::State& state, IsaLevel isa, Scheme scheme) {
+  run_gemm_mx(state, mx_gemm_kernels_for(isa), scheme);
+}
+
+// A table by name, the variant its level passes over included (both AVX-512 E4M3 GEMMs).
+void BM_GemmMxVariant(benchmark::State& state, const char* name, Scheme scheme) {
+  const MxGemmKernels* table = nullptr;
+  for (const MxGemmKernels* t : mx_gemm_kernel_variants()) {
+    if (std::string_view(t->name) == name) table = t;
+  }
+  run_gemm_mx(state, table, scheme);
 }
 
 // Sums [p, p + bytes) in 256-bit loads, four chains, as bench's bandwidth probe reads: the
@@ -286,7 +300,13 @@ BENCHMARK_CAPTURE(BM_GemmMx, avx2_w4a4, IsaLevel::kAvx2, Scheme::kW4A4Mxfp4)
 BENCHMARK_CAPTURE(BM_GemmMx, avx2_mxfp4_dual, IsaLevel::kAvx2, Scheme::kW4A4Mxfp4Dual)
     ->Args({1, 2048});
 // Skipped, saying so, where the processor lacks AVX-512.
-BENCHMARK_CAPTURE(BM_GemmMx, avx512_mxfp8, IsaLevel::kAvx512, Scheme::kW8A8Mxfp8)
+// Both E4M3 GEMMs: on FMAs and on BF16 dot products.
+BENCHMARK_CAPTURE(BM_GemmMxVariant, avx512_mxfp8, "avx512", Scheme::kW8A8Mxfp8)
+    ->Args({1, 2048})
+    ->Args({4, 2048})
+    ->Args({8, 2048})
+    ->Args({64, 2048});
+BENCHMARK_CAPTURE(BM_GemmMxVariant, avx512_bf16_mxfp8, "avx512-bf16", Scheme::kW8A8Mxfp8)
     ->Args({1, 2048})
     ->Args({4, 2048})
     ->Args({8, 2048})

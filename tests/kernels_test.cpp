@@ -28,12 +28,20 @@ const IsaLevel kLevels[] = {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx51
 // elsewhere this says so, and where it has it, the GEMM tables must be registered.
 TEST(Kernels, Avx512TablesRunWhereTheCpuHasThem) {
   if (!isa_supported(IsaLevel::kAvx512)) {
-    GTEST_SKIP() << "this CPU lacks AVX-512 (F, BW, VL, DQ with BF16 and VNNI): the AVX-512 "
+    GTEST_SKIP() << "this CPU lacks AVX-512 (F, BW, VL, DQ with BF16, VNNI and VBMI): the AVX-512 "
                     "kernel variants are not run";
   }
   EXPECT_NE(gemm_kernels_for(IsaLevel::kAvx512), nullptr);
-  EXPECT_NE(mx_gemm_kernels_for(IsaLevel::kAvx512), nullptr);
-  EXPECT_EQ(mx_gemm_kernels_for(IsaLevel::kAvx512)->pack, &pack_mx_weights_avx512);
+  const MxGemmKernels* mx = mx_gemm_kernels_for(IsaLevel::kAvx512);
+  ASSERT_NE(mx, nullptr);
+  // The level's E4M3 GEMM on BF16 dot products where they keep the FMA's rate, else on FMAs;
+  // the variant tests run both.
+  EXPECT_EQ(mx->pack, cpu_features().bf16_dot_at_fma_rate ? &pack_mx_weights_avx512_bf16
+                                                          : &pack_mx_weights_avx512);
+  int avx512_variants = 0;
+  for (const MxGemmKernels* k : mx_gemm_kernel_variants())
+    avx512_variants += k->isa == IsaLevel::kAvx512;
+  EXPECT_EQ(avx512_variants, 2);
 }
 
 // The AMX level (the integer MX GEMMs on tiles) likewise: run where the processor has AMX-TILE
@@ -97,9 +105,8 @@ TEST(Kernels, EveryBf16GemmVariant) {
 
 TEST(Kernels, EveryMxGemmVariant) {
   int variants = 0;
-  for (IsaLevel isa : kLevels) {
-    const MxGemmKernels* kern = mx_gemm_kernels_for(isa);
-    if (kern == nullptr) continue;
+  for (const MxGemmKernels* kern : mx_gemm_kernel_variants()) {
+    const IsaLevel isa = kern->isa;
     ++variants;
     for (Scheme s :
          {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4, Scheme::kW4A4Mxfp4Dual}) {
@@ -167,12 +174,12 @@ TEST(Kernels, EveryMxGemmVariant) {
               std::vector<float> af2(af.size());
               kern->decode(av, af2.data(), kMxGemmInputScale);
               ASSERT_EQ(0, std::memcmp(af2.data(), af.data(), af.size() * sizeof(float)))
-                  << isa_name(isa) << " decode m=" << m << " k=" << k;
+                  << kern->name << " decode m=" << m << " k=" << k;
               std::vector<float> xs2(xscale.size());
               kern->prepare_w4a8(av, xh.data(), planes.data(), xhsum.data(), xs2.data());
               mx_prepare_fp8_activations_i16(av, xh_ref.data(), xscale.data());
-              ASSERT_EQ(xh, xh_ref) << isa_name(isa) << " prepare_w4a8 m=" << m << " k=" << k;
-              ASSERT_EQ(xs2, xscale) << isa_name(isa) << " prepare_w4a8 scales";
+              ASSERT_EQ(xh, xh_ref) << kern->name << " prepare_w4a8 m=" << m << " k=" << k;
+              ASSERT_EQ(xs2, xscale) << kern->name << " prepare_w4a8 scales";
               if (!w4a8) std::fill(xscale.begin(), xscale.end(), 0.0f);
             }
             for (int path : {0, 1, 2}) {
@@ -213,7 +220,7 @@ TEST(Kernels, EveryMxGemmVariant) {
                 if (path == 2) r.xh = xh_ref.data();
                 (path == 0 ? ref->gemm : path == 1 ? ref->gemm_w4a4 : ref->gemm_w4a8)(r, 0, n);
                 ASSERT_EQ(0, std::memcmp(y0.data(), y.data(), y.size() * sizeof(float)))
-                    << isa_name(isa) << " " << info.name << " path " << path << " m=" << m
+                    << kern->name << " " << info.name << " path " << path << " m=" << m
                     << " k=" << k << " n=" << n;
               }
               // A row alone gives the same bits as in the batch (the vector kernels run
@@ -237,7 +244,7 @@ TEST(Kernels, EveryMxGemmVariant) {
                 }
                 fn(one, 0, n);
                 for (int64_t j = 0; j < n; ++j)
-                  ASSERT_EQ(y1[j], y[i * n + j]) << isa_name(isa) << " " << info.name << " m=" << m
+                  ASSERT_EQ(y1[j], y[i * n + j]) << kern->name << " " << info.name << " m=" << m
                                                  << " k=" << k << " row " << i << " col " << j;
               }
               // Reference: the activations as decoded (block and chunk scales applied) times
@@ -258,7 +265,7 @@ TEST(Kernels, EveryMxGemmVariant) {
                     mag += std::fabs(p);
                   }
                   ASSERT_LE(std::fabs(y[i * n + j] - sum), (k + 16) * 0x1p-23 * mag + 1e-30)
-                      << isa_name(isa) << " " << info.name << " path " << path << " m=" << m
+                      << kern->name << " " << info.name << " path " << path << " m=" << m
                       << " k=" << k << " n=" << n << " (" << i << ", " << j << ")";
                 }
               }
@@ -286,22 +293,20 @@ TEST(Kernels, W4a8ActivationsHoldEveryE4m3CodeWithinTheBound) {
   // Every ISA's decoders give the scalar ones' values for every code, NaN codes included.
   std::vector<float> f(k);
   mx_decode_activations(v, f.data(), 1.0f);
-  for (IsaLevel isa : kLevels) {
-    const MxGemmKernels* kern = mx_gemm_kernels_for(isa);
-    if (kern == nullptr) continue;
+  for (const MxGemmKernels* kern : mx_gemm_kernel_variants()) {
     std::vector<int16_t> q2(k);
     std::vector<int8_t> planes(2 * k);
     std::vector<int32_t> sums(k / 32);
     std::vector<float> xs2(k / 32), f2(k);
     kern->prepare_w4a8(v, q2.data(), planes.data(), sums.data(), xs2.data());
-    EXPECT_EQ(q2, q) << isa_name(isa);
-    EXPECT_EQ(xs2, xs) << isa_name(isa);
+    EXPECT_EQ(q2, q) << kern->name;
+    EXPECT_EQ(xs2, xs) << kern->name;
     kern->decode(v, f2.data(), 1.0f);
     for (int64_t c = 0; c < k; ++c) {
       if (std::isnan(f[c])) {
-        EXPECT_TRUE(std::isnan(f2[c])) << isa_name(isa) << " code " << c;
+        EXPECT_TRUE(std::isnan(f2[c])) << kern->name << " code " << c;
       } else {
-        EXPECT_EQ(f2[c], f[c]) << isa_name(isa) << " code " << c;
+        EXPECT_EQ(f2[c], f[c]) << kern->name << " code " << c;
       }
     }
   }
@@ -321,9 +326,8 @@ TEST(Kernels, W4a8ActivationsHoldEveryE4m3CodeWithinTheBound) {
 // Scales too large for the folded exponent take the post factor: weights of 2^100 (E8M0
 // exponent above 200, or a dual-level chunk scale near 2^97) still multiply correctly.
 TEST(Kernels, MxGemmWithLargeWeightScales) {
-  for (IsaLevel isa : kLevels) {
-    const MxGemmKernels* kern = mx_gemm_kernels_for(isa);
-    if (kern == nullptr) continue;
+  for (const MxGemmKernels* kern : mx_gemm_kernel_variants()) {
+    const char* isa = kern->name;
     for (Scheme s :
          {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4, Scheme::kW4A4Mxfp4Dual}) {
       const SchemeInfo& info = scheme_info(s);
@@ -382,8 +386,66 @@ TEST(Kernels, MxGemmWithLargeWeightScales) {
           mag += std::fabs(p);
         }
         EXPECT_GT(mag, 1e30);
-        EXPECT_NEAR(y[j], ref, (k + 16) * 0x1p-23 * mag)
-            << isa_name(isa) << " " << info.name << " " << j;
+        EXPECT_NEAR(y[j], ref, (k + 16) * 0x1p-23 * mag) << isa << " " << info.name << " " << j;
+      }
+    }
+  }
+}
+
+// E4M3 weights (with subnormal codes) against activation rows so small that the FP32 chains'
+// products are subnormal, at the edge of that, and large: every table gives the scalar
+// kernel's bits, a row alone as in the batch. Dot products that treat subnormals as zero (the
+// AVX-512 table's BF16 ones) must not run on the small rows.
+TEST(Kernels, MxGemmE4m3AtExtremeActivationScales) {
+  const int64_t n = 40, k = 100, kp = mx_decoded_stride(k);
+  const float row_scale[] = {1.0f, 0x1p-72f, 0x1p-58f, 0x1p-50f, 0x1p40f};
+  Tensor wt = Tensor::empty(DType::kF32, {n, k});
+  const auto wf = test::activation_like(static_cast<size_t>(n * k), 11);
+  for (int64_t i = 0; i < n * k; ++i)
+    wt.mutable_data_as<float>()[i] = std::ldexp(wf[static_cast<size_t>(i)], -(i % 13));
+  auto q = quantize_weight(wt, Scheme::kW8A8Mxfp8, ScaleRule::kFloor, "w");
+  ASSERT_TRUE(q.is_ok());
+  int subnormal_codes = 0;
+  for (int64_t i = 0; i < n * k; ++i) {
+    const uint8_t c = q->codes.data_as<uint8_t>()[i];
+    subnormal_codes += (c & 0x78) == 0 && (c & 7) != 0;
+  }
+  EXPECT_GT(subnormal_codes, 0);
+  const MxMatrixView wv{
+      ElemFormat::kE4M3, q->codes.data_as<uint8_t>(), q->scales.data_as<uint8_t>(), nullptr, n, k,
+      q->row_bytes()};
+  for (int64_t m : {1, 3, 13}) {
+    for (int first = 0; first < 5; ++first) {
+      // Row r at row_scale[(first + r) % 5]: each scale alone (m = 1) and mixed.
+      const auto x = test::activation_like(static_cast<size_t>(m * k), static_cast<uint32_t>(m));
+      ActRows a;
+      act_rows_init(Scheme::kW8A8Mxfp8, k, ScaleRule::kFloor, &a);
+      a.resize(m);
+      std::vector<float> xr(static_cast<size_t>(k));
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t t = 0; t < k; ++t) xr[t] = x[r * k + t] * row_scale[(first + r) % 5];
+        act_rows_quantize(xr.data(), r, ScaleRule::kFloor, &a);
+      }
+      const MxMatrixView av{a.format, a.codes.data(), a.scales.data(), nullptr, m, k, a.row_bytes};
+      std::vector<float> af(static_cast<size_t>(m * kp));
+      mx_decode_activations(av, af.data(), kMxGemmInputScale);
+      std::vector<float> y0(static_cast<size_t>(m * n), -1.0f);
+      const MxGemmKernels* ref = mx_gemm_kernels_for(IsaLevel::kScalar);
+      const MxPanelWeights ref_packed = ref->pack(wv);
+      ref->gemm({af.data(), &ref_packed.view, y0.data(), m, kp, n}, 0, n);
+      for (const MxGemmKernels* kern : mx_gemm_kernel_variants()) {
+        if (kern->isa == IsaLevel::kScalar) continue;
+        const MxPanelWeights packed = kern->pack(wv);
+        std::vector<float> y(y0.size(), -1.0f);
+        kern->gemm({af.data(), &packed.view, y.data(), m, kp, n}, 0, n);
+        ASSERT_EQ(0, std::memcmp(y0.data(), y.data(), y.size() * sizeof(float)))
+            << kern->name << " m=" << m << " first scale " << row_scale[first];
+        for (int64_t r = 0; r < m; ++r) {
+          std::vector<float> y1(static_cast<size_t>(n), -1.0f);
+          kern->gemm({af.data() + r * kp, &packed.view, y1.data(), 1, kp, n}, 0, n);
+          ASSERT_EQ(0, std::memcmp(y0.data() + r * n, y1.data(), y1.size() * sizeof(float)))
+              << kern->name << " row " << r << " of m=" << m;
+        }
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace mx {
 namespace {
@@ -49,10 +50,14 @@ CpuFeatures detect() {
   const bool avx512bw = (b >> 30) & 1;
   const bool avx512vl = (b >> 31) & 1;
   f.avx512_vnni = ((c >> 11) & 1) && zmm_state;
+  f.avx512_vbmi = ((c >> 1) & 1) && zmm_state;
   f.avx2 = avx2 && fma && f16c && bmi2 && ymm_state;
   f.avx512 = f.avx2 && avx512f && avx512dq && avx512bw && avx512vl && zmm_state;
   __cpuid_count(7, 1, a, b, c, d);
   f.avx512_bf16 = f.avx512 && ((a >> 5) & 1);
+  unsigned vendor[4] = {};
+  __cpuid(0, vendor[3], vendor[0], vendor[2], vendor[1]);  // name in EBX, EDX, ECX
+  f.bf16_dot_at_fma_rate = f.avx512_bf16 && std::memcmp(vendor, "AuthenticAMD", 12) == 0;
   // XCR0 bits 17 and 18: the tile configuration and tile data states.
   const bool tile_state = ((xcr0 >> 17) & 3) == 3;
   f.amx = f.avx512 && amx_tile && amx_int8 && tile_state && request_tile_data();
@@ -82,8 +87,8 @@ const CpuFeatures& cpu_features() {
 
 IsaLevel max_supported_isa() {
   const CpuFeatures& f = cpu_features();
-  // The AVX-512 kernels use BF16 and VNNI instructions, so they need both.
-  if (f.avx512 && f.avx512_bf16 && f.avx512_vnni) {
+  // The AVX-512 kernels use BF16, VNNI and VBMI instructions, so they need all three.
+  if (f.avx512 && f.avx512_bf16 && f.avx512_vnni && f.avx512_vbmi) {
     return f.amx ? IsaLevel::kAmx : IsaLevel::kAvx512;
   }
   if (f.avx2) return IsaLevel::kAvx2;

@@ -14,6 +14,11 @@ struct CpuFeatures {
   bool avx512 = false;  // F, BW, VL, DQ
   bool avx512_bf16 = false;
   bool avx512_vnni = false;
+  bool avx512_vbmi = false;  // byte permutes (vpermi2b)
+  // Whether AVX512-BF16's vdpbf16ps (32 products per instruction) issues at about the rate of
+  // vfmadd231ps (16): on AMD's cores (Zen 4: 2.0x the FMAs' products in an eight-row E4M3
+  // tile), not on the Intel Xeon measured (a quarter of the FMA's instruction rate).
+  bool bf16_dot_at_fma_rate = false;
   // AMX-TILE and AMX-INT8, with the tile data state enabled by the OS and granted to this
   // process (Linux asks for it: arch_prctl ARCH_REQ_XCOMP_PERM).
   bool amx = false;

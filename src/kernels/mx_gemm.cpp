@@ -145,29 +145,34 @@ float mx_panel_scale_unit(ElemFormat f) { return pow2(64 - code_shift(f)); }
 namespace {
 
 // Where each layout keeps column c's code at block-relative kk, [c * 32 + kk]: pack_mx_weights's
-// panels (panel_slot) or AVX-512's (a column per dword lane of a 64-byte row: E4M3 k = 4j + t
-// in byte t of row j; E2M1 k = 8j + i in the low nibble of byte i, 8j + 4 + i in its high).
+// panels (panel_slot) or AVX-512's (mx_gemm.h, pack_mx_weights_avx512).
 using SlotTable = std::array<PanelSlot, kMxPanelCols * 32>;
-SlotTable make_slots(bool fp4, bool avx512) {
+enum class Layout { kAvx2, kAvx512, kAvx512Bf16 };
+SlotTable make_slots(bool fp4, Layout layout) {
   SlotTable t{};
   for (int64_t c = 0; c < kMxPanelCols; ++c) {
     for (int64_t kk = 0; kk < 32; ++kk) {
       PanelSlot& s = t[static_cast<size_t>(c * 32 + kk)];
-      if (!avx512) {
+      const int64_t kt = kk % 4;
+      if (layout == Layout::kAvx2) {
         s = panel_slot(fp4, c, kk);
       } else if (fp4) {
         s = {(kk / 8) * 64 + 4 * c + kk % 4, static_cast<int>((kk % 8) / 4 * 4)};
+      } else if (layout == Layout::kAvx512) {
+        s = {(kk / 4) * 64 + 4 * c + kt, 0};
       } else {
-        s = {(kk / 4) * 64 + 4 * c + kk % 4, 0};
+        s = {(kk / 4) * 64 + (c / 4) * 16 + 8 * (kt / 2) + 2 * (c % 4) + 1 - kt % 2, 0};
       }
     }
   }
   return t;
 }
-const PanelSlot* slots(bool fp4, bool avx512) {
-  static const SlotTable tables[4] = {make_slots(false, false), make_slots(true, false),
-                                      make_slots(false, true), make_slots(true, true)};
-  return tables[(avx512 ? 2 : 0) + (fp4 ? 1 : 0)].data();
+const PanelSlot* slots(bool fp4, Layout layout) {
+  static const SlotTable tables[6] = {
+      make_slots(false, Layout::kAvx2),       make_slots(true, Layout::kAvx2),
+      make_slots(false, Layout::kAvx512),     make_slots(true, Layout::kAvx512),
+      make_slots(false, Layout::kAvx512Bf16), make_slots(true, Layout::kAvx512Bf16)};
+  return tables[2 * static_cast<int>(layout) + (fp4 ? 1 : 0)].data();
 }
 
 // pack_mx_panels into the layout `slot` gives.
@@ -229,7 +234,7 @@ float pack_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float*
   return pow2(g);
 }
 
-MxPanelWeights pack_weights(const MxMatrixView& w, bool avx512) {
+MxPanelWeights pack_weights(const MxMatrixView& w, Layout layout) {
   MxPanelWeights p;
   const bool dual = w.chunk_scales != nullptr;
   p.codes.resize(static_cast<size_t>(mx_panel_code_bytes(w.format, w.rows, w.k)));
@@ -237,7 +242,7 @@ MxPanelWeights pack_weights(const MxMatrixView& w, bool avx512) {
   if (dual) p.chunk_scales.resize(static_cast<size_t>(mx_panel_chunk_floats(w.rows, w.k)));
   float* chunks = dual ? p.chunk_scales.data() : nullptr;
   const float post = pack_panels(w, p.codes.data(), p.scales.data(), chunks,
-                                 slots(w.format == ElemFormat::kE2M1, avx512));
+                                 slots(w.format == ElemFormat::kE2M1, layout));
   p.view = {w.format, p.codes.data(), p.scales.data(), chunks, w.rows, w.k, post};
   return p;
 }
@@ -245,12 +250,19 @@ MxPanelWeights pack_weights(const MxMatrixView& w, bool avx512) {
 }  // namespace
 
 float pack_mx_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float* chunk_scales) {
-  return pack_panels(w, codes, scales, chunk_scales, slots(w.format == ElemFormat::kE2M1, false));
+  return pack_panels(w, codes, scales, chunk_scales,
+                     slots(w.format == ElemFormat::kE2M1, Layout::kAvx2));
 }
 
-MxPanelWeights pack_mx_weights(const MxMatrixView& w) { return pack_weights(w, false); }
+MxPanelWeights pack_mx_weights(const MxMatrixView& w) { return pack_weights(w, Layout::kAvx2); }
 
-MxPanelWeights pack_mx_weights_avx512(const MxMatrixView& w) { return pack_weights(w, true); }
+MxPanelWeights pack_mx_weights_avx512(const MxMatrixView& w) {
+  return pack_weights(w, Layout::kAvx512);
+}
+
+MxPanelWeights pack_mx_weights_avx512_bf16(const MxMatrixView& w) {
+  return pack_weights(w, Layout::kAvx512Bf16);
+}
 
 namespace mx_gemm_detail {
 namespace {
@@ -344,22 +356,43 @@ void mx_gemm_w4a8_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
 }
 
 }  // namespace
-const MxGemmKernels kScalarMxGemm = {IsaLevel::kScalar,   pack_mx_weights, mx_decode_activations,
-                                     prepare_w4a8_scalar, mx_gemm_scalar,  mx_gemm_w4a4_scalar,
-                                     mx_gemm_w4a8_scalar};
+const MxGemmKernels kScalarMxGemm = {
+    IsaLevel::kScalar,   "scalar",       pack_mx_weights,     mx_decode_activations,
+    prepare_w4a8_scalar, mx_gemm_scalar, mx_gemm_w4a4_scalar, mx_gemm_w4a8_scalar};
 }  // namespace mx_gemm_detail
 
 namespace {
-constexpr IsaTable<MxGemmKernels> kMxGemmKernelsTable{
-    &mx_gemm_detail::kScalarMxGemm, &mx_gemm_detail::kAvx2MxGemm, &mx_gemm_detail::kAvx512MxGemm,
-    &mx_gemm_detail::kAmxMxGemm};
+// At AVX-512, the variant whose E4M3 GEMM runs on vdpbf16ps where that instruction keeps the
+// FMA's rate (cpu_features.h).
+const IsaTable<MxGemmKernels>& kernel_table() {
+  static const IsaTable<MxGemmKernels> table{
+      &mx_gemm_detail::kScalarMxGemm, &mx_gemm_detail::kAvx2MxGemm,
+      cpu_features().bf16_dot_at_fma_rate ? &mx_gemm_detail::kAvx512Bf16MxGemm
+                                          : &mx_gemm_detail::kAvx512MxGemm,
+      &mx_gemm_detail::kAmxMxGemm};
+  return table;
+}
 }  // namespace
 
-const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level) { return kMxGemmKernelsTable.at(level); }
+const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level) { return kernel_table().at(level); }
 
 const MxGemmKernels& mx_gemm_kernels() {
-  static const MxGemmKernels& k = kMxGemmKernelsTable.select();
+  static const MxGemmKernels& k = kernel_table().select();
   return k;
+}
+
+std::vector<const MxGemmKernels*> mx_gemm_kernel_variants() {
+  std::vector<const MxGemmKernels*> v;
+  for (IsaLevel l : {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512, IsaLevel::kAmx}) {
+    if (!isa_supported(l)) continue;
+    if (l == IsaLevel::kAvx512) {
+      v.push_back(&mx_gemm_detail::kAvx512MxGemm);
+      v.push_back(&mx_gemm_detail::kAvx512Bf16MxGemm);
+    } else if (const MxGemmKernels* t = kernel_table().at(l)) {
+      v.push_back(t);
+    }
+  }
+  return v;
 }
 
 }  // namespace mx

@@ -145,6 +145,7 @@ struct MxGemmArgs {
 
 struct MxGemmKernels {
   IsaLevel isa;
+  const char* name;
   // Packs weights at load into the layout this table's kernels read: pack_mx_weights's
   // panels for the scalar and AVX2 tables, pack_mx_weights_avx512's for AVX-512.
   MxPanelWeights (*pack)(const MxMatrixView& w);
@@ -164,14 +165,23 @@ struct MxGemmKernels {
   // dot, then scaled and accumulated in FP32 as gemm_w4a4 does.
   void (*gemm_w4a8)(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
 };
+// The table a level runs on this processor (at AVX-512, the E4M3 variant it prefers), null where
+// it lacks the level.
 const MxGemmKernels* mx_gemm_kernels_for(IsaLevel level);
 const MxGemmKernels& mx_gemm_kernels();
+// Every table this processor can run, the variants that mx_gemm_kernels_for passes over
+// included (for tests and benchmarks).
+std::vector<const MxGemmKernels*> mx_gemm_kernel_variants();
 
 // AVX-512's own panels (mx_gemm_avx512.cpp reads them): the same blocks, scales and post
 // factor as pack_mx_weights, with column c in dword lane c of each 64-byte row; an E4M3 row j
 // holds k = 4j + t in byte t, an E2M1 row j k = 8j + i in the low nibble of byte i and
 // 8j + 4 + i in its high nibble.
 MxPanelWeights pack_mx_weights_avx512(const MxMatrixView& w);
+// The same but for E4M3, whose rows feed BF16 dot products (mx_gemm_avx512_fp8.cpp): row j
+// holds k = 4j .. 4j + 3, column 4L + i of quarter L at bytes 16L + 2i + 1 (k = 4j), 16L + 2i
+// (4j + 1), 16L + 8 + 2i + 1 (4j + 2) and 16L + 8 + 2i (4j + 3).
+MxPanelWeights pack_mx_weights_avx512_bf16(const MxMatrixView& w);
 
 namespace mx_gemm_detail {
 // The byte planes that the AVX2 table's prepare_w4a8 writes (read by AVX2's one-row W4A8 tiles
@@ -184,6 +194,11 @@ extern const MxGemmKernels kAvx2MxGemm;
 extern const MxGemmKernels kAvx512MxGemm;
 // AVX-512 with AMX tiles for the integer GEMMs (mx_gemm_amx.cpp).
 extern const MxGemmKernels kAmxMxGemm;
+// The AVX-512 variant whose E4M3 GEMM runs on AVX512-BF16 dot products (mx_gemm_avx512_fp8.cpp);
+// its integer GEMMs are the AVX-512 table's.
+extern const MxGemmKernels kAvx512Bf16MxGemm;
+void gemm_w4a4_avx512(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
+void gemm_w4a8_avx512(const MxGemmArgs& a, int64_t n_begin, int64_t n_end);
 // The AVX2 table's activation preparation, which the AVX-512 table shares.
 void decode_avx2(const MxMatrixView& a, float* af, float factor);
 void prepare_w4a8_avx2(const MxMatrixView& a, int16_t* q, int8_t* planes, int32_t* sums,

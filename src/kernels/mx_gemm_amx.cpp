@@ -234,7 +234,7 @@ void gemm_w4a8(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
 }  // namespace
 
 const MxGemmKernels kAmxMxGemm = {
-    IsaLevel::kAmx, pack_mx_weights_avx512, decode_avx2, prepare_w4a8_avx2, gemm_fp8, gemm_w4a4,
-    gemm_w4a8};
+    IsaLevel::kAmx, "amx",    pack_mx_weights_avx512, decode_avx2, prepare_w4a8_avx2, gemm_fp8,
+    gemm_w4a4,      gemm_w4a8};
 
 }  // namespace mx::mx_gemm_detail

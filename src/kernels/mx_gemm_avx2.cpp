@@ -727,8 +727,8 @@ void mx_gemm_w4a8_avx2(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
 
 }  // namespace
 
-const MxGemmKernels kAvx2MxGemm = {IsaLevel::kAvx2,   pack_mx_weights, decode_avx2,
-                                   prepare_w4a8_avx2, mx_gemm_avx2,    mx_gemm_w4a4_avx2,
-                                   mx_gemm_w4a8_avx2};
+const MxGemmKernels kAvx2MxGemm = {
+    IsaLevel::kAvx2,   "avx2",       pack_mx_weights,   decode_avx2,
+    prepare_w4a8_avx2, mx_gemm_avx2, mx_gemm_w4a4_avx2, mx_gemm_w4a8_avx2};
 
 }  // namespace mx::mx_gemm_detail

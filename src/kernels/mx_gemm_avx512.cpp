@@ -1,4 +1,4 @@
-// AVX-512 MX GEMM over this ISA's own panels (mx_gemm_avx512_layout in mx_gemm.cpp): sixteen
+// AVX-512 MX GEMM over this ISA's own panels (pack_mx_weights_avx512): sixteen
 // columns per panel, one column per dword lane, so that a 64-byte panel row feeds a whole
 // 512-bit vector. E4M3 weights: a row holds four k, widened to four FP32 vectors with shifts
 // and a mask, each one FMA per tile row. E2M1 weights: a row holds eight k, decoded to two
@@ -15,6 +15,7 @@
 #include <array>
 #include <utility>
 
+#include "kernels/mx_avx512_util.h"
 #include "kernels/mx_gemm.h"
 #include "kernels/mx_prefetch.h"
 #include "kernels/tile_plan.h"
@@ -39,41 +40,6 @@ __attribute__((always_inline)) inline void widen4(__m512i v, __m512 (&w)[4]) {
   w[1] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(odd, 16), mask));
   w[2] = _mm512_castsi512_ps(_mm512_and_si512(even, mask));
   w[3] = _mm512_castsi512_ps(_mm512_and_si512(odd, mask));
-}
-
-// Block b's scale vector of a panel: the stored exponent bytes as FP32 powers of two, times
-// the chunk scales when dual-level (the scalar kernels' sv).
-__attribute__((always_inline)) inline __m512 scale_vec(const MxPanelView& w, int64_t panel,
-                                                       int64_t b, int64_t nb, int64_t nc) {
-  const __m128i bytes =
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales + (panel * nb + b) * kP));
-  __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(bytes), 23));
-  if (w.chunk_scales != nullptr) {
-    s = _mm512_mul_ps(s, _mm512_loadu_ps(w.chunk_scales + (panel * nc + b / 16) * kP));
-  }
-  return s;
-}
-
-__attribute__((always_inline)) inline void store_cols(float* y, __m512 v, int64_t left) {
-  if (left >= kP) {
-    _mm512_storeu_ps(y, v);
-  } else {
-    _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << left) - 1), v);
-  }
-}
-
-template <int R, int C>
-__attribute__((always_inline)) inline void store_tile(const __m512 (&total)[R][C],
-                                                      const MxGemmArgs& a, int64_t row,
-                                                      int64_t panel, int64_t cols) {
-  const __m512 post = _mm512_set1_ps(a.w->post);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    float* y = a.y + (row + r) * a.ldy + panel * kP - a.y_col0;
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c)
-      store_cols(y + c * kP, _mm512_mul_ps(total[r][c], post), cols - c * kP);
-  }
 }
 
 // E4M3, R rows by C panels: per block one FMA chain per output over its 32 k in order, then
@@ -394,18 +360,18 @@ void mx_gemm_avx512(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
-void mx_gemm_w4a4_avx512(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
+}  // namespace
+
+void gemm_w4a4_avx512(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   run_tiles(a, n_begin, n_end, kW4a4Tiles);
 }
 
-void mx_gemm_w4a8_avx512(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
+void gemm_w4a8_avx512(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
   run_tiles(a, n_begin, n_end, kW4a8Tiles);
 }
 
-}  // namespace
-
 const MxGemmKernels kAvx512MxGemm = {
-    IsaLevel::kAvx512, mx::pack_mx_weights_avx512, decode_avx2,        prepare_w4a8_avx2,
-    mx_gemm_avx512,    mx_gemm_w4a4_avx512,        mx_gemm_w4a8_avx512};
+    IsaLevel::kAvx512, "avx512",       mx::pack_mx_weights_avx512, decode_avx2,
+    prepare_w4a8_avx2, mx_gemm_avx512, gemm_w4a4_avx512,           gemm_w4a8_avx512};
 
 }  // namespace mx::mx_gemm_detail
