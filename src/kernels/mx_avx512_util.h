@@ -49,5 +49,33 @@ __attribute__((always_inline)) inline void store_tile(const __m512 (&total)[R][C
   }
 }
 
+// The wide passes' row tiles: rows [0, m) in tiles of at most max_rows, sized evenly (13 rows
+// at most 12: 7 + 6), fn(first row, rows) for each.
+template <typename Fn>
+void even_row_tiles(int64_t m, int64_t max_rows, Fn&& fn) {
+  const int64_t tiles = (m + max_rows - 1) / max_rows;
+  for (int64_t t = 0, r = 0; t < tiles; ++t) {
+    const int64_t left = m - r;
+    const int64_t rows = left / (tiles - t) + (left % (tiles - t) != 0);
+    fn(r, rows);
+    r += rows;
+  }
+}
+
+// A wide pass's totals of rows [row0, row0 + m) and panels [p0, p0 + np) (panel i's rows from
+// total + i * tstride) times the post factor into y; output columns end at n_end.
+inline void store_wide_totals(const MxGemmArgs& a, const float* total, int64_t tstride,
+                              int64_t row0, int64_t m, int64_t p0, int64_t np, int64_t n_end) {
+  const __m512 post = _mm512_set1_ps(a.w->post);
+  for (int64_t i = 0; i < np; ++i) {
+    const int64_t cols = n_end - (p0 + i) * kMxPanelCols;
+    for (int64_t r = 0; r < m; ++r) {
+      float* y = a.y + (row0 + r) * a.ldy + (p0 + i) * kMxPanelCols - a.y_col0;
+      store_cols(y, _mm512_mul_ps(_mm512_load_ps(total + i * tstride + r * kMxPanelCols), post),
+                 cols);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mx::mx_gemm_detail

@@ -350,24 +350,13 @@ void wide_panels(const MxGemmArgs& a, int64_t row0, int64_t m, int64_t p0, int64
       wide_weights(w, t, p0 + i, q, b0, nblk, wbuf, s);
       prefetch_next_group(w, p0 + i, q, b0 + kWideGroupBlocks, nb, kWideGroupBlocks, np,
                           mx_panels(n_end), mx_panel_block_bytes(ElemFormat::kE4M3));
-      const int64_t tiles = (m + kWideRows[q] - 1) / kWideRows[q];
-      for (int64_t tl = 0, r = 0; tl < tiles; ++tl) {
-        const int64_t left = m - r;
-        const int64_t rows = left / (tiles - tl) + (left % (tiles - tl) != 0);
+      even_row_tiles(m, kWideRows[q], [&](int64_t r, int64_t rows) {
         (q == 2 ? kWideTwo : kWideOne)[rows](wbuf, nblk, xg + r * kGroupPairs, s, total[i] + r * kP,
                                              kStride);
-        r += rows;
-      }
+      });
     }
   }
-  const __m512 post = _mm512_set1_ps(w.post);
-  for (int64_t i = 0; i < np; ++i) {
-    const int64_t cols = n_end - (p0 + i) * kP;
-    for (int64_t r = 0; r < m; ++r) {
-      float* y = a.y + (row0 + r) * a.ldy + (p0 + i) * kP - a.y_col0;
-      store_cols(y, _mm512_mul_ps(_mm512_load_ps(total[i] + r * kP), post), cols);
-    }
-  }
+  store_wide_totals(a, total[0], kStride, row0, m, p0, np, n_end);
 }
 
 void gemm_fp8(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
