@@ -44,6 +44,9 @@ inline void prefetch_next_group(const MxPanelView& w, int64_t panel, int64_t q, 
 inline void prefetch_blocks_ahead(const MxPanelView& w, int64_t panel, int c, int64_t nb, int64_t b,
                                   int64_t ahead, int64_t block_bytes) {
   const int64_t end = mx_panels(w.n) * nb;
+  // At most a panel ahead: further, a tile would never ask for its own blocks, and would skip
+  // the next tile's first ones (k = 768 with 32 blocks ahead: blocks 0-7 of every tile).
+  if (ahead > nb) ahead = nb;
   // Past the panels' last block, the next tile's panels (c on) are the ones read next.
   const int64_t next = b + ahead < nb ? b + ahead : c * nb + b + ahead - nb;
   for (int i = 0; i < c; ++i) {
