@@ -209,12 +209,13 @@ std::pair<double, double> time_alternating(benchmark::State& state, ThreadPool& 
   return {first_s, second_s};
 }
 
-// A one-row GEMV too large for the caches (65,536 x 2048) on two threads, as decode runs
-// lm_head, beside a two-thread read of the same packed bytes in every iteration:
-// `of_read` is the GEMV's share of the read rate, the kernel's own bandwidth roofline.
+// A one-row GEMV too large for the caches (n x 2048: 65,536, or Qwen3.5's 248,320-row lm_head)
+// on two threads, as decode runs lm_head, beside a two-thread read of the same packed bytes in
+// every iteration: `of_read` is the GEMV's share of the read rate, the kernel's own bandwidth
+// roofline.
 void BM_GemvDram(benchmark::State& state, Scheme scheme) {
   MxProblem p;
-  const int64_t n = 65536;
+  const int64_t n = state.range(0);
   if (!p.init(state, &mx_gemm_kernels(), scheme, 1, n)) return;
   ThreadPool pool(2);
   const int64_t panels = mx_panels(n);
@@ -272,10 +273,22 @@ BENCHMARK(BM_PrefillGemmPair)
     ->Args({2048, 4096})
     ->Unit(benchmark::kMillisecond);
 
-BENCHMARK_CAPTURE(BM_GemvDram, mxfp8, Scheme::kW8A8Mxfp8)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GemvDram, w4a8, Scheme::kW4A8Mxfp4)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GemvDram, w4a4, Scheme::kW4A4Mxfp4)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GemvDram, mxfp4_dual, Scheme::kW4A4Mxfp4Dual)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemvDram, mxfp8, Scheme::kW8A8Mxfp8)
+    ->Arg(65536)
+    ->Arg(248320)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemvDram, w4a8, Scheme::kW4A8Mxfp4)
+    ->Arg(65536)
+    ->Arg(248320)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemvDram, w4a4, Scheme::kW4A4Mxfp4)
+    ->Arg(65536)
+    ->Arg(248320)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemvDram, mxfp4_dual, Scheme::kW4A4Mxfp4Dual)
+    ->Arg(65536)
+    ->Arg(248320)
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_CAPTURE(BM_GemmMx, scalar_mxfp8, IsaLevel::kScalar, Scheme::kW8A8Mxfp8)->Args({1, 2048});
 BENCHMARK_CAPTURE(BM_GemmMx, avx2_mxfp8, IsaLevel::kAvx2, Scheme::kW8A8Mxfp8)

@@ -451,6 +451,80 @@ TEST(Kernels, MxGemmE4m3AtExtremeActivationScales) {
   }
 }
 
+// One row of E2M1 weights (W4A4, W4A8), where the vector tables build each block's scale as an
+// exponent when every scale stays normal (mx_one_row_scale_exps): weight blocks from 2^-126
+// (stored scales at the edge of the range) through 2^-40 and 2^100 (scales rebased by the post
+// factor), against rows from 2^-126 to 2^110. Whichever way a table scales, it gives the
+// scalar kernel's bits.
+TEST(Kernels, OneRowIntegerGemmAtScaleExtremes) {
+  const int64_t n = 40, k = 96, nb = k / 32, kp = mx_decoded_stride(k);
+  const int weight_exps[3][3] = {{-126, -124, -1}, {-40, 0, 30}, {-20, 60, 100}};
+  const int row_exps[] = {-126, -100, -60, 0, 60, 110};
+  const auto wf = test::activation_like(static_cast<size_t>(n * k), 5);
+  const auto xf = test::activation_like(static_cast<size_t>(k), 6);
+  for (Scheme s : {Scheme::kW4A4Mxfp4, Scheme::kW4A8Mxfp4}) {
+    for (const auto& exps : weight_exps) {
+      Tensor wt = Tensor::empty(DType::kF32, {n, k});
+      for (int64_t i = 0; i < n * k; ++i) {
+        const int e = exps[(i / k + i % k / 32) % 3];
+        wt.mutable_data_as<float>()[i] = std::ldexp(wf[static_cast<size_t>(i)], e);
+      }
+      auto q = quantize_weight(wt, s, ScaleRule::kFloor, "w");
+      ASSERT_TRUE(q.is_ok());
+      const MxMatrixView wv{ElemFormat::kE2M1,
+                            q->codes.data_as<uint8_t>(),
+                            q->scales.data_as<uint8_t>(),
+                            nullptr,
+                            n,
+                            k,
+                            q->row_bytes()};
+      for (int e : row_exps) {
+        std::vector<float> xr(static_cast<size_t>(k));
+        for (int64_t t = 0; t < k; ++t) xr[t] = std::ldexp(xf[static_cast<size_t>(t)], e);
+        ActRows a;
+        act_rows_init(s, k, ScaleRule::kFloor, &a);
+        a.resize(1);
+        act_rows_quantize(xr.data(), 0, ScaleRule::kFloor, &a);
+        const MxMatrixView av{a.format, a.codes.data(), a.scales.data(), nullptr, 1,
+                              k,        a.row_bytes};
+        std::vector<int8_t> xq(static_cast<size_t>(kp)), planes(static_cast<size_t>(2 * kp));
+        std::vector<int16_t> xh(static_cast<size_t>(kp)), xh_ref(xh.size());
+        std::vector<int32_t> xsum(static_cast<size_t>(nb)), xsum_ref(xsum.size());
+        std::vector<float> xscale(static_cast<size_t>(nb));
+        const bool w4a8 = s == Scheme::kW4A8Mxfp4;
+        if (w4a8) {
+          mx_prepare_fp8_activations_i16(av, xh_ref.data(), xscale.data());
+        } else {
+          mx_prepare_fp4_activations(av, xq.data(), xsum.data(), xscale.data());
+        }
+        auto run = [&](const MxGemmKernels* kern, const int16_t* h, float* y) {
+          const MxPanelWeights packed = kern->pack(wv);
+          MxGemmArgs g{nullptr, &packed.view, y, 1, kp, n, xq.data(), xsum.data(), xscale.data()};
+          if (w4a8) {
+            g.xh = h;
+            g.xhb = planes.data();
+            kern->gemm_w4a8(g, 0, n);
+          } else {
+            kern->gemm_w4a4(g, 0, n);
+          }
+        };
+        std::vector<float> y0(static_cast<size_t>(n), -1.0f);
+        run(mx_gemm_kernels_for(IsaLevel::kScalar), xh_ref.data(), y0.data());
+        for (const MxGemmKernels* kern : mx_gemm_kernel_variants()) {
+          if (kern->isa == IsaLevel::kScalar) continue;
+          std::vector<float> scales(xscale.size());
+          if (w4a8) kern->prepare_w4a8(av, xh.data(), planes.data(), xsum.data(), scales.data());
+          std::vector<float> y(y0.size(), -1.0f);
+          run(kern, xh.data(), y.data());
+          ASSERT_EQ(0, std::memcmp(y0.data(), y.data(), y.size() * sizeof(float)))
+              << kern->name << " " << scheme_info(s).name << " weights 2^" << exps[0]
+              << ".. rows 2^" << e;
+        }
+      }
+    }
+  }
+}
+
 // `rows` rows of g query heads (queries [rows][g * d]) from len0 through fn, one of a table's
 // group_paged variants: out [rows][g * d].
 std::vector<float> attend_rows(const std::function<void(const AttentionRows&)>& fn, const float* q,

@@ -175,9 +175,10 @@ const PanelSlot* slots(bool fp4, Layout layout) {
   return tables[2 * static_cast<int>(layout) + (fp4 ? 1 : 0)].data();
 }
 
-// pack_mx_panels into the layout `slot` gives.
+// pack_mx_panels into the layout `slot` gives; the range of the stored scales into view's
+// scale_min and scale_max.
 float pack_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float* chunk_scales,
-                  const PanelSlot* slot) {
+                  const PanelSlot* slot, MxPanelView* view = nullptr) {
   const bool fp4 = w.format == ElemFormat::kE2M1;
   const int64_t n = w.rows, k = w.k, nb = (k + 31) / 32, nc = (k + 511) / 512;
   const int64_t panels = mx_panels(n), bb = mx_panel_block_bytes(w.format);
@@ -194,6 +195,7 @@ float pack_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float*
   }
   const int g = std::max(0, max_s + f + chunk_exp - 254);
   std::memset(codes, 0, static_cast<size_t>(panels * nb * bb));
+  uint8_t lo = 255, hi = 0;
   for (int64_t p = 0; p < panels; ++p) {
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* blk = codes + (p * nb + b) * bb;
@@ -207,6 +209,8 @@ float pack_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float*
         }
         // Scales below what an FP32 exponent holds after the shift by g read as zero.
         sc[c] = static_cast<uint8_t>(std::clamp(w.scales[col * nb + b] + f - g, 0, 254));
+        lo = std::min(lo, sc[c]);
+        hi = std::max(hi, sc[c]);
         const PanelSlot* cs = slot + c * 32;
         const uint8_t* row = w.codes + col * w.row_bytes;
         if (fp4) {
@@ -231,6 +235,10 @@ float pack_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float*
       }
     }
   }
+  if (view != nullptr && lo <= hi) {
+    view->scale_min = lo;
+    view->scale_max = hi;
+  }
   return pow2(g);
 }
 
@@ -241,9 +249,9 @@ MxPanelWeights pack_weights(const MxMatrixView& w, Layout layout) {
   p.scales.resize(static_cast<size_t>(mx_panel_scale_bytes(w.rows, w.k)));
   if (dual) p.chunk_scales.resize(static_cast<size_t>(mx_panel_chunk_floats(w.rows, w.k)));
   float* chunks = dual ? p.chunk_scales.data() : nullptr;
-  const float post = pack_panels(w, p.codes.data(), p.scales.data(), chunks,
-                                 slots(w.format == ElemFormat::kE2M1, layout));
-  p.view = {w.format, p.codes.data(), p.scales.data(), chunks, w.rows, w.k, post};
+  p.view = {w.format, p.codes.data(), p.scales.data(), chunks, w.rows, w.k, 1.0f};
+  p.view.post = pack_panels(w, p.codes.data(), p.scales.data(), chunks,
+                            slots(w.format == ElemFormat::kE2M1, layout), &p.view);
   return p;
 }
 
@@ -356,6 +364,24 @@ void mx_gemm_w4a8_scalar(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) {
 }
 
 }  // namespace
+
+bool mx_one_row_scale_exps(const MxGemmArgs& a, int shift, int32_t* exp, int64_t max_blocks) {
+  const MxPanelView& w = *a.w;
+  const int64_t nb = (w.k + 31) / 32;
+  const int unit = std::ilogb(mx_panel_scale_unit(w.format));
+  if (a.m != 1 || w.chunk_scales != nullptr || nb > max_blocks || w.scale_min + unit < 1) {
+    return false;
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const auto bits = std::bit_cast<uint32_t>(a.xscale[b]);
+    const auto field = static_cast<int32_t>(bits >> 23);
+    if ((bits & 0x807FFFFFu) != 0 || field == 0 || field == 255) return false;
+    exp[b] = field - 127 + unit + shift;
+    if (w.scale_min + exp[b] < 1 || w.scale_max + exp[b] > 254) return false;
+  }
+  return true;
+}
+
 const MxGemmKernels kScalarMxGemm = {
     IsaLevel::kScalar,   "scalar",       pack_mx_weights,     mx_decode_activations,
     prepare_w4a8_scalar, mx_gemm_scalar, mx_gemm_w4a4_scalar, mx_gemm_w4a8_scalar};

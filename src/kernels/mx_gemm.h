@@ -64,6 +64,9 @@ struct MxPanelView {
   const float* chunk_scales;  // [panels][chunks][16], null unless dual-level
   int64_t n, k;
   float post;  // 2^g
+  // The least and greatest stored block scale over the real columns: where every block's
+  // scale stays in FP32's normal range, a kernel may build it as an exponent (shift and add).
+  uint8_t scale_min = 0, scale_max = 255;
 };
 
 constexpr int64_t mx_panels(int64_t n) { return (n + kMxPanelCols - 1) / kMxPanelCols; }
@@ -189,6 +192,14 @@ namespace mx_gemm_detail {
 // + l with h and l in [-85, 85] (|x| <= 448 * 32), a split for which both halves keep a
 // block's byte products in 16-bit lanes (16 products of at most 24 * 85 = 32640).
 constexpr int kW4a8PlaneSplit = 170;
+// For a one-row integer GEMM (E2M1 weights): exp[b], for each of a's nb blocks, such that a
+// stored scale byte s plus exp[b] is the FP32 exponent field of (2^(s - 127) * 2^(64 - f)) *
+// a.xscale[b] * 2^shift, for every s of the weights, with that product and its first factor
+// normal. Then a kernel may build a block's scale vector with an add and a shift, and its
+// results are those of the multiplies. False (exp unspecified) where that does not hold: chunk
+// scales, an activation scale not a normal power of two, scales out of range, or more than
+// max_blocks blocks.
+bool mx_one_row_scale_exps(const MxGemmArgs& a, int shift, int32_t* exp, int64_t max_blocks);
 extern const MxGemmKernels kScalarMxGemm;
 extern const MxGemmKernels kAvx2MxGemm;
 extern const MxGemmKernels kAvx512MxGemm;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 namespace mx {
@@ -60,6 +61,24 @@ template <typename Fn, int MaxRows, int MaxPanels, typename Pick>
 constexpr auto tile_table() {
   return tile_plan_detail::tile_rows<Fn, MaxPanels, Pick>(
       std::make_integer_sequence<int, MaxRows>());
+}
+
+// One row's columns [n_begin, n_end) in tiles of C panels of kp columns, a last partial group
+// one panel at a time: fn(std::integral_constant<int, panels>, panel, cols), cols counting
+// the valid columns from that panel.
+template <int C, typename Fn>
+void for_each_row_tile(int64_t n_begin, int64_t n_end, int64_t kp, Fn&& fn) {
+  const int64_t p_end = (n_end + kp - 1) / kp;
+  for (int64_t p = n_begin / kp; p < p_end; p += C) {
+    const int64_t cols = std::min(n_end, (p + C) * kp) - p * kp;
+    if (p + C <= p_end) {
+      fn(std::integral_constant<int, C>{}, p, cols);
+    } else {
+      for (int64_t q = p; q < p_end; ++q) {
+        fn(std::integral_constant<int, 1>{}, q, cols - (q - p) * kp);
+      }
+    }
+  }
 }
 
 // Columns [n_begin, n_end) of a GEMM whose arguments `a` have rows a.m, as for_each_tile walks
