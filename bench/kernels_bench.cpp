@@ -273,22 +273,14 @@ BENCHMARK(BM_PrefillGemmPair)
     ->Args({2048, 4096})
     ->Unit(benchmark::kMillisecond);
 
-BENCHMARK_CAPTURE(BM_GemvDram, mxfp8, Scheme::kW8A8Mxfp8)
-    ->Arg(65536)
-    ->Arg(248320)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GemvDram, w4a8, Scheme::kW4A8Mxfp4)
-    ->Arg(65536)
-    ->Arg(248320)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GemvDram, w4a4, Scheme::kW4A4Mxfp4)
-    ->Arg(65536)
-    ->Arg(248320)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GemvDram, mxfp4_dual, Scheme::kW4A4Mxfp4Dual)
-    ->Arg(65536)
-    ->Arg(248320)
-    ->Unit(benchmark::kMillisecond);
+// BM_GemvDram's sizes: n = 65,536, and Qwen3.5's lm_head.
+void gemv_dram_sizes(benchmark::internal::Benchmark* b) {
+  b->Arg(65536)->Arg(248320)->Unit(benchmark::kMillisecond);
+}
+BENCHMARK_CAPTURE(BM_GemvDram, mxfp8, Scheme::kW8A8Mxfp8)->Apply(gemv_dram_sizes);
+BENCHMARK_CAPTURE(BM_GemvDram, w4a8, Scheme::kW4A8Mxfp4)->Apply(gemv_dram_sizes);
+BENCHMARK_CAPTURE(BM_GemvDram, w4a4, Scheme::kW4A4Mxfp4)->Apply(gemv_dram_sizes);
+BENCHMARK_CAPTURE(BM_GemvDram, mxfp4_dual, Scheme::kW4A4Mxfp4Dual)->Apply(gemv_dram_sizes);
 
 BENCHMARK_CAPTURE(BM_GemmMx, scalar_mxfp8, IsaLevel::kScalar, Scheme::kW8A8Mxfp8)->Args({1, 2048});
 BENCHMARK_CAPTURE(BM_GemmMx, avx2_mxfp8, IsaLevel::kAvx2, Scheme::kW8A8Mxfp8)

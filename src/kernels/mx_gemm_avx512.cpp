@@ -103,10 +103,13 @@ __attribute__((always_inline)) inline void offset_codes(const uint8_t* p, __m512
   hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble));
 }
 
-__attribute__((always_inline)) inline __m512i broadcast4(const int8_t* p) {
-  int32_t four;
-  __builtin_memcpy(&four, p, 4);
-  return _mm512_set1_epi32(four);
+// acc + vpdpbusd(w, the four bytes at p in every dword), the bytes broadcast from memory
+// inside the instruction ({1to16}), which GCC does not fold from the intrinsics.
+__attribute__((always_inline)) inline __m512i dpbusd_at(__m512i acc, __m512i w, const int8_t* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(w), "m"(*reinterpret_cast<const int8_t(*)[4]>(p)));
+  return acc;
 }
 
 // E2M1 weights, R rows by C panels: per block two int32 accumulators per output that
@@ -175,13 +178,13 @@ void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols,
           if constexpr (kW4a8) {
             const int8_t* h = x[r] + 8 * j;
             const int8_t* l = x[r] + 32 + 8 * j;
-            acc[r][c][0] = _mm512_dpbusd_epi32(acc[r][c][0], lo, broadcast4(h));
-            acc[r][c][1] = _mm512_dpbusd_epi32(acc[r][c][1], lo, broadcast4(l));
-            acc[r][c][0] = _mm512_dpbusd_epi32(acc[r][c][0], hi, broadcast4(h + 4));
-            acc[r][c][1] = _mm512_dpbusd_epi32(acc[r][c][1], hi, broadcast4(l + 4));
+            acc[r][c][0] = dpbusd_at(acc[r][c][0], lo, h);
+            acc[r][c][1] = dpbusd_at(acc[r][c][1], lo, l);
+            acc[r][c][0] = dpbusd_at(acc[r][c][0], hi, h + 4);
+            acc[r][c][1] = dpbusd_at(acc[r][c][1], hi, l + 4);
           } else {
-            acc[r][c][0] = _mm512_dpbusd_epi32(acc[r][c][0], lo, broadcast4(x[r] + 8 * j));
-            acc[r][c][1] = _mm512_dpbusd_epi32(acc[r][c][1], hi, broadcast4(x[r] + 8 * j + 4));
+            acc[r][c][0] = dpbusd_at(acc[r][c][0], lo, x[r] + 8 * j);
+            acc[r][c][1] = dpbusd_at(acc[r][c][1], hi, x[r] + 8 * j + 4);
           }
         }
       }

@@ -92,6 +92,13 @@ __attribute__((always_inline)) inline __m512 dot2(__m512 acc, __m512i w, uint32_
                           reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x))));
 }
 
+// dot2 with the pair dword broadcast from memory inside the instruction ({1to16}), which GCC
+// does not fold from the intrinsics: a separate vpbroadcastd per product pair otherwise.
+__attribute__((always_inline)) inline __m512 dot2_at(__m512 acc, __m512i w, const uint32_t* x) {
+  asm("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*x));
+  return acc;
+}
+
 // Whether the BF16 products give the FP32 chains' bits for `m` rows of `k` decoded activations
 // (factor kMxGemmInputScale): every nonzero value at least 64 and finite. A decoded value of at
 // least 2^e is a multiple of 2^(e - 3) and a weight (value times 2^-120) one of 2^-129, so a
@@ -166,7 +173,7 @@ void tile_bf16(const MxGemmArgs& a, const uint32_t* xp, int64_t pairs, int64_t r
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const uint32_t* x = xp + r * pairs + b * 16 + 2 * j;
-          acc[r][c] = dot2(dot2(acc[r][c], lo_k, x[0]), hi_k, x[1]);
+          acc[r][c] = dot2_at(dot2_at(acc[r][c], lo_k, x), hi_k, x + 1);
         }
       }
     }
@@ -281,9 +288,8 @@ void wide_rows(const uint32_t* wbuf, int64_t nblk, const uint32_t* xg, const __m
       for (int q = 0; q < Q; ++q) wv[q] = _mm512_load_si512(wbuf + (p * Q + q) * kP);
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r) {
-        const uint32_t xr = xg[r * kGroupPairs + p];
 #pragma GCC unroll 2
-        for (int q = 0; q < Q; ++q) acc[r][q] = dot2(acc[r][q], wv[q], xr);
+        for (int q = 0; q < Q; ++q) acc[r][q] = dot2_at(acc[r][q], wv[q], xg + r * kGroupPairs + p);
       }
     }
 #pragma GCC unroll 12
