@@ -143,9 +143,10 @@ void tile(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols) {
   alignas(32) float total[R][C][kP];
   zero_totals(total);
   for (int64_t b = 0; b < nb; ++b) {
-    // The codes 4 KB ahead (2 KB: one-row W8A8 decode 34 -> 42-44 tok/s; 4 KB on a Zen 4 whose
-    // memory outran this kernel's 2 KB: Qwen3.5-shaped lm_head 25.3-25.8 -> 21.4-23.7 ms).
-    prefetch_blocks_ahead(w, panel, C, nb, b, 8, kBlockBytes);
+    // The codes 4 KB ahead into L2 (2 KB: one-row W8A8 decode 34 -> 42-44 tok/s; 4 KB on a
+    // Zen 4 whose memory outran this kernel's 2 KB: Qwen3.5-shaped lm_head 25.3-25.8 ->
+    // 21.4-23.7 ms; into L2 rather than L1 there, 18.5-19.4 -> 15.4-15.7).
+    prefetch_blocks_ahead(w, panel, C, nb, b, 8, kBlockBytes, true);
     const uint8_t* wrow[C];
     begin_block<C>(w, panel, b, nb, kBlockBytes, wrow);
     const float* x[R];
@@ -249,9 +250,10 @@ void tile_int(const MxGemmArgs& a, int64_t row, int64_t panel, int64_t cols,
   alignas(32) float total[R][C][kP];
   zero_totals(total);
   for (int64_t b = 0; b < nb; ++b) {
-    // The codes 4 KB ahead (2 KB: one-row W4A8 decode 58-62 -> 73-76 tok/s; 4 KB on a Zen 4:
-    // Qwen3.5-shaped W4A8 decode 45.2-56.0 -> 56.2-60.7 tok/s, W4A4 level).
-    prefetch_blocks_ahead(w, panel, C, nb, b, 16, 256);
+    // The codes 4 KB ahead into L2 (2 KB: one-row W4A8 decode 58-62 -> 73-76 tok/s; 4 KB on a
+    // Zen 4: Qwen3.5-shaped W4A8 decode 45.2-56.0 -> 56.2-60.7 tok/s, W4A4 level; into L2
+    // rather than L1 there, W4A8 66.1-66.2 -> 74.4-76.0, W4A4 62.3-62.6 -> 73.9-76.7).
+    prefetch_blocks_ahead(w, panel, C, nb, b, 16, 256, true);
     const uint8_t* wrow[C];
     begin_block<C>(w, panel, b, nb, 256, wrow);
     const int8_t* x[R];

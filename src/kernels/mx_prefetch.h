@@ -17,6 +17,9 @@ namespace {
 inline void prefetch_line(const void* p) {
   asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
 }
+inline void prefetch_line_l2(const void* p) {
+  asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
+}
 
 // The codes (block_bytes per panel and block) of panels [panel, panel + q) that are widened
 // next: their group of up to group_blocks blocks from block b, or after the last group the
@@ -40,9 +43,14 @@ inline void prefetch_next_group(const MxPanelView& w, int64_t panel, int64_t q, 
 // them: the direct tiles ask for them as they start block b. Their stream is sequential, yet
 // with the hardware prefetcher alone a one-row tile waited on it for a fifth of its time, and
 // while the spill-over went to the tile's own next panel, the next tile began with cold
-// panels (one-row W4A8 decode 68-73 -> 76-80 tok/s; docs/performance.md).
+// panels (one-row W4A8 decode 68-73 -> 76-80 tok/s; docs/performance.md). to_l2 asks with
+// prefetcht1: on a Zen 4 the lines then wait in L2, and the tiles ran 12-23% faster than with
+// the same requests into L1, whose fill buffers and 32 KB they crowded (lm_head of the Qwen3.5
+// shape, AVX2 tables: W4A4 10.0 -> 8.1 ms a step, W8A8 18.9 -> 15.5; AVX-512 BF16 tiles at
+// eight rows, Qwen3-30B shape: 16.2-18.7 -> 13.1-13.7). The AVX-512 FMA tiles, which Intel
+// cores run, keep L1: not measured there.
 inline void prefetch_blocks_ahead(const MxPanelView& w, int64_t panel, int c, int64_t nb, int64_t b,
-                                  int64_t ahead, int64_t block_bytes) {
+                                  int64_t ahead, int64_t block_bytes, bool to_l2 = false) {
   const int64_t end = mx_panels(w.n) * nb;
   // At most a panel ahead: further, a tile would never ask for its own blocks, and would skip
   // the next tile's first ones (k = 768 with 32 blocks ahead: blocks 0-7 of every tile).
@@ -53,7 +61,13 @@ inline void prefetch_blocks_ahead(const MxPanelView& w, int64_t panel, int c, in
     const int64_t blk = (panel + i) * nb + next;
     if (blk >= end) return;
     const uint8_t* codes = w.codes + blk * block_bytes;
-    for (int64_t off = 0; off < block_bytes; off += 64) prefetch_line(codes + off);
+    for (int64_t off = 0; off < block_bytes; off += 64) {
+      if (to_l2) {
+        prefetch_line_l2(codes + off);
+      } else {
+        prefetch_line(codes + off);
+      }
+    }
   }
 }
 
