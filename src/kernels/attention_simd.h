@@ -267,8 +267,9 @@ void heads_rows(const AttentionRows& a, int64_t h0, const T* const* k_blocks,
   for (int64_t c0 = 0; c0 < max_len; c0 += chunk) {
     const int64_t cb = c0 / bs;
     // Rows are in order of length: those that reach this chunk are the last ones.
-    for (int64_t j = max64(0, c0 + 1 - a.len0); j < a.rows; ++j) {
-      const bool lead = j == max64(0, c0 + 1 - a.len0);
+    const int64_t first = max64(0, c0 + 1 - a.len0);
+    for (int64_t j = first; j < a.rows; ++j) {
+      const bool lead = j == first;
       const float* q = a.q + j * a.q_ld + h0 * hd;
       const float* const* kss = ks != nullptr ? ks + cb : nullptr;
       const int64_t len = min64(chunk, a.len0 + j - c0);
@@ -293,8 +294,9 @@ void heads_rows(const AttentionRows& a, int64_t h0, const T* const* k_blocks,
   }
   for (int64_t c0 = 0; c0 < max_len; c0 += chunk) {
     // Rows are in order of length: those that reach this chunk are the last ones.
-    for (int64_t j = max64(0, c0 + 1 - a.len0); j < a.rows; ++j) {
-      const bool lead = j == max64(0, c0 + 1 - a.len0);
+    const int64_t first = max64(0, c0 + 1 - a.len0);
+    for (int64_t j = first; j < a.rows; ++j) {
+      const bool lead = j == first;
       const int64_t end = min64(c0 + chunk, a.len0 + j);
       head_values<V, G, T>(scores_of(j), max_len, v_blocks, bs, c0, end, a.ld, hd, acc_of(j),
                            c0 == 0, lead ? chunk / bs : 0, max_len);
