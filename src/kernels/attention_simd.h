@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "kernels/attention.h"
+#include "kernels/prefetch.h"
 
 namespace mx::attention_detail {
 namespace {
@@ -39,7 +40,7 @@ constexpr int columns_per_pass(int w, int g) {
 // (BM_AttentionDecode, AVX2, one thread).
 inline void prefetch_row(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
-  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T1);
+  for (int64_t off = 0; off < bytes; off += 64) prefetch_line_l2(c + off);
 }
 
 // A cached element as FP32, for the tails past the last whole vector.

@@ -7,19 +7,12 @@
 #include <cstdint>
 
 #include "kernels/mx_gemm.h"
+#include "kernels/prefetch.h"
 
 namespace mx::mx_gemm_detail {
 // Internal linkage: ISA translation units compiled with different flags include this (see
 // tile_plan.h).
 namespace {
-
-// A prefetch that stays: GCC deletes a loop whose only work is _mm_prefetch.
-inline void prefetch_line(const void* p) {
-  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-}
-inline void prefetch_line_l2(const void* p) {
-  asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
-}
 
 // The codes (block_bytes per panel and block) of panels [panel, panel + q) that are widened
 // next: their group of up to group_blocks blocks from block b, or after the last group the
