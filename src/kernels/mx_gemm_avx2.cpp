@@ -686,12 +686,14 @@ void wide_rows_w4a8(const __m256i* wbuf, int64_t nblk, const int16_t* x, int64_t
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) asm("" : "+x"(acc[r][0]), "+x"(acc[r][1]));
     }
+    // The weights' half of each scale once for the tile's rows (GCC computed it per row).
+    const __m256 sw[2] = {_mm256_mul_ps(s[0], unit), _mm256_mul_ps(s[1], unit)};
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m256 xs = _mm256_set1_ps(xscale[r * nb + b]);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(s[h], unit), xs);
+        const __m256 scale = _mm256_mul_ps(sw[h], xs);
         float* t = total + r * kP + 8 * h;
         _mm256_store_ps(t,
                         _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), scale, _mm256_load_ps(t)));
