@@ -348,6 +348,7 @@ nlohmann::ordered_json BenchResult::to_json() const {
                               {"peak_fp32_gflops", peaks.fp32_gflops},
                               {"peak_bf16_gflops", peaks.bf16_gflops},
                               {"peak_int8_gops", peaks.int8_gops},
+                              {"peak_int16_gops", peaks.int16_gops},
                               {"bf16_peak_how", peaks.bf16_how},
                               {"int8_peak_how", peaks.int8_how},
                               {"decode_bytes_per_step", cost.decode_bytes_per_step},
@@ -389,12 +390,17 @@ std::string BenchResult::report() const {
       std::minmax_element(peaks.bandwidth_samples.begin(), peaks.bandwidth_samples.end());
   std::snprintf(line, sizeof line,
                 "machine: %.1f GB/s read (median of %zu samples, %.1f-%.1f), %.1f GFLOP/s fp32, "
-                "%.1f GFLOP/s bf16, %.1f GOP/s int8\n",
+                "%.1f GFLOP/s bf16, %.1f GOP/s int8",
                 peaks.bandwidth_gbs, peaks.bandwidth_samples.size(),
                 lo == peaks.bandwidth_samples.end() ? 0.0 : *lo,
                 hi == peaks.bandwidth_samples.end() ? 0.0 : *hi, peaks.fp32_gflops,
                 peaks.bf16_gflops, peaks.int8_gops);
   s += line;
+  if (peaks.int16_gops > 0) {
+    std::snprintf(line, sizeof line, ", %.1f GOP/s int16", peaks.int16_gops);
+    s += line;
+  }
+  s += "\n";
   std::snprintf(line, sizeof line,
                 "prefill: %lld x %lld tokens, %.1f tok/s (sd %.1f), %.1f%% of the bf16 peak "
                 "(%.3f GFLOP/token)\n",

@@ -108,13 +108,21 @@ MachinePeaks measure_machine_peaks(ThreadPool& pool) {
                                             : peaks_detail::int8_dot_avx2(20'000'000, sink);
                             }) /
                   1e9;
+    if (!avx512) {
+      m.int16_gops = best_rate(pool, 3,
+                               [&](int64_t t) {
+                                 return peaks_detail::int16_dot_avx2(
+                                     20'000'000, &isinks[static_cast<size_t>(t) * 16]);
+                               }) /
+                     1e9;
+    }
     // The BF16 kernels widen BF16 to FP32 and use FP32 FMAs (vdpbf16ps would round the
     // activations to BF16 too): the FP32 peak bounds them.
     m.bf16_gflops = m.fp32_gflops;
     m.bf16_how = avx512 ? "avx512 fp32 fma on widened bf16" : "fp32 fma on widened bf16";
     m.int8_how = amx      ? "amx tdpbssd"
                  : avx512 ? "avx512 vnni vpdpbusd"
-                          : "avx2 vpmaddubsw + vpmaddwd";
+                          : "avx2 vpmaddubsw + vpaddw";
   } else {
     m.bf16_how = m.int8_how = "not measured without AVX2";
   }

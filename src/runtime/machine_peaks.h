@@ -20,6 +20,9 @@ struct MachinePeaks {
   double fp32_gflops = 0;
   double bf16_gflops = 0;  // BF16 products accumulated in FP32
   double int8_gops = 0;    // int8 multiply-adds, two ops each
+  // int16 multiply-adds (two ops each) on AVX2, the W4A8 kernels' arithmetic at several rows
+  // there; 0 where the kernels run at a wider level (their W4A8 is on int8 dot products).
+  double int16_gops = 0;
   std::string bf16_how, int8_how;
 };
 
@@ -32,6 +35,7 @@ namespace peaks_detail {
 // AVX2 loops (machine_peaks_avx2.cpp); each returns its operation count.
 double read_sum_avx2(const float* p, int64_t n, float* sink);
 double fp32_fma_avx2(int64_t iters, float* sink);
+double int16_dot_avx2(int64_t iters, int* sink);
 double int8_dot_avx2(int64_t iters, int* sink);
 // AVX-512 loops (machine_peaks_avx512.cpp), run where the kernels run at that level.
 double fp32_fma_avx512(int64_t iters, float* sink);
