@@ -120,9 +120,7 @@ MachinePeaks measure_machine_peaks(ThreadPool& pool) {
     // activations to BF16 too): the FP32 peak bounds them.
     m.bf16_gflops = m.fp32_gflops;
     m.bf16_how = avx512 ? "avx512 fp32 fma on widened bf16" : "fp32 fma on widened bf16";
-    m.int8_how = amx      ? "amx tdpbssd"
-                 : avx512 ? "avx512 vnni vpdpbusd"
-                          : "avx2 vpmaddubsw + vpaddw";
+    m.int8_how = amx ? "amx tdpbssd" : avx512 ? "avx512 vnni vpdpbusd" : "avx2 vpmaddubsw + vpaddw";
   } else {
     m.bf16_how = m.int8_how = "not measured without AVX2";
   }
