@@ -1,9 +1,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/huge_pages.h"
 #include "core/json_util.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -67,6 +70,47 @@ TEST(Tensor, ViewsShareStorage) {
   EXPECT_EQ(t.reshape({2, 6}).dim(-1), 6);
   EXPECT_EQ(t.describe(), "F32[3, 4]");
   EXPECT_EQ(shape_numel({1 << 30, 1 << 30, 1 << 30}), -1);
+}
+
+// Buffers carved from the huge-page arena: aligned, disjoint (each keeps its own bytes while
+// the others are written), large ones on huge-page boundaries, and every mapping returned
+// once its buffers are freed.
+TEST(HugePages, BuffersAreDisjointAndMappingsReturn) {
+  const uint64_t before = huge_mapped_bytes();
+  const std::vector<size_t> sizes = {1,        63,       64,   4096, 100000, 1 << 20, (3 << 20) + 5,
+                                     20 << 20, 70 << 20, 12345};
+  std::vector<uint8_t*> bufs;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto* p = static_cast<uint8_t*>(huge_alloc(sizes[i]));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << sizes[i];
+    std::memset(p, static_cast<int>(i + 1), sizes[i]);
+    bufs.push_back(p);
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const uint8_t want = static_cast<uint8_t>(i + 1);
+    EXPECT_EQ(bufs[i][0], want) << sizes[i];
+    EXPECT_EQ(bufs[i][sizes[i] / 2], want) << sizes[i];
+    EXPECT_EQ(bufs[i][sizes[i] - 1], want) << sizes[i];
+  }
+  if (huge_mapped_bytes() == before) {
+    // Built with AddressSanitizer: the heap serves these buffers.
+    for (size_t i = 0; i < sizes.size(); ++i) huge_free(bufs[i], sizes[i]);
+    GTEST_SKIP() << "huge-page arena off in this build";
+  }
+  // 20 and 70 MB take mappings of their own, whole huge pages at a huge-page boundary.
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(bufs[7]) % (2 << 20), 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(bufs[8]) % (2 << 20), 0u);
+  EXPECT_GE(huge_mapped_bytes() - before, uint64_t{(20 + 70) << 20});
+  for (size_t i = 0; i < sizes.size(); ++i) huge_free(bufs[i], sizes[i]);
+  EXPECT_EQ(huge_mapped_bytes(), before);
+  {
+    HugeVector<float> v(1000, 2.5f);
+    HugeArray<int32_t> a(5000);
+    a.get()[4999] = 7;
+    EXPECT_EQ(v[999], 2.5f);
+    EXPECT_GT(huge_mapped_bytes(), before);
+  }
+  EXPECT_EQ(huge_mapped_bytes(), before);
 }
 
 TEST(ThreadPool, RangesCoverExactlyOnce) {

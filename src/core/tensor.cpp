@@ -10,14 +10,18 @@
 #include <new>
 
 #include "core/check.h"
+#include "core/huge_pages.h"
 
 namespace mx {
 
-std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
+std::shared_ptr<Storage> Storage::allocate(size_t bytes, Placement placement) {
   std::shared_ptr<Storage> s(new Storage());
   const size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  void* p = placement == Placement::kHugePages
+                ? huge_alloc(rounded == 0 ? 64 : rounded)
+                : std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   if (p == nullptr) throw std::bad_alloc();
+  s->placement_ = placement;
   std::memset(p, 0, rounded == 0 ? 64 : rounded);
   s->data_ = static_cast<uint8_t*>(p);
   s->size_ = bytes;
@@ -37,7 +41,12 @@ std::shared_ptr<Storage> Storage::view_of_file(std::shared_ptr<const MappedFile>
 }
 
 Storage::~Storage() {
-  if (owned_) std::free(data_);
+  if (!owned_) return;
+  if (placement_ == Placement::kHugePages) {
+    huge_free(data_, size_ == 0 ? 64 : (size_ + 63) / 64 * 64);
+  } else {
+    std::free(data_);
+  }
 }
 
 std::string shape_to_string(const Shape& shape) {
@@ -71,11 +80,11 @@ Shape contiguous_strides(const Shape& shape) {
 }
 }  // namespace
 
-Tensor Tensor::empty(DType dtype, Shape shape) {
+Tensor Tensor::empty(DType dtype, Shape shape, Placement placement) {
   const int64_t n = shape_numel(shape);
   MX_CHECK(n >= 0);
-  return from_storage(Storage::allocate(static_cast<size_t>(n) * dtype_size(dtype)), dtype,
-                      std::move(shape));
+  return from_storage(Storage::allocate(static_cast<size_t>(n) * dtype_size(dtype), placement),
+                      dtype, std::move(shape));
 }
 
 Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, DType dtype, Shape shape,

@@ -14,10 +14,14 @@
 
 namespace mx {
 
+// Where an owned buffer lives: the heap, or huge pages for large buffers written once and
+// streamed for a model's life (core/huge_pages.h).
+enum class Placement { kHeap, kHugePages };
+
 class Storage {
  public:
   // 64-byte aligned, zero-filled.
-  static std::shared_ptr<Storage> allocate(size_t bytes);
+  static std::shared_ptr<Storage> allocate(size_t bytes, Placement placement = Placement::kHeap);
   // Borrows `bytes` at `data` inside `file`, keeping the file mapped while the storage lives.
   static std::shared_ptr<Storage> view_of_file(std::shared_ptr<const MappedFile> file,
                                                const uint8_t* data, size_t bytes);
@@ -35,6 +39,7 @@ class Storage {
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
   bool owned_ = false;
+  Placement placement_ = Placement::kHeap;
   std::shared_ptr<const MappedFile> file_;
 };
 
@@ -48,7 +53,7 @@ class Tensor {
  public:
   Tensor() = default;
   // A new contiguous, zero-filled tensor.
-  static Tensor empty(DType dtype, Shape shape);
+  static Tensor empty(DType dtype, Shape shape, Placement placement = Placement::kHeap);
   // A contiguous tensor over existing storage starting at byte `offset`.
   static Tensor from_storage(std::shared_ptr<Storage> storage, DType dtype, Shape shape,
                              size_t offset = 0);

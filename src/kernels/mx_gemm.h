@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/huge_pages.h"
 #include "formats/minifloat.h"
 
 namespace mx {
@@ -89,10 +90,11 @@ float mx_panel_scale_unit(ElemFormat f);
 // when w has them) and returns the post factor 2^g. Padding columns and k are zero.
 float pack_mx_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float* chunk_scales);
 
-// Packed weights with their storage; `view` points into it (moves keep it valid).
+// Packed weights with their storage, on huge pages; `view` points into it (moves keep it
+// valid).
 struct MxPanelWeights {
-  std::vector<uint8_t> codes, scales;
-  std::vector<float> chunk_scales;
+  HugeVector<uint8_t> codes, scales;
+  HugeVector<float> chunk_scales;
   MxPanelView view{};
   MxPanelWeights() = default;
   MxPanelWeights(MxPanelWeights&&) = default;

@@ -65,8 +65,7 @@ PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size, K
     for (LayerKind k : c.layer_kinds) layers_ += k == LayerKind::kLinearAttention ? 1 : 0;
     // Indexed by layer, so full-attention layers leave their part untouched (and unpaged);
     // a slot is reset when its sequence starts.
-    rec_ = std::make_unique_for_overwrite<float[]>(
-        static_cast<size_t>(c.num_layers * slots_ * rec_row_));
+    rec_ = HugeArray<float>(static_cast<size_t>(c.num_layers * slots_ * rec_row_));
   }
   const size_t n = static_cast<size_t>(c.num_layers * num_blocks * block_size * row_);
   if (dtype == KvDtype::kBF16) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -82,7 +83,7 @@ class PagedKv {
   uint64_t id_;
   int64_t conv_row_ = 0, rec_row_ = 0;  // floats per (layer, slot)
   int64_t layers_ = 0;                  // linear-attention layers
-  std::unique_ptr<float[]> rec_;
+  HugeArray<float> rec_;                // read and written whole every step
   // Left uninitialized: a slot is always written before attention reads it, and untouched
   // pages of a large cache cost no memory until a sequence reaches them.
   std::unique_ptr<float[]> k_, v_;

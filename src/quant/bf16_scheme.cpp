@@ -29,7 +29,7 @@ void gemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, fl
 // w: [n, k] BF16, contiguous.
 Tensor pack(const Tensor& w) {
   const int64_t n = w.dim(0), k = w.dim(1);
-  Tensor out = Tensor::empty(DType::kBF16, {bf16_panel_elems(n, k)});
+  Tensor out = Tensor::empty(DType::kBF16, {bf16_panel_elems(n, k)}, Placement::kHugePages);
   gemm_kernels().pack(w.data_as<uint16_t>(), n, k, k, out.mutable_data_as<uint16_t>());
   return out;
 }
@@ -61,8 +61,8 @@ class Bf16ExpertBank final : public ExpertBank {
         pairs_((inter + kBf16PanelCols - 1) / kBf16PanelCols),
         stride13_(bf16_panel_elems(2 * pairs_ * kBf16PanelCols, hidden)),
         stride2_(bf16_panel_elems(hidden, inter)),
-        w13_(Tensor::empty(DType::kBF16, {experts * stride13_})),
-        w2_(Tensor::empty(DType::kBF16, {experts * stride2_})) {}
+        w13_(Tensor::empty(DType::kBF16, {experts * stride13_}, Placement::kHugePages)),
+        w2_(Tensor::empty(DType::kBF16, {experts * stride2_}, Placement::kHugePages)) {}
   // Expert e: gate then up [2I, H] and down [H, I], BF16 row-major.
   void add(int64_t e, const uint16_t* w13, const uint16_t* w2) {
     const int64_t h = hidden(), i = inter(), p = kBf16PanelCols;
