@@ -84,6 +84,10 @@ d = json.load(open(sys.argv[1]))
 for k in ["prefill_tok_s", "decode_tok_s", "bandwidth_gbs", "peak_bf16_gflops", "decode_roofline_frac", "prefill_roofline_frac"]:
     assert d[k] > 0, (k, d[k])
 assert d["lm_head"] == "w8a8_mxfp8" and d["schemes"] == "w8a8_mxfp8", d
+# Decode's roofline: a read-bandwidth sample after every fourth step, 8 steps in each of 2 reps.
+samples = sorted(d["decode_bandwidth_samples_gbs"])
+assert len(samples) == 4 and samples[0] > 0, samples
+assert abs(d["decode_bandwidth_gbs"] - (samples[1] + samples[2]) / 2) < 1e-9, d
 # Memory: 7,844,608 parameters (inspect, above) held in W8A8 codes and scales, with BF16
 # embeddings, lie between one and two bytes each; the peak includes the resident set after load.
 assert 7844608 < d["weight_bytes"] < 2 * 7844608, d["weight_bytes"]

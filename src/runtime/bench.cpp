@@ -193,10 +193,15 @@ ModelCost model_cost(const DecoderModel& m, int64_t batch, int64_t prompt, int64
   return cost;
 }
 
+double BenchResult::decode_bandwidth_gbs() const {
+  return decode_bandwidth_samples.empty() ? peaks.bandwidth_gbs
+                                          : median_of(decode_bandwidth_samples);
+}
+
 double BenchResult::decode_roofline_frac() const {
   // Steps per second the bandwidth allows, times the tokens of a step.
-  const double bound =
-      peaks.bandwidth_gbs * 1e9 / cost.decode_bytes_per_step * static_cast<double>(options.batch);
+  const double bound = decode_bandwidth_gbs() * 1e9 / cost.decode_bytes_per_step *
+                       static_cast<double>(options.batch);
   return bound > 0 ? mean(decode_tok_s) / bound : 0;
 }
 
@@ -241,6 +246,7 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
   r.weight_bytes = model.weight_bytes();
   r.kv_bytes = static_cast<uint64_t>(kv_bytes);
   r.load_rss = resident_bytes();
+  r.load_huge_pages = huge_page_resident_bytes();
   r.ep_size = model.dispatcher().ep_size();
   r.layers["all"] = c.num_layers;
   r.layers["head"] = 1;
@@ -253,6 +259,10 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
   const uint64_t load_peak = peak_resident_bytes();
   r.peaks = measure_machine_peaks(model.pool());
   r.peak_includes_probe = !reset_peak_resident();
+  // Mapped from here on, so that the resident set it adds is the same at every moment of the
+  // peak taken below, and comes off it exactly. 256 MiB: eight times the largest L3 here.
+  BandwidthProbe probe(model.pool(), size_t{256} << 20);
+  constexpr int64_t kProbeEvery = 4;  // decode steps per sample
   r.cost = model_cost(model, opt.batch, opt.prompt, opt.gen);
   auto stats = [&]() -> Result<DispatchStats> {
     if (opt.ep_stats) return opt.ep_stats();
@@ -304,8 +314,9 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
     before = after;
     r.prefill_tok_s.push_back(static_cast<double>(opt.batch * opt.prompt) / tp);
     model.set_profile(opt.profile ? &r.decode_profile : nullptr);
-    t0 = Clock::now();
+    double td = 0;
     for (int64_t step = 0; step < opt.gen; ++step) {
+      t0 = Clock::now();
       std::vector<SeqSlice> slices;
       for (size_t b = 0; b < seqs.size(); ++b) {
         // Greedy: the next token is the argmax of the previous step's logits.
@@ -316,14 +327,18 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
                           tables[b].data(), SeqSlice::Logits::kLast, static_cast<int32_t>(b)});
       }
       MX_RETURN_IF_ERROR(model.forward_batch(slices, kv, logits.data()));
+      td += std::chrono::duration<double>(Clock::now() - t0).count();
+      if (probe.ok() && step % kProbeEvery == kProbeEvery - 1) {
+        r.decode_bandwidth_samples.push_back(probe.sample());
+      }
     }
-    const double td = std::chrono::duration<double>(Clock::now() - t0).count();
     MX_ASSIGN_OR_RETURN(after, stats());
     accumulate(after, before, &r.decode_dispatch);
     r.decode_tok_s.push_back(static_cast<double>(opt.batch * opt.gen) / td);
   }
   model.set_profile(nullptr);
-  r.peak_rss = std::max(load_peak, peak_resident_bytes());
+  const uint64_t peak = peak_resident_bytes(), probe_bytes = probe.ok() ? probe.bytes() : 0;
+  r.peak_rss = std::max(load_peak, peak > probe_bytes ? peak - probe_bytes : 0);
   // The roofline's bandwidth spans the run: samples after it too, the median of all.
   sample_read_bandwidth(model.pool(), 3, &r.peaks);
   return r;
@@ -353,11 +368,14 @@ nlohmann::ordered_json BenchResult::to_json() const {
                               {"int8_peak_how", peaks.int8_how},
                               {"decode_bytes_per_step", cost.decode_bytes_per_step},
                               {"prefill_flops_per_token", cost.prefill_flops_per_token},
+                              {"decode_bandwidth_gbs", decode_bandwidth_gbs()},
+                              {"decode_bandwidth_samples_gbs", decode_bandwidth_samples},
                               {"decode_roofline_frac", decode_roofline_frac()},
                               {"prefill_roofline_frac", prefill_roofline_frac()},
                               {"weight_bytes", weight_bytes},
                               {"kv_bytes", kv_bytes},
                               {"load_rss_bytes", load_rss},
+                              {"load_huge_page_bytes", load_huge_pages},
                               {"peak_rss_bytes", peak_rss},
                               {"peak_rss_ratio", peak_rss_ratio()},
                               {"peak_rss_includes_probe", peak_includes_probe}};
@@ -385,7 +403,7 @@ nlohmann::ordered_json BenchResult::to_json() const {
 
 std::string BenchResult::report() const {
   std::string s;
-  char line[200];
+  char line[320];
   const auto [lo, hi] =
       std::minmax_element(peaks.bandwidth_samples.begin(), peaks.bandwidth_samples.end());
   std::snprintf(line, sizeof line,
@@ -410,17 +428,19 @@ std::string BenchResult::report() const {
   s += line;
   std::snprintf(line, sizeof line,
                 "decode:  %lld x %lld tokens, %.2f tok/s (sd %.2f), %.1f%% of the bandwidth "
-                "roofline (%.1f MB/step)\n",
+                "roofline (%.1f MB/step at %.1f GB/s, the median of %zu samples between "
+                "steps)\n",
                 static_cast<long long>(options.batch), static_cast<long long>(options.gen),
                 mean(decode_tok_s), stdev(decode_tok_s), 100 * decode_roofline_frac(),
-                cost.decode_bytes_per_step / 1e6);
+                cost.decode_bytes_per_step / 1e6, decode_bandwidth_gbs(),
+                decode_bandwidth_samples.size());
   s += line;
   std::snprintf(line, sizeof line,
                 "memory:  peak RSS %.2f GB, %.2fx the weights (%.2f GB) and KV cache (%.2f GB); "
-                "%.2f GB after load%s\n",
+                "%.2f GB after load (%.2f GB of it on huge pages)%s\n",
                 static_cast<double>(peak_rss) / 1e9, peak_rss_ratio(),
                 static_cast<double>(weight_bytes) / 1e9, static_cast<double>(kv_bytes) / 1e9,
-                static_cast<double>(load_rss) / 1e9,
+                static_cast<double>(load_rss) / 1e9, static_cast<double>(load_huge_pages) / 1e9,
                 peak_includes_probe ? " (the peak includes the 512 MiB bandwidth probe)" : "");
   s += line;
   if (options.profile) {

@@ -42,11 +42,16 @@ struct BenchResult {
   BenchOptions options;
   std::vector<double> prefill_tok_s, decode_tok_s;  // one per repetition
   MachinePeaks peaks;
+  // Read bandwidth sampled between decode steps (GB/s): decode's roofline is scaled by their
+  // median, falling back to peaks.bandwidth_gbs when a run has too few steps for one.
+  std::vector<double> decode_bandwidth_samples;
+  double decode_bandwidth_gbs() const;
   ModelCost cost;
   ForwardProfile prefill_profile, decode_profile;  // summed over repetitions
   // Memory: the weights as held (packed, quantized, or mapped), the run's KV cache and
   // recurrent states, and this process's resident set after load and at its peak.
   uint64_t weight_bytes = 0, kv_bytes = 0, load_rss = 0, peak_rss = 0;
+  uint64_t load_huge_pages = 0;  // of load_rss, on transparent huge pages
   bool peak_includes_probe = false;  // where the kernel would not reset the peak after it
   double peak_rss_ratio() const;
   // Layers of each type ("dense", "moe", "linear", "all"), for the per-layer view.

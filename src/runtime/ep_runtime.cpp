@@ -181,6 +181,18 @@ uint64_t peak_resident_bytes() {
   return kb * 1024;
 }
 
+uint64_t huge_page_resident_bytes() {
+  FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "AnonHugePages: %llu kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb * 1024;
+}
+
 bool reset_peak_resident() {
   FILE* f = std::fopen("/proc/self/clear_refs", "w");
   if (f == nullptr) return false;

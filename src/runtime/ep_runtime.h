@@ -37,6 +37,8 @@ Result<DispatchStats> total_dispatch_stats(DecoderModel& model, Comm& comm);
 uint64_t resident_bytes();
 // The process's peak resident set (VmHWM), load included; 0 where /proc does not say.
 uint64_t peak_resident_bytes();
+// Resident bytes on transparent huge pages (AnonHugePages); 0 where /proc does not say.
+uint64_t huge_page_resident_bytes();
 // Starts the peak over from the current resident set (Linux clear_refs); false where the
 // kernel does not allow it.
 bool reset_peak_resident();

@@ -40,12 +40,6 @@ double best_rate(ThreadPool& pool, int reps, Fn fn) {
   return *std::max_element(r.begin(), r.end());
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 double read_sum_scalar(const float* p, int64_t n, float* sink) {
   float s = 0;
   for (int64_t i = 0; i < n; ++i) s += p[i];
@@ -55,31 +49,53 @@ double read_sum_scalar(const float* p, int64_t n, float* sink) {
 
 }  // namespace
 
-void sample_read_bandwidth(ThreadPool& pool, int samples, MachinePeaks* m) {
-  const bool avx2 = isa_supported(IsaLevel::kAvx2);
-  const int threads = pool.num_threads();
-  // 512 MiB: far past any last-level cache, so every read comes from memory.
-  const int64_t n = (int64_t{512} << 20) / static_cast<int64_t>(sizeof(float));
-  // Mapped on its own and unmapped after, so that the probe leaves nothing resident behind.
-  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+BandwidthProbe::BandwidthProbe(ThreadPool& pool, size_t bytes)
+    : pool_(pool), bytes_(bytes / 128 * 128), sinks_(static_cast<size_t>(pool.num_threads()) * 16) {
+  void* mem = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) return;
-  auto* buf = static_cast<float*>(mem);
+  // On huge pages, as the weights are (core/huge_pages.h): the roofline is what the memory
+  // delivers to the better of the two page sizes, not to a page walk every 4 KB.
+  ::madvise(mem, bytes_, MADV_HUGEPAGE);
+  buf_ = static_cast<float*>(mem);
+  const int64_t n = static_cast<int64_t>(bytes_ / sizeof(float));
   pool.parallel_for(n, [&](int64_t b, int64_t e, int) {
-    std::memset(buf + b, 0, static_cast<size_t>(e - b) * sizeof(float));
+    std::memset(buf_ + b, 0, static_cast<size_t>(e - b) * sizeof(float));
   });
-  std::vector<float> sinks(static_cast<size_t>(threads) * 16, 0.0f);
-  for (double r : rates(pool, samples, [&](int64_t t) {
-         const int64_t b = n * t / threads / 32 * 32;
-         const int64_t e = n * (t + 1) / threads / 32 * 32;
-         float* sink = &sinks[static_cast<size_t>(t) * 16];
-         return avx2 ? peaks_detail::read_sum_avx2(buf + b, e - b, sink)
-                     : read_sum_scalar(buf + b, e - b, sink);
-       })) {
-    m->bandwidth_samples.push_back(r / 1e9);
-  }
-  ::munmap(mem, bytes);
-  m->bandwidth_gbs = median(m->bandwidth_samples);
+}
+
+BandwidthProbe::~BandwidthProbe() {
+  if (buf_ != nullptr) ::munmap(buf_, bytes_);
+}
+
+double BandwidthProbe::sample() {
+  if (buf_ == nullptr) return 0;
+  const bool avx2 = isa_supported(IsaLevel::kAvx2);
+  const int threads = pool_.num_threads();
+  const int64_t n = static_cast<int64_t>(bytes_ / sizeof(float));
+  return rates(pool_, 1,
+               [&](int64_t t) {
+                 const int64_t b = n * t / threads / 32 * 32;
+                 const int64_t e = n * (t + 1) / threads / 32 * 32;
+                 float* sink = &sinks_[static_cast<size_t>(t) * 16];
+                 return avx2 ? peaks_detail::read_sum_avx2(buf_ + b, e - b, sink)
+                             : read_sum_scalar(buf_ + b, e - b, sink);
+               })[0] /
+         1e9;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void sample_read_bandwidth(ThreadPool& pool, int samples, MachinePeaks* m) {
+  // 512 MiB: far past any last-level cache, so every read comes from memory. Mapped on its
+  // own and unmapped after, so that the probe leaves nothing resident behind.
+  BandwidthProbe probe(pool, size_t{512} << 20);
+  if (!probe.ok()) return;
+  for (int i = 0; i < samples; ++i) m->bandwidth_samples.push_back(probe.sample());
+  m->bandwidth_gbs = median_of(m->bandwidth_samples);
 }
 
 MachinePeaks measure_machine_peaks(ThreadPool& pool) {

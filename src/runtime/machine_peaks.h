@@ -31,6 +31,30 @@ MachinePeaks measure_machine_peaks(ThreadPool& pool);
 // ones: a benchmark takes some after its timed part too, so that the figure spans the run.
 void sample_read_bandwidth(ThreadPool& pool, int n, MachinePeaks* m);
 
+// A buffer far past the last-level cache, on huge pages and resident while the probe lives,
+// for read-bandwidth samples taken between the steps of a benchmark: a neighbour's traffic
+// moves this machine's bandwidth by half within seconds, and a sample next to the steps it
+// scales sees what they saw.
+class BandwidthProbe {
+ public:
+  BandwidthProbe(ThreadPool& pool, size_t bytes);
+  ~BandwidthProbe();
+  BandwidthProbe(const BandwidthProbe&) = delete;
+  BandwidthProbe& operator=(const BandwidthProbe&) = delete;
+  bool ok() const { return buf_ != nullptr; }
+  size_t bytes() const { return bytes_; }
+  // One read of the whole buffer by every thread at once, in GB/s; 0 when not ok().
+  double sample();
+
+ private:
+  ThreadPool& pool_;
+  size_t bytes_;
+  float* buf_ = nullptr;
+  std::vector<float> sinks_;
+};
+
+double median_of(std::vector<double> v);
+
 namespace peaks_detail {
 // AVX2 loops (machine_peaks_avx2.cpp); each returns its operation count.
 double read_sum_avx2(const float* p, int64_t n, float* sink);
