@@ -169,28 +169,26 @@ uint64_t resident_bytes() {
   return n == 2 ? resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
 }
 
-uint64_t peak_resident_bytes() {
-  FILE* f = std::fopen("/proc/self/status", "r");
+namespace {
+// Bytes from the first line of /proc file `path` that `format` ("Field: %llu kB") matches; 0
+// where there is none.
+uint64_t proc_kb_field(const char* path, const char* format) {
+  FILE* f = std::fopen(path, "r");
   if (f == nullptr) return 0;
   char line[256];
   unsigned long long kb = 0;
   while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "VmHWM: %llu kB", &kb) == 1) break;
+    if (std::sscanf(line, format, &kb) == 1) break;
   }
   std::fclose(f);
   return kb * 1024;
 }
+}  // namespace
+
+uint64_t peak_resident_bytes() { return proc_kb_field("/proc/self/status", "VmHWM: %llu kB"); }
 
 uint64_t huge_page_resident_bytes() {
-  FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
-  if (f == nullptr) return 0;
-  char line[256];
-  unsigned long long kb = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "AnonHugePages: %llu kB", &kb) == 1) break;
-  }
-  std::fclose(f);
-  return kb * 1024;
+  return proc_kb_field("/proc/self/smaps_rollup", "AnonHugePages: %llu kB");
 }
 
 bool reset_peak_resident() {
