@@ -51,7 +51,7 @@ struct BenchResult {
   // Memory: the weights as held (packed, quantized, or mapped), the run's KV cache and
   // recurrent states, and this process's resident set after load and at its peak.
   uint64_t weight_bytes = 0, kv_bytes = 0, load_rss = 0, peak_rss = 0;
-  uint64_t load_huge_pages = 0;  // of load_rss, on transparent huge pages
+  uint64_t load_huge_pages = 0;      // of load_rss, on transparent huge pages
   bool peak_includes_probe = false;  // where the kernel would not reset the peak after it
   double peak_rss_ratio() const;
   // Layers of each type ("dense", "moe", "linear", "all"), for the per-layer view.
