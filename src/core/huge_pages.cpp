@@ -20,13 +20,15 @@
 namespace mx {
 namespace {
 
+constexpr size_t kAlign = 64;
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+#ifndef MX_HUGE_PAGES_ON_HEAP
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kArenaBytes = size_t{64} << 20;
 // Larger buffers get a mapping of their own, rounded up to whole huge pages.
 constexpr size_t kOwnMapping = kArenaBytes / 4;
-constexpr size_t kAlign = 64;
-
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // `bytes` (whole huge pages) at a 2 MB boundary: the kernel backs an aligned range with huge
 // pages as it is first touched.
@@ -113,6 +115,8 @@ Arena& arena() {
   static Arena* a = new Arena();
   return *a;
 }
+
+#endif
 
 }  // namespace
 
