@@ -77,6 +77,9 @@ TEST(Tensor, ViewsShareStorage) {
 // once its buffers are freed.
 TEST(HugePages, BuffersAreDisjointAndMappingsReturn) {
   const uint64_t before = huge_mapped_bytes();
+  // Sizes whose roundings would wrap are refused, not mapped short.
+  EXPECT_THROW(huge_alloc(static_cast<size_t>(-1) - 10), std::bad_alloc);
+  EXPECT_THROW(HugeArray<double>(static_cast<size_t>(-1) / 4), std::bad_alloc);
   const std::vector<size_t> sizes = {1,        63,       64,   4096, 100000, 1 << 20, (3 << 20) + 5,
                                      20 << 20, 70 << 20, 12345};
   std::vector<uint8_t*> bufs;

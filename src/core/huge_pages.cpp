@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <iterator>
 #include <map>
@@ -23,6 +24,11 @@ namespace {
 constexpr size_t kAlign = 64;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Past this no mapping can succeed, and the roundings below would wrap.
+void check_size(size_t bytes) {
+  if (bytes > static_cast<size_t>(PTRDIFF_MAX)) throw std::bad_alloc();
+}
 
 #ifndef MX_HUGE_PAGES_ON_HEAP
 constexpr size_t kHugePage = size_t{2} << 20;
@@ -56,6 +62,7 @@ struct Mapping {
 class Arena {
  public:
   void* alloc(size_t bytes) {
+    check_size(bytes);
     bytes = round_up(bytes == 0 ? 1 : bytes, kAlign);
     std::lock_guard<std::mutex> lock(mu_);
     if (bytes >= kOwnMapping) {
@@ -122,6 +129,7 @@ Arena& arena() {
 
 #ifdef MX_HUGE_PAGES_ON_HEAP
 void* huge_alloc(size_t bytes) {
+  check_size(bytes);
   void* p = std::aligned_alloc(kAlign, round_up(bytes == 0 ? 1 : bytes, kAlign));
   if (p == nullptr) throw std::bad_alloc();
   return p;

@@ -52,7 +52,7 @@ template <typename T>
 class HugeArray {
  public:
   HugeArray() = default;
-  explicit HugeArray(size_t n) : p_(static_cast<T*>(huge_alloc(n * sizeof(T)))), n_(n) {}
+  explicit HugeArray(size_t n) : p_(static_cast<T*>(huge_alloc(bytes_of(n)))), n_(n) {}
   ~HugeArray() { huge_free(p_, n_ * sizeof(T)); }
   HugeArray(HugeArray&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
   HugeArray& operator=(HugeArray&& o) noexcept {
@@ -70,6 +70,10 @@ class HugeArray {
   explicit operator bool() const { return p_ != nullptr; }
 
  private:
+  static size_t bytes_of(size_t n) {
+    if (n > static_cast<size_t>(-1) / sizeof(T)) throw std::bad_array_new_length();
+    return n * sizeof(T);
+  }
   T* p_ = nullptr;
   size_t n_ = 0;
 };
