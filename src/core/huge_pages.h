@@ -1,5 +1,6 @@
 // Memory for large buffers written once and then streamed for the life of a model: packed
-// weights, the KV cache and the recurrent states. It comes from 2 MB-aligned mappings marked
+// weights and the recurrent states (the KV cache stays on small pages: a short sequence would
+// touch a 2 MB page per layer). It comes from 2 MB-aligned mappings marked
 // for transparent huge pages. A decode step streams every weight once, and on 4 KB pages
 // each new page is a page walk that the memory reads behind it wait for: on the Zen 4 a
 // two-thread read streamed 29 GB/s from 4 KB pages and 37 GB/s from 2 MB ones.
@@ -47,7 +48,7 @@ template <typename T>
 using HugeVector = std::vector<T, HugePageAllocator<T>>;
 
 // A huge_alloc buffer owned like std::unique_ptr<T[]>: not value-initialized, so that pages
-// nobody writes (a large KV cache's unused blocks) cost no memory.
+// nobody writes (the slots no sequence holds yet) cost no memory.
 template <typename T>
 class HugeArray {
  public:
@@ -66,8 +67,6 @@ class HugeArray {
   HugeArray(const HugeArray&) = delete;
   HugeArray& operator=(const HugeArray&) = delete;
   T* get() const { return p_; }
-  size_t size() const { return n_; }
-  explicit operator bool() const { return p_ != nullptr; }
 
  private:
   static size_t bytes_of(size_t n) {
