@@ -40,6 +40,11 @@ struct GoldenRun {
   double max_logit_err = 0;
   int router_tokens = 0;
   int router_mismatch = 0;
+  // Each position's largest |d log-prob| over the reference top-5, and top-1 agreement where
+  // the reference's top-1 leads by kTop1Margin or more.
+  std::vector<double> position_err;
+  int top1_positions = 0;
+  int top1_agree = 0;
 };
 
 // `model_dir`: a model directory or a GGUF; `golden_json` its golden file, whose logits file
@@ -100,9 +105,14 @@ void check_model(const std::string& model_dir, const std::string& golden_json, K
       const bool over = worst > tol;
       run->max_logprob_err = std::max(run->max_logprob_err, worst);
       run->positions_over_tol += over ? 1 : 0;
-      if (strict && ref_lp[0] - ref_lp[1] >= kTop1Margin) {
+      run->position_err.push_back(worst);
+      if (ref_lp[0] - ref_lp[1] >= kTop1Margin) {
         const int64_t arg = std::max_element(lp.begin(), lp.end()) - lp.begin();
-        EXPECT_EQ(arg, ref_ids[0]) << where << " top-1 at position " << t;
+        ++run->top1_positions;
+        run->top1_agree += arg == ref_ids[0] ? 1 : 0;
+        if (strict) {
+          EXPECT_EQ(arg, ref_ids[0]) << where << " top-1 at position " << t;
+        }
       }
       ++run->positions;
     }
@@ -236,7 +246,7 @@ TEST(ModelGolden, BadInputIsRejected) {
   EXPECT_FALSE(load_model("/nonexistent", opt).is_ok());
 }
 
-// GGUF files on the default path (weights kept in their blocks, FP32 activations) against
+// GGUF files with FP32 activations (--gguf-activations f32, weights kept in their blocks) against
 // the fixture's "dequantized at load" reference: an FP32 model on the weights llama.cpp's own
 // dequantizers give. The contract is the GGUF README's: log-probs within 1e-3.
 const char* const kGgufFiles[] = {
@@ -245,12 +255,14 @@ const char* const kGgufFiles[] = {
     "tiny-qwen3-dense.Q2_K",      "tiny-qwen3-dense.Q4_0",
 };
 
-GoldenRun check_gguf(const char* file, bool dequant_bf16, bool strict) {
+GoldenRun check_gguf(const char* file, bool dequant_bf16, bool strict,
+                     GgmlActivations act = GgmlActivations::kF32) {
   const std::string dir = test::shared_dir() + "/fixtures/gguf";
   GoldenRun run;
   run.strict = strict;
   run.logprob_tol = 1e-3;
   run.options.gguf_dequant_bf16 = dequant_bf16;
+  run.options.gguf_activations = act;
   check_model(dir + "/" + file + ".gguf", dir + "/golden/" + file + ".golden.json", KvDtype::kF32,
               &run);
   return run;
@@ -268,6 +280,37 @@ TEST(GgufGolden, EveryFileMatchesItsDequantizedReference) {
         run.router_tokens - run.router_mismatch, run.router_tokens);
     EXPECT_GE(run.prompts, 3);
     EXPECT_EQ(run.router_mismatch, 0);
+  }
+}
+
+// The default path quantizes activations to each type's dot-product type, as llama.cpp does:
+// held, per file, to llama.cpp's own spread on the same file against the same reference
+// (`.vs-llama.json`): its top-1 agreement where the reference leads by 0.05 or more, and its
+// largest top-5 |d log-prob| within a quarter. The largest of 37 or 133 positions is one
+// position's draw of two 8-bit roundings (measured: 0.051-0.114 here against llama.cpp's
+// 0.051-0.166, Q4_0 the one above it); the median is printed beside it.
+TEST(GgufGolden, NativeActivationsStrayNoFurtherThanLlamaCpp) {
+  const std::string dir = test::shared_dir() + "/fixtures/gguf/golden/";
+  for (const char* file : kGgufFiles) {
+    SCOPED_TRACE(file);
+    GoldenRun run = check_gguf(file, false, false, GgmlActivations::kNative);
+    if (HasFatalFailure()) return;
+    auto llama = read_json_file(dir + file + ".vs-llama.json");
+    ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
+    const double llama_max = (*llama)["max_abs_dlogprob_top5"].get<double>();
+    const std::string agree = (*llama)["top1_agree_where_ref_gap_ge_0.05"].get<std::string>();
+    const int llama_agree = std::stoi(agree.substr(0, agree.find('/')));
+    const int llama_positions = std::stoi(agree.substr(agree.find('/') + 1));
+    std::sort(run.position_err.begin(), run.position_err.end());
+    const double median = run.position_err[run.position_err.size() / 2];
+    std::printf(
+        "%s native: %d positions, median |dlogprob| %.2e, max %.3f (llama.cpp %.3f), top-1 "
+        "%d/%d (llama.cpp %s)\n",
+        file, run.positions, median, run.max_logprob_err, llama_max, run.top1_agree,
+        run.top1_positions, agree.c_str());
+    EXPECT_LE(run.max_logprob_err, 1.25 * llama_max);
+    ASSERT_EQ(run.top1_positions, llama_positions);
+    EXPECT_GE(run.top1_agree, llama_agree);
   }
 }
 

@@ -38,6 +38,7 @@ struct ModelArgs {
   bool quantize_lm_head = false;
   std::string kv_cache_dtype = "auto";
   std::string gguf_dequant = "none";
+  std::string gguf_activations = "native";
   int ep_size = 1;
   std::string ep_dispatch = "auto";
   int64_t ep_max_dispatch_tokens = 128;

@@ -130,6 +130,12 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a) {
                   "memory); bf16 dequantizes every tensor to BF16 at load")
       ->check(CLI::IsMember({"none", "bf16"}))
       ->capture_default_str();
+  cmd->add_option("--gguf-activations", a->gguf_activations,
+                  "How activations meet GGUF blocks kept as stored: native quantizes each row "
+                  "to the type's dot-product type (Q8_0, Q8_K) for integer dot products, as "
+                  "llama.cpp does; f32 keeps FP32 activations (exact, slower)")
+      ->check(CLI::IsMember({"native", "f32"}))
+      ->capture_default_str();
   cmd->add_option("--mx-scale-rule", a->scale_rule, "E8M0 scale rule for online quantization")
       ->check(CLI::IsMember({"floor", "rceil"}))
       ->capture_default_str();
@@ -250,6 +256,8 @@ std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const cha
     opt.quantization = scheme_from_quantization_flag(a.quantization);
   }
   opt.gguf_dequant_bf16 = a.gguf_dequant == "bf16";
+  opt.gguf_activations =
+      a.gguf_activations == "f32" ? GgmlActivations::kF32 : GgmlActivations::kNative;
   parse_scale_rule(a.scale_rule, &opt.scale_rule);
   opt.quantize_lm_head = a.quantize_lm_head;
   opt.kv_dtype = a.kv_cache_dtype == "bf16"                                    ? KvDtype::kBF16

@@ -268,6 +268,41 @@ void ref_mxfp4(const uint8_t* blocks, float* out, int64_t n) {
   }
 }
 
+void ref_iq4_nl(const uint8_t* blocks, float* out, int64_t n) {
+  for (int64_t b = 0; b < n / kGgmlQK; ++b) {
+    const auto blk = load<GgmlBlockIq4Nl>(blocks, b);
+    const float d = fp16_to_float(blk.d);
+    float* y = out + b * kGgmlQK;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * static_cast<float>(kGgmlIq4Values[blk.qs[j] & 0xF]);
+      y[j + 16] = d * static_cast<float>(kGgmlIq4Values[blk.qs[j] >> 4]);
+    }
+  }
+}
+
+int iq4_xs_scale(const GgmlBlockIq4Xs& b, int j) {
+  const int low = (b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF;
+  const int high = (b.scales_h >> (2 * j)) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+void ref_iq4_xs(const uint8_t* blocks, float* out, int64_t n) {
+  for (int64_t b = 0; b < n / kGgmlQK_K; ++b) {
+    const auto blk = load<GgmlBlockIq4Xs>(blocks, b);
+    const float d = fp16_to_float(blk.d);
+    float* y = out + b * kGgmlQK_K;
+    for (int s = 0; s < 8; ++s) {
+      // (d * scale) first, then times the grid value: ggml's order.
+      const float dl = d * static_cast<float>(iq4_xs_scale(blk, s));
+      const uint8_t* q = blk.qs + 16 * s;
+      for (int j = 0; j < 16; ++j) {
+        y[32 * s + j] = dl * static_cast<float>(kGgmlIq4Values[q[j] & 0xF]);
+        y[32 * s + j + 16] = dl * static_cast<float>(kGgmlIq4Values[q[j] >> 4]);
+      }
+    }
+  }
+}
+
 }  // namespace ggml_detail
 
 namespace {
@@ -293,10 +328,10 @@ constexpr GgmlTypeInfo kTypes[] = {
     {GgmlType::kIQ2_XS, "IQ2_XS", 256, 74, false, nullptr},
     {GgmlType::kIQ3_XXS, "IQ3_XXS", 256, 98, false, nullptr},
     {GgmlType::kIQ1_S, "IQ1_S", 256, 50, false, nullptr},
-    {GgmlType::kIQ4_NL, "IQ4_NL", 32, 18, false, nullptr},
+    {GgmlType::kIQ4_NL, "IQ4_NL", 32, 18, true, ref_iq4_nl},
     {GgmlType::kIQ3_S, "IQ3_S", 256, 110, false, nullptr},
     {GgmlType::kIQ2_S, "IQ2_S", 256, 82, false, nullptr},
-    {GgmlType::kIQ4_XS, "IQ4_XS", 256, 136, false, nullptr},
+    {GgmlType::kIQ4_XS, "IQ4_XS", 256, 136, true, ref_iq4_xs},
     {GgmlType::kI8, "I8", 1, 1, false, nullptr},
     {GgmlType::kI16, "I16", 1, 2, false, nullptr},
     {GgmlType::kI32, "I32", 1, 4, false, nullptr},
@@ -338,7 +373,8 @@ const GgmlTypeInfo* ggml_type_info(uint32_t id) {
 }
 
 std::string_view ggml_supported_type_list() {
-  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4";
+  return "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, "
+         "IQ4_XS, MXFP4";
 }
 
 int64_t ggml_row_bytes(GgmlType t, int64_t ne0) {

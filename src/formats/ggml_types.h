@@ -145,6 +145,19 @@ struct GgmlBlockQ6_K {
   int8_t scales[16];  // signed, per 16 values
   uint16_t d;
 };
+struct GgmlBlockIq4Nl {
+  uint16_t d;
+  uint8_t qs[16];  // as Q4_0; value kGgmlIq4Values[q] * d
+};
+struct GgmlBlockIq4Xs {
+  uint16_t d;
+  uint16_t scales_h;    // top two bits of sub-block j's scale at bits 2j..2j+1
+  uint8_t scales_l[4];  // low four bits: sub-block j in nibble j % 2 of byte j / 2
+  uint8_t qs[128];      // per 32-value sub-block 16 bytes, ordered as Q4_0's
+};
+// The non-linear 4-bit grid of IQ4_NL and IQ4_XS (ggml-common.h kvalues_iq4nl).
+inline constexpr int8_t kGgmlIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                              1,    13,   25,  38,  53,  69,  89,  113};
 struct GgmlBlockMxfp4 {
   uint8_t e;  // E8M0: d = 2^(e - 128) against the doubled E2M1 table
   uint8_t qs[16];
@@ -160,6 +173,8 @@ static_assert(sizeof(GgmlBlockQ4_K) == 144);
 static_assert(sizeof(GgmlBlockQ5_K) == 176);
 static_assert(sizeof(GgmlBlockQ6_K) == 210);
 static_assert(sizeof(GgmlBlockMxfp4) == 17);
+static_assert(sizeof(GgmlBlockIq4Nl) == 18);
+static_assert(sizeof(GgmlBlockIq4Xs) == 136);
 
 namespace ggml_detail {
 // The scalar references, one per supported type (what GgmlTypeInfo::reference points to).
@@ -177,6 +192,10 @@ void ref_q4_k(const uint8_t* blocks, float* out, int64_t n);
 void ref_q5_k(const uint8_t* blocks, float* out, int64_t n);
 void ref_q6_k(const uint8_t* blocks, float* out, int64_t n);
 void ref_mxfp4(const uint8_t* blocks, float* out, int64_t n);
+void ref_iq4_nl(const uint8_t* blocks, float* out, int64_t n);
+void ref_iq4_xs(const uint8_t* blocks, float* out, int64_t n);
+// Sub-block j's IQ4_XS scale, unbiased: -32..31.
+int iq4_xs_scale(const GgmlBlockIq4Xs& b, int j);
 // The eight 6-bit scales and mins of a Q4_K / Q5_K super-block, one per 32 values.
 void unpack_k4_scales(const uint8_t scales[12], uint8_t sc[8], uint8_t m[8]);
 

@@ -323,6 +323,40 @@ void mxfp4(const uint8_t* blocks, float* out, int64_t n) {
   }
 }
 
+// IQ4_NL and IQ4_XS codes: the grid looked up by nibble, in Q4_0's order.
+inline __m256i iq4_codes(const uint8_t* qs) {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kGgmlIq4Values));
+  const __m128i nibble = _mm_set1_epi8(0x0F);
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(q, nibble));
+  const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), nibble));
+  return _mm256_set_m128i(hi, lo);
+}
+
+void iq4_nl(const uint8_t* blocks, float* out, int64_t n) {
+  for (int64_t b = 0; b < n / kGgmlQK; ++b) {
+    const uint8_t* p = blocks + b * static_cast<int64_t>(sizeof(GgmlBlockIq4Nl));
+    const __m256 d = _mm256_set1_ps(load_half(p));
+    const __m256 s[4] = {d, d, d, d};
+    scaled32(iq4_codes(p + 2), s, out + b * kGgmlQK);
+  }
+}
+
+void iq4_xs(const uint8_t* blocks, float* out, int64_t n) {
+  for (int64_t b = 0; b < n / kGgmlQK_K; ++b) {
+    const uint8_t* p = blocks + b * static_cast<int64_t>(sizeof(GgmlBlockIq4Xs));
+    GgmlBlockIq4Xs blk;
+    std::memcpy(&blk, p, sizeof blk);
+    const float d = load_half(p);
+    for (int j = 0; j < 8; ++j) {
+      // (d * scale) first, as the reference rounds it.
+      const __m256 dl = _mm256_set1_ps(d * static_cast<float>(iq4_xs_scale(blk, j)));
+      const __m256 s[4] = {dl, dl, dl, dl};
+      scaled32(iq4_codes(p + 8 + 16 * j), s, out + b * kGgmlQK_K + 32 * j);
+    }
+  }
+}
+
 constexpr GgmlKernels make_avx2_kernels() {
   GgmlKernels k{IsaLevel::kAvx2, {}};
   auto set = [&k](GgmlType t, GgmlDequantFn f) { k.dequant[static_cast<uint32_t>(t)] = f; };
@@ -340,6 +374,8 @@ constexpr GgmlKernels make_avx2_kernels() {
   set(GgmlType::kQ5_K, k4<true>);
   set(GgmlType::kQ6_K, q6_k);
   set(GgmlType::kMXFP4, mxfp4);
+  set(GgmlType::kIQ4_NL, iq4_nl);
+  set(GgmlType::kIQ4_XS, iq4_xs);
   return k;
 }
 

@@ -356,6 +356,7 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   if (arch->packed != nullptr) plan.packed = merge_packed_modules(*arch->packed);
   plan.online = offline ? std::nullopt : options.quantization;
   plan.gguf_dequant_bf16 = options.gguf_dequant_bf16;
+  plan.gguf_activations = options.gguf_activations;
   plan.rule = options.scale_rule;
   plan.pool = m->pool_.get();
   m->head_end = config.vocab_size;

@@ -186,6 +186,9 @@ struct LoadOptions {
   bool expect_modelslim = false;
   // A GGUF's weights dequantized to BF16 at load instead of kept in their blocks.
   bool gguf_dequant_bf16 = false;
+  // Blocks kept as stored: activations quantized to each type's dot-product type (llama.cpp's
+  // numerics, the default) or kept FP32 against blocks dequantized in L1 (exact).
+  GgmlActivations gguf_activations = GgmlActivations::kNative;
   ScaleRule scale_rule = ScaleRule::kFloor;
   // Online quantization covers lm_head too (a tied head is quantized from the embedding),
   // as peers configure it when they compare quantized decode speed.

@@ -201,7 +201,7 @@ Result<std::unique_ptr<Linear>> WeightLoader::linear_of(std::vector<StoredWeight
   if (!target && native(parts)) {
     std::vector<GgmlWeight> g;
     for (const StoredWeight& p : parts) g.push_back(ggml_of(p));
-    return make_ggml_linear(std::move(g), packed_name);
+    return make_ggml_linear(std::move(g), packed_name, plan_.gguf_activations);
   }
   if (!target) {
     MX_ASSIGN_OR_RETURN(std::unique_ptr<Linear> l, make_bf16_linear(floats_of(parts), packed_name));
@@ -241,7 +241,7 @@ Result<std::unique_ptr<Linear>> WeightLoader::router(const std::string& module, 
     release_stored({w});
     return l;
   }
-  if (native({w})) return make_ggml_linear({ggml_of(w)}, module);
+  if (native({w})) return make_ggml_linear({ggml_of(w)}, module, plan_.gguf_activations);
   auto l = make_bf16_linear(floats_of({w}), module);
   if (l.is_ok()) release_stored({w});
   return l;
@@ -283,7 +283,7 @@ Result<std::unique_ptr<ExpertBank>> WeightLoader::experts(const std::string& pre
       w13.push_back({ggml_of(g[e]), ggml_of(u[e])});
       w2.push_back(ggml_of(d[e]));
     }
-    return make_ggml_expert_bank(std::move(w13), std::move(w2), prefix);
+    return make_ggml_expert_bank(std::move(w13), std::move(w2), prefix, plan_.gguf_activations);
   }
   auto release = [&] {
     for (const auto* parts : {&g, &u, &d}) release_stored(*parts);

@@ -25,6 +25,8 @@ struct WeightPlan {
   std::optional<Scheme> online;
   // GGUF weights dequantized to BF16 at load (--gguf-dequant bf16) instead of kept in blocks.
   bool gguf_dequant_bf16 = false;
+  // How GGUF blocks kept as stored meet activations (--gguf-activations).
+  GgmlActivations gguf_activations = GgmlActivations::kNative;
   ScaleRule rule = ScaleRule::kFloor;
   ThreadPool* pool = nullptr;  // splits online quantization across threads (may be null)
   // Which shards each packed module stacks (the architecture's table merged with the generic).

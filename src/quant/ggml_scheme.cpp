@@ -1,5 +1,7 @@
-// The GGUF scheme: weights stay in their ggml blocks, as llama.cpp keeps them, and the GEMM
-// dequantizes a few rows at a time into L1 (kernels/ggml_gemm.h). A packed module may mix
+// The GGUF scheme: weights stay in their ggml blocks, as llama.cpp keeps them. By default each
+// activation row is quantized once to the type's dot-product type and read by every segment
+// and expert that needs it (kernels/ggml_dot.h); with FP32 activations the GEMM dequantizes a
+// few rows at a time into L1 (kernels/ggml_gemm.h). A packed module may mix
 // types (llama.cpp's Q4_K_M files store attn_q in Q4_K and attn_k in Q8_0): each part is a
 // segment of output columns with its own type.
 #include <algorithm>
@@ -7,6 +9,7 @@
 
 #include "formats/ggml_types.h"
 #include "formats/mx_layout.h"
+#include "kernels/ggml_dot.h"
 #include "kernels/ggml_gemm.h"
 #include "kernels/ops.h"
 #include "quant/linear.h"
@@ -23,25 +26,86 @@ float* gemm_scratch(int64_t k) {
   return reinterpret_cast<float*>((p + 31) & ~uintptr_t{31});
 }
 
+// The calling thread's buffer `slot` of at least `bytes`, 64-byte aligned: quantized rows
+// outlive the parallel loops that read them, and a step makes no allocation once warm.
+uint8_t* act_buffer(int slot, size_t bytes) {
+  thread_local std::vector<uint8_t> bufs[4];
+  std::vector<uint8_t>& b = bufs[slot];
+  if (b.size() < bytes + 64) b.resize(bytes + 64);
+  auto p = reinterpret_cast<uintptr_t>(b.data());
+  return reinterpret_cast<uint8_t*>((p + 63) & ~uintptr_t{63});
+}
+
+// Activation rows as the segments read them: FP32, and quantized to each dot-product type a
+// segment needs.
+struct Acts {
+  const float* x = nullptr;
+  int64_t ldx = 0;
+  const uint8_t* q[2] = {nullptr, nullptr};  // by GgmlActType
+  int64_t qstride[2] = {0, 0};
+  Acts from_row(int64_t r) const {
+    Acts a = *this;
+    a.x += r * ldx;
+    for (int t = 0; t < 2; ++t) {
+      if (q[t] != nullptr) a.q[t] += r * qstride[t];
+    }
+    return a;
+  }
+};
+
+// m rows of x (k values, ldx apart) quantized once to every type in `needs` (a bit per
+// GgmlActType), into the calling thread's buffers `slot` and `slot + 1`.
+Acts prepare(const float* x, int64_t m, int64_t k, int64_t ldx, unsigned needs, int slot,
+             ThreadPool* pool) {
+  Acts a;
+  a.x = x;
+  a.ldx = ldx;
+  for (int t = 0; t < 2; ++t) {
+    if (!(needs & (1u << t))) continue;
+    const auto at = static_cast<GgmlActType>(t);
+    const int64_t stride = ggml_act_row_bytes(at, k);
+    uint8_t* buf = act_buffer(slot + t, static_cast<size_t>(m * stride));
+    auto body = [&](int64_t b, int64_t e, int) {
+      for (int64_t r = b; r < e; ++r)
+        ggml_dot_kernels().quantize(at, x + r * ldx, k, buf + r * stride);
+    };
+    if (pool != nullptr && pool->num_threads() > 1 && m >= 16) {
+      pool->parallel_for(m, body);
+    } else {
+      body(0, m, 0);
+    }
+    a.q[t] = buf;
+    a.qstride[t] = stride;
+  }
+  return a;
+}
+
 struct Segment {
   GgmlType type;
   const uint8_t* w;
   int64_t row_bytes;
   int64_t col0, cols;  // output columns [col0, col0 + cols)
+  bool int_dot;        // quantized activations against integer dot products
 };
 
 // Columns per parallel work item: whole groups of the kernel's rows.
 constexpr int64_t kUnit = 4 * kGgmlGemmRows;
 
-// y[:, seg cols c0..c1) for rows of x, on the calling thread.
-void run_segment(const Segment& s, const float* x, int64_t m, int64_t k, float* y, int64_t ldy,
+// y[:, seg cols c0..c1) for m rows of activations, on the calling thread.
+void run_segment(const Segment& s, const Acts& x, int64_t m, int64_t k, float* y, int64_t ldy,
                  int64_t c0, int64_t c1) {
-  const GgmlGemmArgs a{s.type, s.w, s.row_bytes, x, y + s.col0, m, k, k, ldy};
+  if (s.int_dot) {
+    const auto t = static_cast<int>(ggml_act_type(s.type));
+    const GgmlDotArgs a{s.type, s.w, s.row_bytes, x.q[t], x.qstride[t], y + s.col0, m, k, ldy};
+    ggml_dot_kernels().gemm(a, c0, c1);
+    return;
+  }
+  const GgmlGemmArgs a{s.type, s.w, s.row_bytes, x.x, y + s.col0, m, k, x.ldx, ldy};
   ggml_gemm_kernels().gemm(a, c0, c1, gemm_scratch(k));
 }
 
 // One parallel loop over (segment, column unit) pairs.
-void run_segments(const std::vector<Segment>& segs, const float* x, int64_t m, int64_t k, float* y,
+void run_segments(const std::vector<Segment>& segs, const Acts& x, int64_t m, int64_t k, float* y,
                   int64_t ldy, ThreadPool* pool) {
   std::vector<int64_t> first(segs.size() + 1, 0);
   for (size_t i = 0; i < segs.size(); ++i) {
@@ -63,14 +127,24 @@ void run_segments(const std::vector<Segment>& segs, const float* x, int64_t m, i
   }
 }
 
-std::vector<Segment> segments_of(const std::vector<GgmlWeight>& parts) {
+std::vector<Segment> segments_of(const std::vector<GgmlWeight>& parts, GgmlActivations act) {
   std::vector<Segment> segs;
   int64_t col = 0;
   for (const GgmlWeight& p : parts) {
-    segs.push_back({p.type, p.rows.data_as<uint8_t>(), p.rows.dim(1), col, p.out});
+    const bool int_dot = act == GgmlActivations::kNative && ggml_has_int_dot(p.type);
+    segs.push_back({p.type, p.rows.data_as<uint8_t>(), p.rows.dim(1), col, p.out, int_dot});
     col += p.out;
   }
   return segs;
+}
+
+// The dot-product types the segments read (a bit per GgmlActType).
+unsigned needs_of(const std::vector<Segment>& segs) {
+  unsigned n = 0;
+  for (const Segment& s : segs) {
+    if (s.int_dot) n |= 1u << static_cast<int>(ggml_act_type(s.type));
+  }
+  return n;
 }
 
 uint64_t bytes_of(const std::vector<GgmlWeight>& parts) {
@@ -88,42 +162,57 @@ std::string type_names(const std::vector<GgmlWeight>& parts) {
   return s;
 }
 
+std::string act_suffix(GgmlActivations act) { return act == GgmlActivations::kF32 ? ",f32" : ""; }
+
 class GgmlLinear final : public Linear {
  public:
-  GgmlLinear(std::vector<GgmlWeight> parts, int64_t in, int64_t out)
-      : Linear(in, out), parts_(std::move(parts)), segs_(segments_of(parts_)) {}
-  std::string scheme_name() const override { return "gguf:" + type_names(parts_); }
+  GgmlLinear(std::vector<GgmlWeight> parts, int64_t in, int64_t out, GgmlActivations act)
+      : Linear(in, out),
+        parts_(std::move(parts)),
+        segs_(segments_of(parts_, act)),
+        needs_(needs_of(segs_)),
+        act_(act) {}
+  std::string scheme_name() const override {
+    return "gguf:" + type_names(parts_) + act_suffix(act_);
+  }
   uint64_t weight_bytes() const override { return bytes_of(parts_); }
   void forward(const float* x, int64_t m, float* y, ThreadPool* pool) const override {
-    run_segments(segs_, x, m, in_features(), y, out_features(), pool);
+    const int64_t k = in_features();
+    const Acts a = prepare(x, m, k, k, needs_, 0, pool);
+    run_segments(segs_, a, m, k, y, out_features(), pool);
   }
 
  private:
   std::vector<GgmlWeight> parts_;  // keeps the mapped blocks alive
   std::vector<Segment> segs_;
+  unsigned needs_;
+  GgmlActivations act_;
 };
 
 class GgmlExpertBank final : public ExpertBank {
  public:
   GgmlExpertBank(std::vector<std::vector<GgmlWeight>> w13, std::vector<GgmlWeight> w2,
-                 int64_t hidden, int64_t inter)
+                 int64_t hidden, int64_t inter, GgmlActivations act)
       : ExpertBank(static_cast<int64_t>(w13.size()), hidden, inter),
         w13_(std::move(w13)),
-        w2_(std::move(w2)) {
+        w2_(std::move(w2)),
+        act_(act) {
     for (size_t e = 0; e < w13_.size(); ++e) {
-      seg13_.push_back(segments_of(w13_[e]));
-      seg2_.push_back(segments_of({w2_[e]})[0]);
+      seg13_.push_back(segments_of(w13_[e], act));
+      seg2_.push_back(segments_of({w2_[e]}, act)[0]);
+      needs13_ |= needs_of(seg13_.back());
+      needs2_ |= needs_of({seg2_.back()});
     }
   }
   std::string scheme_name() const override {
-    return "gguf:" + type_names(w13_[0]) + "/" + type_names({w2_[0]});
+    return "gguf:" + type_names(w13_[0]) + "/" + type_names({w2_[0]}) + act_suffix(act_);
   }
   uint64_t weight_bytes() const override {
     uint64_t b = 0;
     for (size_t e = 0; e < w13_.size(); ++e) b += bytes_of(w13_[e]) + w2_[e].rows.nbytes();
     return b;
   }
-  // Activations stay FP32, as in llama.cpp's dequantized reference.
+  // FP32 rows in; gmm1 quantizes them once for every expert when its types ask for it.
   Scheme input_scheme(DispatchMode) const override { return Scheme::kBf16; }
   void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
            ExpertTimes* times) const override;
@@ -133,6 +222,8 @@ class GgmlExpertBank final : public ExpertBank {
   std::vector<GgmlWeight> w2_;
   std::vector<std::vector<Segment>> seg13_;
   std::vector<Segment> seg2_;
+  unsigned needs13_ = 0, needs2_ = 0;
+  GgmlActivations act_;
 };
 
 void GgmlExpertBank::run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
@@ -146,16 +237,16 @@ void GgmlExpertBank::run(const ActRows& rows, const int64_t* offsets, float* out
     gu_buffer.resize(static_cast<size_t>(total * 2 * i));
   }
   float* gu = gu_buffer.data();
-  const float* x = rows.f32.data();
+  const Acts x = prepare(rows.f32.data(), total, h, h, needs13_, 0, pool);
   // gate then up: one column space of 2I per expert over its segments.
   for_each_expert_block(
       active, 2 * i, pool, total * 2 * i * h,
       [&](int64_t e, int64_t c0, int64_t c1, int) {
         const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
+        const Acts xe = x.from_row(r0);
         for (const Segment& s : seg13_[static_cast<size_t>(e)]) {
           const int64_t a = std::max(c0, s.col0), b = std::min(c1, s.col0 + s.cols);
-          if (a < b)
-            run_segment(s, x + r0 * h, m, h, gu + r0 * 2 * i, 2 * i, a - s.col0, b - s.col0);
+          if (a < b) run_segment(s, xe, m, h, gu + r0 * 2 * i, 2 * i, a - s.col0, b - s.col0);
         }
       },
       kUnit);
@@ -163,15 +254,14 @@ void GgmlExpertBank::run(const ActRows& rows, const int64_t* offsets, float* out
     float* g = gu + r * 2 * i;
     swiglu(g, g + i, i, g);
   }
+  const Acts g = prepare(gu, total, i, 2 * i, needs2_, 2, pool);
   clock.lap(times ? &times->gmm1 : nullptr);
   for_each_expert_block(
       active, h, pool, total * h * i,
       [&](int64_t e, int64_t c0, int64_t c1, int) {
         const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
         const Segment& s = seg2_[static_cast<size_t>(e)];
-        const GgmlGemmArgs a{s.type, s.w, s.row_bytes, gu + r0 * 2 * i, out + r0 * h, m, i,
-                             2 * i,  h};
-        ggml_gemm_kernels().gemm(a, c0, c1, gemm_scratch(i));
+        run_segment(s, g.from_row(r0), m, i, out + r0 * h, h, c0, c1);
       },
       kUnit);
   clock.lap(times ? &times->gmm2 : nullptr);
@@ -190,7 +280,7 @@ Status check_part(const GgmlWeight& p, const std::string& name) {
 }  // namespace
 
 Result<std::unique_ptr<Linear>> make_ggml_linear(std::vector<GgmlWeight> parts,
-                                                 const std::string& name) {
+                                                 const std::string& name, GgmlActivations act) {
   if (parts.empty()) return invalid_argument(name + ": no weight parts");
   int64_t out = 0;
   for (const GgmlWeight& p : parts) {
@@ -199,12 +289,12 @@ Result<std::unique_ptr<Linear>> make_ggml_linear(std::vector<GgmlWeight> parts,
     out += p.out;
   }
   const int64_t in = parts[0].in;
-  return std::unique_ptr<Linear>(new GgmlLinear(std::move(parts), in, out));
+  return std::unique_ptr<Linear>(new GgmlLinear(std::move(parts), in, out, act));
 }
 
 Result<std::unique_ptr<ExpertBank>> make_ggml_expert_bank(
     std::vector<std::vector<GgmlWeight>> gate_up, std::vector<GgmlWeight> down,
-    const std::string& name) {
+    const std::string& name, GgmlActivations act) {
   if (gate_up.empty() || gate_up.size() != down.size() || gate_up[0].size() != 2) {
     return invalid_argument(name + ": expert tensor counts differ");
   }
@@ -218,7 +308,8 @@ Result<std::unique_ptr<ExpertBank>> make_ggml_expert_bank(
       return invalid_argument(en + ": expert shapes differ from expert 0");
     }
   }
-  return std::unique_ptr<ExpertBank>(new GgmlExpertBank(std::move(gate_up), std::move(down), h, i));
+  return std::unique_ptr<ExpertBank>(
+      new GgmlExpertBank(std::move(gate_up), std::move(down), h, i, act));
 }
 
 Tensor dequantize_ggml(const GgmlWeight& w) {

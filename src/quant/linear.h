@@ -174,14 +174,22 @@ struct GgmlWeight {
   Tensor rows;
   int64_t out = 0, in = 0;
 };
+// How activations meet weights kept in ggml blocks. kNative: each activation row is quantized
+// once to the weight type's dot-product type (Q8_0, Q8_K) and blocks run integer dot
+// products (kernels/ggml_dot.h), as llama.cpp computes; F32/F16/BF16 weights keep FP32
+// activations. kF32: FP32 activations against blocks dequantized in L1 (kernels/ggml_gemm.h),
+// the result of dequantizing at load.
+enum class GgmlActivations { kNative, kF32 };
+
 // Weights kept in their blocks (the GGUF default): parts stacked along the output, each in
-// its own type; activations FP32.
+// its own type.
 Result<std::unique_ptr<Linear>> make_ggml_linear(std::vector<GgmlWeight> parts,
-                                                 const std::string& name);
+                                                 const std::string& name,
+                                                 GgmlActivations act = GgmlActivations::kNative);
 // gate_up[e] = {gate, up} ([I, H] each), down[e] [H, I].
 Result<std::unique_ptr<ExpertBank>> make_ggml_expert_bank(
     std::vector<std::vector<GgmlWeight>> gate_up, std::vector<GgmlWeight> down,
-    const std::string& name);
+    const std::string& name, GgmlActivations act = GgmlActivations::kNative);
 // FP32 [out, in], as llama.cpp's dequantizers give it.
 Tensor dequantize_ggml(const GgmlWeight& w);
 // MXFP4 blocks into a single-level E2M1 scheme with no loss (formats/ggml_types.h).

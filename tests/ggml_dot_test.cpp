@@ -1,0 +1,195 @@
+// The integer GEMM over ggml blocks (kernels/ggml_dot.h): every table variant against a
+// double computation done here from the reference-dequantized weights and the activation
+// codes, and every variant's activation quantizer against the scalar one bit for bit and
+// against the format's own bound (|x - d * code| <= d / 2, plus Q8_0's FP16 rounding of d).
+//
+// Tolerance. The integer sums are exact; what a variant rounds is per block a product of two
+// or three scales, the conversion of a sum below 2^31 to FP32, and an accumulation over k /
+// block terms (plus each reference-dequantized weight's own roundings, which the reference
+// keeps and the integer path does not). A few roundings of each block's magnitude: 2^-16 of
+// the sum of |w x| leaves ample room for those and none for a wrong code, scale or offset.
+#include "kernels/ggml_dot.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ggml_test_rows.h"
+#include "test_util.h"
+
+namespace mx {
+namespace {
+
+using ggml_dot_detail::act_row_view;
+using ggml_dot_detail::ActRowView;
+
+constexpr GgmlType kTypes[] = {
+    GgmlType::kQ4_0,  GgmlType::kQ4_1,   GgmlType::kQ5_0,  GgmlType::kQ5_1, GgmlType::kQ8_0,
+    GgmlType::kQ2_K,  GgmlType::kQ3_K,   GgmlType::kQ4_K,  GgmlType::kQ5_K, GgmlType::kQ6_K,
+    GgmlType::kMXFP4, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS};
+
+std::vector<const GgmlDotKernels*> variants() {
+  std::vector<const GgmlDotKernels*> v;
+  for (IsaLevel l : {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512}) {
+    if (const GgmlDotKernels* k = ggml_dot_kernels_for(l)) v.push_back(k);
+  }
+  return v;
+}
+
+// Activations of m rows, one of them zero and one with an outlier, quantized by `kern`.
+std::vector<float> activations(int64_t m, int64_t k, uint32_t seed) {
+  std::vector<float> x = test::activation_like(static_cast<size_t>(m * k), seed);
+  if (m > 1) std::fill(x.begin() + k, x.begin() + 2 * k, 0.0f);
+  if (m > 2) x[2 * k + k / 3] = -37.5f;
+  return x;
+}
+
+std::vector<uint8_t> quantize(const GgmlDotKernels& kern, GgmlActType a, const float* x, int64_t m,
+                              int64_t k) {
+  const int64_t rb = ggml_act_row_bytes(a, k);
+  std::vector<uint8_t> q(static_cast<size_t>(m * rb), 0xA5);
+  for (int64_t i = 0; i < m; ++i) kern.quantize(a, x + i * k, k, q.data() + i * rb);
+  return q;
+}
+
+TEST(GgmlDot, ActivationQuantizersAgreeAndKeepTheFormatsBound) {
+  for (GgmlActType a : {GgmlActType::kQ8_0, GgmlActType::kQ8_K}) {
+    const int64_t blk = ggml_act_block(a);
+    for (int64_t k : {blk, 3 * blk, 7 * blk}) {
+      const int64_t m = 5;
+      const std::vector<float> x = activations(m, k, static_cast<uint32_t>(k));
+      const std::vector<uint8_t> ref =
+          quantize(*ggml_dot_kernels_for(IsaLevel::kScalar), a, x.data(), m, k);
+      const int64_t rb = ggml_act_row_bytes(a, k);
+      ASSERT_EQ(rb % 64, 0);
+      for (int64_t i = 0; i < m; ++i) {
+        const ActRowView v = act_row_view(a, ref.data() + i * rb, k);
+        for (int64_t b = 0; b < k / blk; ++b) {
+          int sum = 0;
+          for (int64_t j = b * blk; j < (b + 1) * blk; ++j) {
+            // Q8_K's scale is negative when its largest magnitude is positive.
+            const double d = std::fabs(static_cast<double>(v.d[b]));
+            const double err = std::fabs(x[i * k + j] - static_cast<double>(v.d[b]) * v.codes[j]);
+            const double bound = a == GgmlActType::kQ8_0 ? d * (0.5 + 127.0 * 0x1p-11) : d * 0.5;
+            EXPECT_LE(err, bound * (1 + 1e-6) + 1e-30) << "row " << i << " value " << j;
+            EXPECT_GE(v.codes[j], -127);
+            sum += v.codes[j];
+            if (a == GgmlActType::kQ8_K && (j + 1) % 16 == 0) {
+              EXPECT_EQ(v.sums[j / 16], sum);
+              sum = 0;
+            }
+          }
+          if (a == GgmlActType::kQ8_0) {
+            EXPECT_EQ(v.s[b], v.d[b] * static_cast<float>(sum));
+          }
+        }
+      }
+      for (const GgmlDotKernels* kern : variants()) {
+        SCOPED_TRACE(std::string(isa_name(kern->isa)) + " k=" + std::to_string(k));
+        const std::vector<uint8_t> got = quantize(*kern, a, x.data(), m, k);
+        for (int64_t i = 0; i < m; ++i) {
+          // Bytes past the used part of the row are padding, never read.
+          const int64_t used =
+              a == GgmlActType::kQ8_0 ? k + 8 * (k / 32) : k + 4 * (k / 256) + k / 8;
+          for (int64_t j = 0; j < used; ++j) {
+            ASSERT_EQ(got[i * rb + j], ref[i * rb + j]) << "row " << i << " byte " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+struct Case {
+  GgmlType type;
+  int64_t m, n, k;
+  uint32_t seed;
+};
+
+void check_case(const Case& c) {
+  SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + " m=" + std::to_string(c.m) +
+               " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
+  std::mt19937 rng(c.seed);
+  const int64_t row_bytes = ggml_row_bytes(c.type, c.k);
+  const std::vector<uint8_t> w = test::random_rows(c.type, c.n, c.k, rng);
+  const std::vector<float> x = activations(c.m, c.k, c.seed);
+  const GgmlActType at = ggml_act_type(c.type);
+  const std::vector<uint8_t> xq =
+      quantize(*ggml_dot_kernels_for(IsaLevel::kScalar), at, x.data(), c.m, c.k);
+  const int64_t stride = ggml_act_row_bytes(at, c.k), ab = ggml_act_block(at);
+  std::vector<float> wf(static_cast<size_t>(c.k));
+  std::vector<double> exact(static_cast<size_t>(c.m * c.n)), mag(exact.size());
+  for (int64_t r = 0; r < c.n; ++r) {
+    ggml_type_info(c.type).reference(w.data() + r * row_bytes, wf.data(), c.k);
+    for (int64_t i = 0; i < c.m; ++i) {
+      const ActRowView v = act_row_view(at, xq.data() + i * stride, c.k);
+      double s = 0, a = 0;
+      for (int64_t j = 0; j < c.k; ++j) {
+        const double p = static_cast<double>(wf[j]) * v.d[j / ab] * v.codes[j];
+        s += p;
+        a += std::fabs(p);
+      }
+      exact[i * c.n + r] = s;
+      mag[i * c.n + r] = a;
+    }
+  }
+  const int64_t ldy = c.n + 3;
+  const std::vector<std::pair<int64_t, int64_t>> ranges = {{0, c.n}, {c.n / 2, c.n}};
+  for (const GgmlDotKernels* kern : variants()) {
+    SCOPED_TRACE(std::string("isa=") + std::string(isa_name(kern->isa)));
+    for (const auto& [nb, ne] : ranges) {
+      std::vector<float> y(static_cast<size_t>(c.m * ldy), std::nanf(""));
+      const GgmlDotArgs args{c.type,   w.data(), row_bytes, xq.data(), stride,
+                             y.data(), c.m,      c.k,       ldy};
+      kern->gemm(args, nb, ne);
+      int failures = 0;
+      for (int64_t i = 0; i < c.m && failures < 4; ++i) {
+        for (int64_t r = 0; r < ldy && failures < 4; ++r) {
+          const float got = y[i * ldy + r];
+          if (r < nb || r >= ne) {
+            failures += !std::isnan(got);
+            EXPECT_TRUE(std::isnan(got)) << "wrote y[" << i << "," << r << "]";
+            continue;
+          }
+          const double want = exact[i * c.n + r];
+          const double tol = 0x1p-16 * mag[i * c.n + r] + 1e-30;
+          const bool ok = std::fabs(got - want) <= tol;
+          failures += !ok;
+          EXPECT_TRUE(ok) << "y[" << i << "," << r << "] = " << got << ", exact " << want
+                          << ", tolerance " << tol;
+        }
+      }
+    }
+  }
+}
+
+TEST(GgmlDot, EveryVariantOnOddShapesMatchesTheDequantizedProduct) {
+  uint32_t seed = 99;
+  for (GgmlType t : kTypes) {
+    ASSERT_TRUE(ggml_has_int_dot(t)) << ggml_type_info(t).name;
+    const int64_t b = ggml_type_info(t).block;
+    for (int64_t m : {1, 2, 3, 4, 5, 9}) {
+      for (int64_t n : {1, 7}) {
+        for (int64_t k : {b, 3 * b, b == 32 ? 11 * b : 2 * b}) check_case({t, m, n, k, seed++});
+      }
+    }
+  }
+}
+
+TEST(GgmlDot, FloatTypesStayOnTheFloatPath) {
+  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+    EXPECT_FALSE(ggml_has_int_dot(t)) << ggml_type_info(t).name;
+  }
+  EXPECT_EQ(ggml_act_type(GgmlType::kQ4_K), GgmlActType::kQ8_K);
+  EXPECT_EQ(ggml_act_type(GgmlType::kIQ4_XS), GgmlActType::kQ8_K);
+  EXPECT_EQ(ggml_act_type(GgmlType::kMXFP4), GgmlActType::kQ8_0);
+  EXPECT_EQ(ggml_act_type(GgmlType::kQ5_1), GgmlActType::kQ8_0);
+}
+
+}  // namespace
+}  // namespace mx
