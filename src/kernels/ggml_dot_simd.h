@@ -214,6 +214,21 @@ struct SuperAcc {
 
 inline __m256i sums16(const ActRowView& x, int64_t b) { return load256(x.sums + 16 * b); }
 
+// The eight six-bit scales and mins of a Q4_K / Q5_K super-block (ggml_detail::
+// unpack_k4_scales), byte j of *sc and *m for sub-block j, computed in registers: bytes
+// stored one by one and read back as a vector would stall on store forwarding.
+inline void k4_scales(const uint8_t* s, uint64_t* sc, uint64_t* m) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s, 4);
+  std::memcpy(&b, s + 4, 4);
+  std::memcpy(&c, s + 8, 4);
+  const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+  *sc = (a & 0x3F3F3F3Fu) | (uint64_t{sc_hi} << 32);
+  *m = (b & 0x3F3F3F3Fu) | (uint64_t{m_hi} << 32);
+}
+inline int byte_of(uint64_t v, int j) { return static_cast<int>((v >> (8 * j)) & 0xFF); }
+
 // Q4_K and Q5_K: eight 32-value sub-blocks with six-bit scales and mins.
 template <bool kFive, int R>
 void dot_k4(const uint8_t* w, const ActRowView* x, int64_t k, float* out) {
@@ -222,9 +237,9 @@ void dot_k4(const uint8_t* w, const ActRowView* x, int64_t k, float* out) {
   for (int64_t b = 0; b < k / 256; ++b) {
     const uint8_t* blk = w + b * kBytes;
     const float d = fp16_at(blk), dmin = fp16_at(blk + 2);
-    alignas(16) uint8_t sc[16], m[16];
-    ggml_detail::unpack_k4_scales(blk + 4, sc, m);
-    const __m128i m8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m));
+    uint64_t sc, m;
+    k4_scales(blk + 4, &sc, &m);
+    const __m128i m8 = _mm_cvtsi64_si128(static_cast<int64_t>(m));
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
     const uint8_t* qs = blk + (kFive ? 48 : 16);
     const __m256i qh = kFive ? load256(blk + 16) : _mm256_setzero_si256();
@@ -243,7 +258,8 @@ void dot_k4(const uint8_t* w, const ActRowView* x, int64_t k, float* out) {
         hi = _mm256_or_si256(
             hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh), sixteen));
       }
-      const __m256i s0 = _mm256_set1_epi16(sc[2 * c]), s1 = _mm256_set1_epi16(sc[2 * c + 1]);
+      const __m256i s0 = _mm256_set1_epi16(static_cast<int16_t>(byte_of(sc, 2 * c)));
+      const __m256i s1 = _mm256_set1_epi16(static_cast<int16_t>(byte_of(sc, 2 * c + 1)));
       for (int r = 0; r < R; ++r) {
         const int8_t* xc = x[r].codes + 256 * b + 64 * c;
         isum[r] = _mm256_add_epi32(isum[r], dot_us_scaled(lo, load256(xc), s0));
@@ -435,10 +451,9 @@ RowDot row_dot(GgmlType t) {
   }
 }
 
-void gemm_simd(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end) {
+// The GEMM over one table's row kernels: fns[R - 1] takes R activation rows at a time.
+void gemm_rows(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end, const RowDot* fns) {
   const GgmlActType at = ggml_act_type(a.type);
-  const RowDot fns[kMaxRows] = {row_dot<1>(a.type), row_dot<2>(a.type), row_dot<3>(a.type),
-                                row_dot<4>(a.type)};
   for (int64_t i0 = 0; i0 < a.m; i0 += kMaxRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, a.m - i0));
     ActRowView x[kMaxRows];
@@ -450,6 +465,12 @@ void gemm_simd(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end) {
       for (int r = 0; r < rows; ++r) a.y[(i0 + r) * a.ldy + n] = out[r];
     }
   }
+}
+
+[[maybe_unused]] void gemm_simd(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end) {
+  const RowDot fns[kMaxRows] = {row_dot<1>(a.type), row_dot<2>(a.type), row_dot<3>(a.type),
+                                row_dot<4>(a.type)};
+  gemm_rows(a, n_begin, n_end, fns);
 }
 
 // ---- Activation quantizers: the scalar reference's operations, eight lanes at a time ----
