@@ -12,11 +12,12 @@ trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -f "${logs[@]}"' EXIT
 
 # The same suite against the bundled model, a GGUF file alone (weights, tokenizer and chat
 # template all from the file) and a Qwen3.5 hybrid, each with its own golden.
+extra=()  # flags every server of the next suite gets
 run_suite() {
   local golden=$1 served=$2 main_url busy_url tight_url
-  start_server main_url --api-key test-key --max-running-requests 16
-  start_server busy_url --max-running-requests 1 --max-queued-requests 1
-  start_server tight_url --max-running-requests 16 --max-total-tokens 160
+  start_server main_url "${extra[@]}" --api-key test-key --max-running-requests 16
+  start_server busy_url "${extra[@]}" --max-running-requests 1 --max-queued-requests 1
+  start_server tight_url "${extra[@]}" --max-running-requests 16 --max-total-tokens 160
   (cd "$src" && BASE_URL="$main_url" BUSY_URL="$busy_url" TIGHT_URL="$tight_url" \
     API_KEY=test-key MXSERVE="$bin" \
     MODEL_DIR="$model" GOLDEN_FILE="$golden" SERVED_MODEL="$served" \
@@ -87,8 +88,11 @@ http_checks() {
 http_checks
 run_suite "$shared/fixtures/tiny-qwen3-moe/golden/golden.json" tiny-qwen3-moe
 model=$shared/fixtures/gguf/tiny-qwen3-moe-allmoe.Q8_0.gguf
+# The suite holds log-probs to the dequantized-at-load golden (2e-3): FP32 activations.
+extra=(--gguf-activations f32)
 run_suite "$shared/fixtures/gguf/golden/tiny-qwen3-moe-allmoe.Q8_0.golden.json" \
   tiny-qwen3-moe-allmoe.Q8_0
+extra=()
 # A hybrid model: each running request's recurrent state in its own slot.
 model=$shared/fixtures/tiny-qwen3_5-moe
 run_suite "$model/golden/golden.json" tiny-qwen3_5-moe
