@@ -518,7 +518,9 @@ OJson LogprobsJson::add(const std::vector<TokenLogprob>& lps) {
     }
     const std::string text = repair_utf8(tok_.token_bytes(lp.token));
     OJson top = OJson::object();
-    for (const auto& [id, l] : lp.top) top[repair_utf8(tok_.token_bytes(id))] = l;
+    // Tokens that are parts of one character all show as U+FFFD: the dict keeps the likeliest
+    // of them (lp.top is most likely first), so its best entry stays the best alternative.
+    for (const auto& [id, l] : lp.top) top.emplace(repair_utf8(tok_.token_bytes(id)), l);
     for (OJson* o : {&part, &all_}) {
       (*o)["tokens"].push_back(text);
       (*o)["token_logprobs"].push_back(lp.logprob);
