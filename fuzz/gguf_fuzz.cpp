@@ -1,7 +1,8 @@
 // libFuzzer target: a GGUF file image. Whatever parses has its tensors inside the buffer (the
 // first and last byte of each are read) and every metadata value reachable; it is then opened
-// as a file (GgufFile, from a scratch copy under /dev/shm or TMPDIR) and its tokenizer metadata
-// is built into a tokenizer.json and a Tokenizer, as `mxserve` does for a GGUF checkpoint.
+// as a file (GgufFile, from a scratch copy under /dev/shm or TMPDIR), its `{arch}.*` metadata is
+// read as a model config, and its tokenizer metadata is built into a tokenizer.json and a
+// Tokenizer, as `mxserve` does for a GGUF checkpoint.
 #include <unistd.h>
 
 #include <cstdint>
@@ -12,6 +13,8 @@
 
 #include "fuzz_util.h"
 #include "loader/gguf.h"
+#include "loader/gguf_config.h"
+#include "loader/gguf_source.h"
 #include "loader/gguf_tokenizer.h"
 
 namespace {
@@ -41,6 +44,12 @@ void check_file_level(const uint8_t* data, size_t size) {
   if (!written) mx::fuzz::fail("setup", "cannot write " + path);
   auto file = mx::GgufFile::open(path);
   if (mx::fuzz::accepted("GgufFile::open", file, path)) {
+    // The `{arch}.*` keys as a model config, and every tensor name as its checkpoint name.
+    auto config = mx::model_config_from_gguf(*file);
+    const int64_t first_mtp = config.is_ok() ? config->num_layers : int64_t{1} << 62;
+    for (const mx::GgufTensorInfo& t : file->tensors()) {
+      MX_FUZZ_CHECK(!mx::gguf_to_hf_name(t.name, first_mtp).empty(), t.name);
+    }
     (void)mx::describe_gguf_tokenizer(*file);
     (void)mx::chat_template_from_gguf(*file);
     (void)mx::gguf_special_tokens(*file);

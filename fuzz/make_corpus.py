@@ -345,6 +345,9 @@ def gguf_seeds(shared):
           small_gguf(os.path.join(g, "tiny-qwen3-dense.Q4_0.gguf")))
     write("gguf", "qwen3-moe-small-tokenizer.gguf",
           small_gguf(os.path.join(g, "tiny-qwen3-moe-allmoe.MXFP4_MOE.gguf"), 264))
+    # The hybrid's keys: ssm.*, recurrent_layers (a bool array), nextn_predict_layers.
+    write("gguf", "qwen3_5-moe-small-tokenizer.gguf",
+          small_gguf(os.path.join(g, "tiny-qwen3_5-moe.Q4_K_M.gguf"), 264))
     # A real file's first bytes: preamble and the first metadata keys, cut inside the tokens.
     write("gguf", "qwen3-dense-Q2_K-first-4k.gguf",
           read(os.path.join(g, "tiny-qwen3-dense.Q2_K.gguf"), 4096))

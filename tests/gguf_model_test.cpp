@@ -219,6 +219,60 @@ TEST(GgufModel, InfiniteRopeBaseIsRefused) {
   fs::remove_all(dir);
 }
 
+std::string u32_bytes(uint32_t v) {
+  std::string b(4, '\0');
+  std::memcpy(b.data(), &v, 4);
+  return b;
+}
+
+// A Qwen3.5 file whose metadata contradicts itself is refused naming the key.
+TEST(GgufModel, Qwen3_5MetadataOutOfRangeIsNamed) {
+  const std::string dir = test::temp_dir("q35meta");
+  const std::string src = gguf_dir() + "/tiny-qwen3_5-moe.Q4_K_M.gguf";
+  struct Case {
+    const char* key;
+    uint32_t from, to;
+    const char* error;
+  };
+  for (const Case& c : {Case{"ssm.inner_size", 256, 250, "must split into ssm.time_step_rank"},
+                        Case{"ssm.group_count", 2, 3, "a multiple of ssm.group_count"},
+                        Case{"nextn_predict_layers", 1, 5, "leaves no decoder layer"},
+                        Case{"ssm.conv_kernel", 4, 0, "ssm.conv_kernel must be between"}}) {
+    // The value follows its key: type 4 (uint32), then four bytes.
+    const std::string key = std::string("qwen35moe.") + c.key + std::string("\x04\0\0\0", 4);
+    const std::string f =
+        patched_copy(src, key + u32_bytes(c.from), key + u32_bytes(c.to), dir + "/bad.gguf");
+    auto m = load_model(f, LoadOptions{});
+    ASSERT_FALSE(m.is_ok()) << c.key;
+    EXPECT_NE(m.status().message().find(c.error), std::string::npos) << m.status().to_string();
+  }
+  fs::remove_all(dir);
+}
+
+// ssm_a stores -exp(A_log): a value that is not negative has no logarithm to give back.
+TEST(GgufModel, Qwen3_5PositiveSsmAIsRefused) {
+  const std::string dir = test::temp_dir("q35ssma");
+  const std::string src = gguf_dir() + "/tiny-qwen3_5-dense.Q4_K_M.gguf";
+  auto text = read_text_file(src);
+  ASSERT_TRUE(text.is_ok());
+  std::string bytes = *text;
+  {
+    auto f = GgufFile::open(src);
+    ASSERT_TRUE(f.is_ok());
+    const GgufTensorInfo* t = f->tensor("blk.0.ssm_a");
+    ASSERT_NE(t, nullptr);
+    const size_t at = static_cast<size_t>(t->data - f->files()[0]->data());
+    const float positive = 0.5f;
+    std::memcpy(bytes.data() + at + 4, &positive, 4);
+  }
+  std::ofstream(dir + "/bad.gguf", std::ios::binary) << bytes;
+  auto m = load_model(dir + "/bad.gguf", LoadOptions{});
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("'blk.0.ssm_a' holds 0.5"), std::string::npos)
+      << m.status().to_string();
+  fs::remove_all(dir);
+}
+
 // The dense fixture rewritten with extra tensors.
 std::string with_extra_tensor(const std::string& name, const std::string& tag) {
   const std::string src = test::shared_dir() + "/fixtures/tiny-qwen3-dense";

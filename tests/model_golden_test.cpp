@@ -255,6 +255,13 @@ const char* const kGgufFiles[] = {
     "tiny-qwen3-dense.Q2_K",      "tiny-qwen3-dense.Q4_0",
 };
 
+// llama.cpp's conversions of the Qwen3.5 hybrids (qwen35moe, qwen35): norms stored with their
+// 1 added, -exp(A_log), value heads tiled, the MTP block kept as an extra layer.
+const char* const kGgufQwen3_5Files[] = {
+    "tiny-qwen3_5-moe.Q8_0",   "tiny-qwen3_5-moe.Q4_K_M",   "tiny-qwen3_5-moe.MXFP4_MOE",
+    "tiny-qwen3_5-dense.BF16", "tiny-qwen3_5-dense.Q4_K_M",
+};
+
 GoldenRun check_gguf(const char* file, bool dequant_bf16, bool strict,
                      GgmlActivations act = GgmlActivations::kF32) {
   const std::string dir = test::shared_dir() + "/fixtures/gguf";
@@ -283,6 +290,53 @@ TEST(GgufGolden, EveryFileMatchesItsDequantizedReference) {
   }
 }
 
+TEST(GgufGolden, Qwen3_5FilesMatchTheirDequantizedReference) {
+  for (const char* file : kGgufQwen3_5Files) {
+    SCOPED_TRACE(file);
+    const GoldenRun run = check_gguf(file, false, true);
+    if (HasFatalFailure()) return;
+    std::printf(
+        "%s: %d prompts, %d positions, max |dlogprob| %.2e, max |dlogit| %.2e, router "
+        "%d/%d tokens agree\n",
+        file, run.prompts, run.positions, run.max_logprob_err, run.max_logit_err,
+        run.router_tokens - run.router_mismatch, run.router_tokens);
+    EXPECT_EQ(run.prompts, 6);
+    EXPECT_EQ(run.router_mismatch, 0);
+  }
+}
+
+// One file's spread against its reference beside llama.cpp's (`.vs-llama.json`).
+struct Spread {
+  int positions = 0, top1 = 0, top1_llama = 0, over_1_nat = 0;
+  double median = 0, max = 0, max_llama = 0;
+};
+
+Spread native_spread(const char* file) {
+  const std::string dir = test::shared_dir() + "/fixtures/gguf/golden/";
+  Spread s;
+  GoldenRun run = check_gguf(file, false, false, GgmlActivations::kNative);
+  if (::testing::Test::HasFatalFailure()) return s;
+  auto llama = read_json_file(dir + file + ".vs-llama.json");
+  EXPECT_TRUE(llama.is_ok()) << llama.status().to_string();
+  if (!llama.is_ok()) return s;
+  s.max_llama = (*llama)["max_abs_dlogprob_top5"].get<double>();
+  const std::string agree = (*llama)["top1_agree_where_ref_gap_ge_0.05"].get<std::string>();
+  s.top1_llama = std::stoi(agree.substr(0, agree.find('/')));
+  EXPECT_EQ(run.top1_positions, std::stoi(agree.substr(agree.find('/') + 1)));
+  std::sort(run.position_err.begin(), run.position_err.end());
+  s.positions = run.positions;
+  s.top1 = run.top1_agree;
+  s.median = run.position_err[run.position_err.size() / 2];
+  s.max = run.max_logprob_err;
+  for (double e : run.position_err) s.over_1_nat += e > 1.0 ? 1 : 0;
+  std::printf(
+      "%s native: %d positions, median |dlogprob| %.2e, max %.3f (llama.cpp %.3f), over 1 nat "
+      "%d, top-1 %d/%d (llama.cpp %s)\n",
+      file, run.positions, s.median, s.max, s.max_llama, s.over_1_nat, s.top1, run.top1_positions,
+      agree.c_str());
+  return s;
+}
+
 // The default path quantizes activations to each type's dot-product type, as llama.cpp does:
 // held, per file, to llama.cpp's own spread on the same file against the same reference
 // (`.vs-llama.json`): its top-1 agreement where the reference leads by 0.05 or more, and its
@@ -290,28 +344,39 @@ TEST(GgufGolden, EveryFileMatchesItsDequantizedReference) {
 // position's draw of two 8-bit roundings (measured: 0.051-0.114 here against llama.cpp's
 // 0.051-0.166, Q4_0 the one above it); the median is printed beside it.
 TEST(GgufGolden, NativeActivationsStrayNoFurtherThanLlamaCpp) {
-  const std::string dir = test::shared_dir() + "/fixtures/gguf/golden/";
-  for (const char* file : kGgufFiles) {
+  std::vector<const char*> files(std::begin(kGgufFiles), std::end(kGgufFiles));
+  files.insert(files.end(), {"tiny-qwen3_5-dense.BF16", "tiny-qwen3_5-dense.Q4_K_M"});
+  for (const char* file : files) {
     SCOPED_TRACE(file);
-    GoldenRun run = check_gguf(file, false, false, GgmlActivations::kNative);
+    const Spread s = native_spread(file);
     if (HasFatalFailure()) return;
-    auto llama = read_json_file(dir + file + ".vs-llama.json");
-    ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
-    const double llama_max = (*llama)["max_abs_dlogprob_top5"].get<double>();
-    const std::string agree = (*llama)["top1_agree_where_ref_gap_ge_0.05"].get<std::string>();
-    const int llama_agree = std::stoi(agree.substr(0, agree.find('/')));
-    const int llama_positions = std::stoi(agree.substr(agree.find('/') + 1));
-    std::sort(run.position_err.begin(), run.position_err.end());
-    const double median = run.position_err[run.position_err.size() / 2];
-    std::printf(
-        "%s native: %d positions, median |dlogprob| %.2e, max %.3f (llama.cpp %.3f), top-1 "
-        "%d/%d (llama.cpp %s)\n",
-        file, run.positions, median, run.max_logprob_err, llama_max, run.top1_agree,
-        run.top1_positions, agree.c_str());
-    EXPECT_LE(run.max_logprob_err, 1.25 * llama_max);
-    ASSERT_EQ(run.top1_positions, llama_positions);
-    EXPECT_GE(run.top1_agree, llama_agree);
+    EXPECT_LE(s.max, 1.25 * s.max_llama);
+    EXPECT_GE(s.top1, s.top1_llama);
   }
+}
+
+// The Qwen3.5 MoE fixtures' routers sit on near-ties, where any rounding of the activations
+// flips an expert and moves a position by nats (gguf/README: llama.cpp strays by up to 8.5,
+// median 0.04-0.10, 11-23 of 304 positions over 1 nat). Which positions flip is a draw, so the
+// three files are held together: top-1 agreement within 1% of llama.cpp's, no more positions
+// over 1 nat than llama.cpp's most, and its largest stray and median within a quarter.
+TEST(GgufGolden, NativeActivationsOnHybridMoeSpreadLikeLlamaCpp) {
+  Spread all;
+  for (const char* file :
+       {"tiny-qwen3_5-moe.Q8_0", "tiny-qwen3_5-moe.Q4_K_M", "tiny-qwen3_5-moe.MXFP4_MOE"}) {
+    SCOPED_TRACE(file);
+    const Spread s = native_spread(file);
+    if (HasFatalFailure()) return;
+    all.positions += s.positions;
+    all.top1 += s.top1;
+    all.top1_llama += s.top1_llama;
+    EXPECT_LE(s.over_1_nat, 23);
+    EXPECT_LE(s.median, 1.25 * 0.10);
+    all.max_llama = std::max(all.max_llama, s.max_llama);
+    all.max = std::max(all.max, s.max);
+  }
+  EXPECT_GE(all.top1 + all.positions / 100, all.top1_llama);
+  EXPECT_LE(all.max, 1.25 * all.max_llama);
 }
 
 // --gguf-dequant bf16 rounds every weight to BF16 (the Ascend path): measured, not held to the

@@ -11,7 +11,7 @@ trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -f "${logs[@]}"' EXIT
 . "$(dirname "$0")/start_server.sh"
 
 # The same suite against the bundled model, a GGUF file alone (weights, tokenizer and chat
-# template all from the file) and a Qwen3.5 hybrid, each with its own golden.
+# template all from the file), a Qwen3.5 hybrid and the hybrid's GGUF, each with its own golden.
 extra=()  # flags every server of the next suite gets
 run_suite() {
   local golden=$1 served=$2 main_url busy_url tight_url
@@ -96,3 +96,7 @@ extra=()
 # A hybrid model: each running request's recurrent state in its own slot.
 model=$shared/fixtures/tiny-qwen3_5-moe
 run_suite "$model/golden/golden.json" tiny-qwen3_5-moe
+model=$shared/fixtures/gguf/tiny-qwen3_5-moe.Q4_K_M.gguf
+extra=(--gguf-activations f32)
+run_suite "$shared/fixtures/gguf/golden/tiny-qwen3_5-moe.Q4_K_M.golden.json" \
+  tiny-qwen3_5-moe.Q4_K_M

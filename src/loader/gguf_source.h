@@ -8,13 +8,10 @@
 #include <string>
 
 #include "loader/gguf.h"
+#include "loader/gguf_config.h"
 #include "loader/weight_source.h"
 
 namespace mx {
-
-// The config a GGUF's metadata describes; fails naming an unknown general.architecture or a
-// missing key.
-Result<ModelConfig> model_config_from_gguf(const GgufFile& f);
 
 struct GgufCheckpoint {
   ModelConfig config;
@@ -23,9 +20,11 @@ struct GgufCheckpoint {
 };
 Result<GgufCheckpoint> open_gguf_source(const std::string& path);
 
-// The Hugging Face name of a GGUF tensor name of `config`'s architecture; the name itself when
-// it has none (so check_all_used reports it as it is in the file). Expert banks map to
-// "model.layers.N.mlp.experts" + ".gate_proj" etc. without an expert index.
-std::string gguf_to_hf_name(const std::string& gguf_name);
+// The Hugging Face name of a GGUF tensor name; the name itself when it has none (so
+// check_all_used reports it as it is in the file). Expert banks map to
+// "model.layers.N.mlp.experts" + ".gate_proj" etc. without an expert index. Blocks from
+// `first_mtp_layer` on are the nextn (MTP) layers: "mtp.layers.(N - first_mtp_layer).*".
+std::string gguf_to_hf_name(const std::string& gguf_name,
+                            int64_t first_mtp_layer = int64_t{1} << 62);
 
 }  // namespace mx

@@ -15,9 +15,9 @@ const std::vector<ArchInfo>& supported_archs() {
   static const std::vector<ArchInfo> kArchs = {
       {Arch::kQwen3, "Qwen3ForCausalLM", "qwen3", "qwen3"},
       {Arch::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", "qwen3moe"},
-      {Arch::kQwen3_5, "Qwen3_5ForConditionalGeneration", "qwen3_5", ""},
-      {Arch::kQwen3_5Moe, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", ""},
-      {Arch::kQwen3Next, "Qwen3NextForCausalLM", "qwen3_next", ""},
+      {Arch::kQwen3_5, "Qwen3_5ForConditionalGeneration", "qwen3_5", "qwen35"},
+      {Arch::kQwen3_5Moe, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", "qwen35moe"},
+      {Arch::kQwen3Next, "Qwen3NextForCausalLM", "qwen3_next", "qwen3next"},
   };
   return kArchs;
 }
@@ -155,8 +155,10 @@ Status parse_layer_kinds(const Json& j, const std::string& what, ModelConfig* c)
 // Qwen3.5's text model and Qwen3-Next share these fields; only Qwen3.5 nests its language model.
 Status parse_qwen3_5_fields(const Json& j, const std::string& what, ModelConfig* c) {
   if (c->arch != Arch::kQwen3Next) c->weight_prefix = "model.language_model.";
+  c->deltanet_fused_qkvz = c->deltanet_fused_ba = c->arch == Arch::kQwen3Next;
   c->zero_centered_norms = true;
   MX_ASSIGN_OR_RETURN(c->attn_output_gate, json_bool_or(j, "attn_output_gate", true, what));
+  MX_ASSIGN_OR_RETURN(c->mtp_num_hidden_layers, json_int_or(j, "mtp_num_hidden_layers", 0, what));
   MX_RETURN_IF_ERROR(parse_layer_kinds(j, what, c));
   // Qwen3.5's default: RoPE on a quarter of each head.
   double partial = 0.25;

@@ -67,8 +67,19 @@ struct ModelConfig {
   int64_t linear_key_head_dim = 0;
   int64_t linear_value_head_dim = 0;
   int64_t linear_conv_kernel_dim = 0;
+  // Which key head value head j reads: j / (nv / nk) as Hugging Face groups them, or j % nk when
+  // the value heads are stored tiled (llama.cpp's GGUFs, for ggml's broadcast). Every per-value-
+  // head tensor (v, z, b, a, A_log, dt_bias, conv channels, out_proj columns) is in that order.
+  bool linear_v_heads_tiled = false;
+  // Qwen3-Next stores DeltaNet's projections fused and interleaved per key-head group
+  // (in_proj_qkvz, in_proj_ba), reordered into Qwen3.5's layout at load; llama.cpp's newer
+  // qwen3next GGUFs split qkvz into Qwen3.5's in_proj_qkv and in_proj_z and keep ba fused.
+  bool deltanet_fused_qkvz = false;
+  bool deltanet_fused_ba = false;
   // MoE with a sigmoid-gated shared expert of this width (0: none).
   int64_t shared_expert_intermediate_size = 0;
+  // Multi-token-prediction layers the checkpoint carries beside the decoder (mtp.*).
+  int64_t mtp_num_hidden_layers = 0;
 
   bool is_moe_layer(int64_t layer) const;
   bool is_linear_attention(int64_t layer) const {
@@ -77,9 +88,10 @@ struct ModelConfig {
   bool has_moe() const {
     return arch == Arch::kQwen3Moe || arch == Arch::kQwen3_5Moe || arch == Arch::kQwen3Next;
   }
-  // Qwen3-Next stores DeltaNet's projections fused and interleaved per key-head group
-  // (in_proj_qkvz, in_proj_ba), reordered into Qwen3.5's layout at load.
-  bool interleaved_deltanet_projections() const { return arch == Arch::kQwen3Next; }
+
+  bool is_hybrid() const {
+    return arch == Arch::kQwen3_5 || arch == Arch::kQwen3_5Moe || arch == Arch::kQwen3Next;
+  }
 };
 
 // The largest value a size field may take (widths, heads, vocabulary), so that products of two

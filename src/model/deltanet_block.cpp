@@ -19,6 +19,7 @@ namespace {
 
 struct Dims {
   int64_t nk, nv, dk, dv, kernel, key, value, conv;  // key = nk * dk, conv = 2 key + value
+  bool tiled;  // value head j reads key head j % nk (else j / (nv / nk))
 };
 
 Dims dims_of(const ModelConfig& c) {
@@ -29,7 +30,8 @@ Dims dims_of(const ModelConfig& c) {
          c.linear_conv_kernel_dim,
          0,
          0,
-         0};
+         0,
+         c.linear_v_heads_tiled};
   d.key = d.nk * d.dk;
   d.value = d.nv * d.dv;
   d.conv = 2 * d.key + d.value;
@@ -108,29 +110,31 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
                         ld, d.nv,      d.value};
   const int64_t per_thread = delta_rule_chunked_scratch_floats(t, d.nv, d.dk, d.dv);
   if (t > 1) scratch.resize(static_cast<size_t>(per_thread * num_threads(ctx.pool)));
-  // Key heads (each with its value heads) are independent: threads split them, and every
-  // head runs the same operations whatever the split.
-  for_ranges(ctx.pool, d.nk, [&](int64_t g0, int64_t g1, int thread) {
+  // Value heads are independent: threads split them, and every head runs the same operations
+  // whatever the split. Each runs alone, reading the key head its order gives it.
+  for_ranges(ctx.pool, d.nv, [&](int64_t h0, int64_t h1, int thread) {
     // With strongly negative log decays (seen on synthetic weights) the chunk's decay
     // products fall below FP32's normal range; flushing them keeps the delta rule at its
     // normal speed (prefill of the 35B-A3B shape: 4.3x on an Intel Xeon), and a term that
     // small is far below the rounding of the state it joins.
     const FlushSubnormals flush;
-    const int64_t r = d.nv / d.nk, h0 = g0 * r;
-    DeltaRuleArgs part = a;
-    part.q += g0 * d.dk;
-    part.k += g0 * d.dk;
-    part.v += h0 * d.dv;
-    part.g += h0;
-    part.beta += h0;
-    part.state += h0 * d.dk * d.dv;
-    part.o += h0 * d.dv;
-    part.nk = g1 - g0;
-    part.nv = (g1 - g0) * r;
-    if (t == 1) {
-      k.delta_rule_recurrent(part);
-    } else {
-      k.delta_rule_chunked(part, scratch.data() + thread * per_thread);
+    for (int64_t h = h0; h < h1; ++h) {
+      const int64_t kh = d.tiled ? h % d.nk : h / (d.nv / d.nk);
+      DeltaRuleArgs part = a;
+      part.q += kh * d.dk;
+      part.k += kh * d.dk;
+      part.v += h * d.dv;
+      part.g += h;
+      part.beta += h;
+      part.state += h * d.dk * d.dv;
+      part.o += h * d.dv;
+      part.nk = 1;
+      part.nv = 1;
+      if (t == 1) {
+        k.delta_rule_recurrent(part);
+      } else {
+        k.delta_rule_chunked(part, scratch.data() + thread * per_thread);
+      }
     }
   });
 }
@@ -153,16 +157,26 @@ std::vector<std::pair<int64_t, int64_t>> grouped_runs(int64_t nk,
 // Qwen3-Next's in_proj_qkvz is [nk, (q dk, k dk, v r dv, z r dv)] and in_proj_ba [nk, (b r, a
 // r)] with r = nv / nk value heads per key head; the block wants [q | k | v | z] and [b | a],
 // value head j under key head j / r, which is the groups' order.
-Status load_interleaved_projections(const WeightLoader& w, const Dims& d, int64_t h,
-                                    const std::string& prefix, DeltaNetBlock* out) {
+Status load_projections(const WeightLoader& w, const ModelConfig& c, const Dims& d, int64_t h,
+                        const std::string& prefix, DeltaNetBlock* out) {
   const int64_t r = d.nv / d.nk;
   const std::string qkvz = prefix + ".in_proj_qkvz", ba = prefix + ".in_proj_ba";
-  MX_ASSIGN_OR_RETURN(
-      out->qkvz, w.linear_row_ranges(qkvz, d.conv + d.value, h,
-                                     grouped_runs(d.nk, {d.dk, d.dk, r * d.dv, r * d.dv}), qkvz,
-                                     /*keep_float=*/false));
-  MX_ASSIGN_OR_RETURN(out->ba, w.linear_row_ranges(ba, 2 * d.nv, h, grouped_runs(d.nk, {r, r}), ba,
-                                                   /*keep_float=*/true));
+  if (c.deltanet_fused_qkvz) {
+    MX_ASSIGN_OR_RETURN(
+        out->qkvz, w.linear_row_ranges(qkvz, d.conv + d.value, h,
+                                       grouped_runs(d.nk, {d.dk, d.dk, r * d.dv, r * d.dv}), qkvz,
+                                       /*keep_float=*/false));
+  } else {
+    MX_ASSIGN_OR_RETURN(out->qkvz, w.packed(prefix, "in_proj_qkvz", {d.conv, d.value}, h));
+  }
+  // b and a feed per-head gates: kept as stored, like the router.
+  if (c.deltanet_fused_ba) {
+    MX_ASSIGN_OR_RETURN(out->ba, w.linear_row_ranges(ba, 2 * d.nv, h, grouped_runs(d.nk, {r, r}),
+                                                     ba, /*keep_float=*/true));
+  } else {
+    MX_ASSIGN_OR_RETURN(out->ba,
+                        w.packed(prefix, "in_proj_ba", {d.nv, d.nv}, h, /*keep_float=*/true));
+  }
   return Status::ok();
 }
 
@@ -176,14 +190,7 @@ Status load_deltanet(const WeightLoader& w, const ModelConfig& c, const std::str
     return unimplemented(prefix + ": conv1d kernel width " + std::to_string(d.kernel) +
                          " exceeds " + std::to_string(kConvMaxKernel));
   }
-  if (c.interleaved_deltanet_projections()) {
-    MX_RETURN_IF_ERROR(load_interleaved_projections(w, d, h, prefix, out));
-  } else {
-    MX_ASSIGN_OR_RETURN(out->qkvz, w.packed(prefix, "in_proj_qkvz", {d.conv, d.value}, h));
-    // b and a feed per-head gates: kept as stored, like the router.
-    MX_ASSIGN_OR_RETURN(out->ba,
-                        w.packed(prefix, "in_proj_ba", {d.nv, d.nv}, h, /*keep_float=*/true));
-  }
+  MX_RETURN_IF_ERROR(load_projections(w, c, d, h, prefix, out));
   MX_ASSIGN_OR_RETURN(out->out,
                       w.linear({prefix + ".out_proj"}, {h}, d.value, prefix + ".out_proj"));
   auto conv = f32_param(w, prefix + ".conv1d.weight", {d.conv, 1, d.kernel});

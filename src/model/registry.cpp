@@ -12,8 +12,10 @@ const ArchImpl* arch_impl(Arch arch) {
        &kQwen3_5PackedModules},  // qwen3_5.cpp
       {Arch::kQwen3_5Moe, build_qwen3_5_layer, qwen3_5_layer_forward,
        &kQwen3_5PackedModules},  // qwen3_5.cpp
-      // Qwen3-Next stores DeltaNet's projections fused already (reordered at load).
-      {Arch::kQwen3Next, build_qwen3_5_layer, qwen3_5_layer_forward, nullptr},  // qwen3_5.cpp
+      // Qwen3-Next's checkpoints store DeltaNet's projections fused (reordered at load); its
+      // newer GGUFs store them as Qwen3.5 does.
+      {Arch::kQwen3Next, build_qwen3_5_layer, qwen3_5_layer_forward,
+       &kQwen3_5PackedModules},  // qwen3_5.cpp
   };
   for (const ArchImpl& a : kArchs) {
     if (a.arch == arch) return &a;
