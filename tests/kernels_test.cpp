@@ -108,9 +108,11 @@ TEST(Kernels, EveryMxGemmVariant) {
   for (const MxGemmKernels* kern : mx_gemm_kernel_variants()) {
     const IsaLevel isa = kern->isa;
     ++variants;
-    for (Scheme s :
-         {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4, Scheme::kW4A4Mxfp4Dual}) {
+    for (Scheme s : {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4,
+                     Scheme::kW4A4Mxfp4Dual, Scheme::kW4A8Mxfp4Int8}) {
       const SchemeInfo& info = scheme_info(s);
+      // Int8 activations (ggml's Q8_0 codes, the whole int8 range) run the W4A4 kernels.
+      const bool int8 = info.int8_act;
       // Every row tile (1..6) and uneven tilings, the most rows that run direct tiles (12)
       // and the fewest that take the E4M3 wide pass (13), and prefill row blocks past the
       // first (197); one partial panel (11 columns), a partial panel after full ones (75) and
@@ -145,8 +147,28 @@ TEST(Kernels, EveryMxGemmVariant) {
                                   k,
                                   a.row_bytes};
             const int64_t kp = mx_decoded_stride(k);
+            const int64_t nb = (k + 31) / 32;
             std::vector<float> af(static_cast<size_t>(m * kp));
-            mx_decode_activations(av, af.data(), kMxGemmInputScale);
+            std::vector<int8_t> xq(static_cast<size_t>(m * kp));
+            std::vector<int32_t> xsum(static_cast<size_t>(m * nb));
+            std::vector<float> xscale(static_cast<size_t>(m * nb));
+            if (int8) {
+              // Codes as the rows hold them, the block sums, d / 2; decoded: code * d.
+              for (int64_t i = 0; i < m; ++i) {
+                for (int64_t t = 0; t < k; ++t) {
+                  const int8_t c = static_cast<int8_t>(a.codes[i * a.row_bytes + t]);
+                  const float d = a.int8_scales[i * nb + t / 32];
+                  xq[i * kp + t] = c;
+                  xsum[i * nb + t / 32] += c;
+                  af[i * kp + t] =
+                      static_cast<float>(c * static_cast<double>(d) * kMxGemmInputScale);
+                }
+                for (int64_t b = 0; b < nb; ++b)
+                  xscale[i * nb + b] = 0.5f * a.int8_scales[i * nb + b];
+              }
+            } else {
+              mx_decode_activations(av, af.data(), kMxGemmInputScale);
+            }
             const MxMatrixView wv{info.weight,
                                   q->codes.data_as<uint8_t>(),
                                   q->scales.data_as<uint8_t>(),
@@ -157,12 +179,9 @@ TEST(Kernels, EveryMxGemmVariant) {
             const MxPanelWeights packed = kern->pack(wv);
             const MxPanelView& pv = packed.view;
             // W4A4 also runs its integer kernel on the same activations.
-            const bool w4a4 = info.activation == ElemFormat::kE2M1;
-            const int64_t nb = (k + 31) / 32;
-            std::vector<int8_t> xq(static_cast<size_t>(m * kp));
-            std::vector<int32_t> xsum(static_cast<size_t>(m * nb));
-            std::vector<float> xscale(static_cast<size_t>(m * nb));
-            if (w4a4) mx_prepare_fp4_activations(av, xq.data(), xsum.data(), xscale.data());
+            const bool w4a4 = info.activation == ElemFormat::kE2M1 || int8;
+            if (w4a4 && !int8)
+              mx_prepare_fp4_activations(av, xq.data(), xsum.data(), xscale.data());
             // W4A8 also runs its integer kernel on the 14-bit activations, with what its own
             // table prepares besides them.
             const bool w4a8 = !w4a4 && info.weight == ElemFormat::kE2M1;
@@ -170,7 +189,7 @@ TEST(Kernels, EveryMxGemmVariant) {
             std::vector<int8_t> planes(static_cast<size_t>(2 * m * kp));
             std::vector<int32_t> xhsum(xsum.size());
             // The ISA's own activation decoders: the scalar ones' bits.
-            if (info.activation == ElemFormat::kE4M3) {
+            if (info.activation == ElemFormat::kE4M3 && !int8) {
               std::vector<float> af2(af.size());
               kern->decode(av, af2.data(), kMxGemmInputScale);
               ASSERT_EQ(0, std::memcmp(af2.data(), af.data(), af.size() * sizeof(float)))

@@ -19,7 +19,7 @@ namespace mx {
 namespace {
 
 const Scheme kMxSchemes[] = {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4,
-                             Scheme::kW4A4Mxfp4Dual};
+                             Scheme::kW4A4Mxfp4Dual, Scheme::kW4A8Mxfp4Int8};
 
 Tensor random_weight(int64_t n, int64_t k, uint32_t seed) {
   Tensor t = Tensor::empty(DType::kF32, {n, k});
@@ -34,6 +34,19 @@ std::vector<float> ref_act(const float* x, int64_t k, Scheme s) {
   const SchemeInfo& info = scheme_info(s);
   std::vector<uint8_t> codes(static_cast<size_t>(k)), scales(static_cast<size_t>(mx_num_blocks(k)));
   std::vector<float> s0(static_cast<size_t>(mx_num_chunks(k))), out(static_cast<size_t>(k));
+  if (info.int8_act) {
+    // ggml's Q8_0, written from its description: per 32 values d = amax / 127 stored as FP16,
+    // codes round(x * 127 / amax) half to even, each value d * code.
+    for (int64_t b = 0; b < k; b += 32) {
+      const int64_t n = std::min<int64_t>(32, k - b);
+      float amax = 0;
+      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[b + i]));
+      const float d = fp16_to_float(float_to_fp16(amax / 127.0f));
+      const float id = amax > 0 ? 127.0f / amax : 0.0f;
+      for (int64_t i = 0; i < n; ++i) out[b + i] = std::nearbyint(x[b + i] * id) * d;
+    }
+    return out;
+  }
   if (info.dual) {
     mxfp4_dual_quantize_row(x, k, codes.data(), scales.data(), s0.data());
     mxfp4_dual_dequantize_row(codes.data(), scales.data(), s0.data(), k, out.data());
@@ -104,7 +117,7 @@ TEST(MxScheme, DenseMatmulMatchesTheReference) {
       }
     }
   }
-  EXPECT_EQ(cases, 4 * 5 * 3);
+  EXPECT_EQ(cases, 5 * 5 * 3);
 }
 
 TEST(MxScheme, GroupedMatmulMatchesTheReference) {
@@ -231,7 +244,7 @@ TEST(MxScheme, FusedGmm1EqualsTheUnfusedStepsBitForBit) {
       }
     }
   }
-  EXPECT_EQ(cases, 4 * 4 * 2);
+  EXPECT_EQ(cases, 5 * 4 * 2);
 }
 
 // The BF16 bank packs gate and up as alternating panels and applies SwiGLU per panel pair:
@@ -298,6 +311,24 @@ TEST(MxScheme, ActivationRowsMatchTheReferenceCodecs) {
     act_rows_init(s, k, ScaleRule::kFloor, &a);
     a.resize(2);
     act_rows_quantize(x.data(), 1, ScaleRule::kFloor, &a);
+    if (info.int8_act) {
+      // ggml's Q8_0 per 32 (the last block zero-padded): d = amax / 127 as FP16, codes
+      // round(x * 127 / amax) half to even.
+      const int64_t nb = mx_num_blocks(k);
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t n = std::min<int64_t>(32, k - 32 * b);
+        float amax = 0;
+        for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[32 * b + i]));
+        EXPECT_EQ(a.int8_scales[nb + b], fp16_to_float(float_to_fp16(amax / 127.0f)))
+            << "block " << b;
+        for (int64_t i = 0; i < 32; ++i) {
+          const float want = i < n ? std::nearbyint(x[32 * b + i] * (127.0f / amax)) : 0.0f;
+          EXPECT_EQ(static_cast<int8_t>(a.codes[a.row_bytes + 32 * b + i]), want)
+              << "block " << b << " element " << i;
+        }
+      }
+      continue;
+    }
     std::vector<uint8_t> codes(static_cast<size_t>(k)),
         scales(static_cast<size_t>(mx_num_blocks(k)));
     std::vector<float> s0(static_cast<size_t>(mx_num_chunks(k)));
@@ -393,6 +424,9 @@ TEST(MxScheme, SchemeTableAndFlags) {
   EXPECT_FALSE(scheme_from_quantization_flag("int8").has_value());
   EXPECT_EQ(scheme_from_offline_type("W4A4_MXFP4_DUALSCALE"), Scheme::kW4A4Mxfp4Dual);
   EXPECT_EQ(scheme_from_offline_type("FLOAT"), Scheme::kBf16);
+  // The int8-activation scheme's weights are W4A8's: its exports load back as w4a8_mxfp4.
+  EXPECT_EQ(scheme_from_quantization_flag("w4a8_mxfp4_int8"), Scheme::kW4A8Mxfp4Int8);
+  EXPECT_EQ(scheme_from_offline_type("W4A8_MXFP"), Scheme::kW4A8Mxfp4);
 }
 
 }  // namespace

@@ -86,6 +86,12 @@ OJson config_like(const std::string& like, int64_t layers) {
                {"max_position_embeddings", 262144},
                {"rms_norm_eps", 1e-6},
                {"tie_word_embeddings", false}};
+    // As published configs spell it out (converters read it rather than the interval).
+    OJson kinds = OJson::array();
+    for (int64_t l = 0; l < layers; ++l) {
+      kinds.push_back((l + 1) % 4 == 0 ? "full_attention" : "linear_attention");
+    }
+    t["layer_types"] = kinds;
     return {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
             {"model_type", "qwen3_5_moe"},
             {"text_config", t},

@@ -85,6 +85,19 @@ std::vector<Tensor> floats_of(const std::vector<StoredWeight>& parts) {
 
 }  // namespace
 
+// MXFP4 blocks with no other target run on the MX kernels, repacked without loss, meeting the
+// activations llama.cpp gives them (int8 per 32); other GGUF types and --gguf-activations f32
+// keep their blocks.
+std::optional<Scheme> WeightLoader::mxfp4_target(const std::vector<StoredWeight>& parts) const {
+  if (plan_.gguf_dequant_bf16 || plan_.gguf_activations != GgmlActivations::kNative) {
+    return std::nullopt;
+  }
+  for (const StoredWeight& p : parts) {
+    if (p.encoding != WeightEncoding::kGgml || p.ggml != GgmlType::kMXFP4) return std::nullopt;
+  }
+  return Scheme::kW4A8Mxfp4Int8;
+}
+
 // Whether weights without an MX target run on the ggml kernels (GGUF blocks as stored, F32/F16
 // float tensors) rather than the BF16 one.
 bool WeightLoader::native(const std::vector<StoredWeight>& parts) const {
@@ -196,7 +209,7 @@ Result<std::unique_ptr<Linear>> WeightLoader::linear_of(std::vector<StoredWeight
   if (enc == WeightEncoding::kMx) {
     target = scheme_of(parts[0]);
   } else if (!keep_float) {
-    target = plan_.online;
+    target = plan_.online ? plan_.online : mxfp4_target(parts);
   }
   if (!target && native(parts)) {
     std::vector<GgmlWeight> g;
@@ -275,7 +288,13 @@ Result<std::unique_ptr<ExpertBank>> WeightLoader::experts(const std::string& pre
     d.push_back(std::move(de));
   }
   const WeightEncoding enc = g[0].encoding;
-  const std::optional<Scheme> target = enc == WeightEncoding::kMx ? scheme_of(g[0]) : plan_.online;
+  std::optional<Scheme> target = enc == WeightEncoding::kMx ? scheme_of(g[0]) : plan_.online;
+  if (!target) {
+    std::vector<StoredWeight> all = g;
+    all.insert(all.end(), u.begin(), u.end());
+    all.insert(all.end(), d.begin(), d.end());
+    target = mxfp4_target(all);
+  }
   if (!target && native(g) && native(u) && native(d)) {
     std::vector<std::vector<GgmlWeight>> w13;
     std::vector<GgmlWeight> w2;

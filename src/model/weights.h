@@ -86,6 +86,7 @@ class WeightLoader {
   Result<std::unique_ptr<Linear>> linear_of(std::vector<StoredWeight> parts,
                                             const std::string& packed_name, bool keep_float) const;
   bool native(const std::vector<StoredWeight>& parts) const;
+  std::optional<Scheme> mxfp4_target(const std::vector<StoredWeight>& parts) const;
 
   const WeightSource& src_;
   WeightPlan plan_;

@@ -2,6 +2,7 @@
 // expert banks: activations quantized per row to the scheme's input format, then the MX GEMM
 // over weights that stay quantized.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/mx_gemm.h"
@@ -73,15 +74,36 @@ T* at_least(std::vector<T>& v, int64_t n) {
   return v.data();
 }
 
+// Int8 rows for the W4A4 kernels: the codes as they are (the kernels hold 2 * value + 12 per
+// weight code), each block's sum of codes and its scale d / 2.
+void prepare_int8(const ActRows& a, int64_t row0, int64_t m, int8_t* q, int32_t* sums,
+                  float* scales) {
+  const int64_t stride = mx_decoded_stride(a.k), nb = mx_num_blocks(a.k);
+  for (int64_t r = 0; r < m; ++r) {
+    const auto* codes = reinterpret_cast<const int8_t*>(a.codes.data() + (row0 + r) * a.row_bytes);
+    const float* d = a.int8_scales.data() + (row0 + r) * nb;
+    int8_t* dst = q + r * stride;
+    std::memcpy(dst, codes, static_cast<size_t>(nb * kMxBlock));
+    std::memset(dst + nb * kMxBlock, 0, static_cast<size_t>(stride - nb * kMxBlock));
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t sum = 0;
+      for (int64_t j = 0; j < kMxBlock; ++j) sum += codes[b * kMxBlock + j];
+      sums[r * nb + b] = sum;
+      scales[r * nb + b] = 0.5f * d[b];
+    }
+  }
+}
+
 // Quantized activation rows in the form the GEMM over `weight` consumes: decoded to FP32
 // (E4M3 weights); for E2M1 weights, integers for an exact per-block dot, with block sums and
 // scales for E2M1 activations (W4A4) or 14-bit fixed point for E4M3 ones (W4A8). Held in the
 // calling thread's buffers: one GemmActs per thread at a time.
 class GemmActs {
  public:
-  enum class Kind { kF32, kW4a4, kW4a8 };
+  enum class Kind { kF32, kW4a4, kW4a8, kW4Int8 };
   GemmActs(const ActRows& a, ElemFormat weight, int64_t row0, int64_t m, ThreadPool* pool)
-      : kind_(a.format == ElemFormat::kE2M1                                  ? Kind::kW4a4
+      : kind_(a.int8                                                         ? Kind::kW4Int8
+              : a.format == ElemFormat::kE2M1                                ? Kind::kW4a4
               : a.format == ElemFormat::kE4M3 && weight == ElemFormat::kE2M1 ? Kind::kW4a8
                                                                              : Kind::kF32),
         stride_(mx_decoded_stride(a.k)),
@@ -89,6 +111,7 @@ class GemmActs {
     thread_local Buffers buffers;
     switch (kind_) {
       case Kind::kW4a4:
+      case Kind::kW4Int8:
         q_ = at_least(buffers.q, m * stride_);
         sums_ = at_least(buffers.sums, m * nb_);
         scales_ = at_least(buffers.scales, m * nb_);
@@ -109,6 +132,10 @@ class GemmActs {
         case Kind::kW4a4:
           mx_prepare_fp4_activations(v, q_ + r0 * stride_, sums_ + r0 * nb_, scales_ + r0 * nb_);
           break;
+        case Kind::kW4Int8:
+          prepare_int8(a, row0 + r0, r1 - r0, q_ + r0 * stride_, sums_ + r0 * nb_,
+                       scales_ + r0 * nb_);
+          break;
         case Kind::kW4a8:
           mx_gemm_kernels().prepare_w4a8(v, h_ + r0 * stride_, planes_ + r0 * 2 * stride_,
                                          sums_ + r0 * nb_, scales_ + r0 * nb_);
@@ -125,6 +152,7 @@ class GemmActs {
     MxGemmArgs g{nullptr, &w, y, m, stride_, ldy};
     switch (kind_) {
       case Kind::kW4a4:
+      case Kind::kW4Int8:
         g.xq = q_ + r0 * stride_;
         g.xsum = sums_ + r0 * nb_;
         g.xscale = scales_ + r0 * nb_;
@@ -145,6 +173,7 @@ class GemmActs {
     const auto& kern = mx_gemm_kernels();
     switch (kind_) {
       case Kind::kW4a4:
+      case Kind::kW4Int8:
         return kern.gemm_w4a4(a, n_begin, n_end);
       case Kind::kW4a8:
         return kern.gemm_w4a8(a, n_begin, n_end);
@@ -232,8 +261,9 @@ class MxExpertBank final : public ExpertBank {
         return w13_.scheme();
       case DispatchMode::kEpLowLatency:
         // The local fused format: MXFP8 for W8A8 and W4A8, MXFP4 for W4A4 (SGLang's DeepEP
-        // dtypes), quantized once by the sender.
-        return w13_.scheme();
+        // dtypes), quantized once by the sender. The wire carries no int8 rows: those go as
+        // BF16 and are quantized on arrival.
+        return scheme_info(w13_.scheme()).int8_act ? Scheme::kBf16 : w13_.scheme();
       case DispatchMode::kEpNormal:
         return Scheme::kBf16;  // gmm1 quantizes on arrival
     }
@@ -258,14 +288,18 @@ class MxExpertBank final : public ExpertBank {
     thread_local ActRows converted_buffer, act_buffer;
     ActRows& converted = converted_buffer;  // references: the workers below share them
     ActRows& act = act_buffer;
-    const SchemeInfo& info = scheme_info(w13_.scheme());
-    if (!rows.quantized || rows.format != info.activation || rows.dual != info.dual) {
+    if (!rows.in_format_of(w13_.scheme())) {
       act_rows_init(w13_.scheme(), h, rule_, &converted);
       converted.resize(total);
       std::vector<float> f(static_cast<size_t>(h));
       for (int64_t r = 0; r < total; ++r) {
         const float* src = rows.f32.data() + r * h;
-        if (rows.quantized) {
+        if (rows.int8) {
+          const auto* c = reinterpret_cast<const int8_t*>(rows.codes.data() + r * rows.row_bytes);
+          const float* d = rows.int8_scales.data() + r * mx_num_blocks(h);
+          for (int64_t j = 0; j < h; ++j) f[static_cast<size_t>(j)] = c[j] * d[j / kMxBlock];
+          src = f.data();
+        } else if (rows.quantized) {
           mx_decode_activations(act_view(rows, r, 1), f.data());
           src = f.data();
         }

@@ -10,17 +10,20 @@
 #include "formats/act_quant.h"
 #include "formats/half.h"
 #include "formats/mx_layout.h"
+#include "kernels/ggml_dot.h"
 
 namespace mx {
 namespace {
 
-constexpr std::array<SchemeInfo, 5> kSchemes = {{
+constexpr std::array<SchemeInfo, 6> kSchemes = {{
     {Scheme::kBf16, "bf16", "FLOAT", ElemFormat::kE4M3, ElemFormat::kE4M3, false},
     {Scheme::kW8A8Mxfp8, "w8a8_mxfp8", "W8A8_MXFP8", ElemFormat::kE4M3, ElemFormat::kE4M3, false},
     {Scheme::kW4A8Mxfp4, "w4a8_mxfp4", "W4A8_MXFP", ElemFormat::kE2M1, ElemFormat::kE4M3, false},
     {Scheme::kW4A4Mxfp4, "w4a4_mxfp4", "W4A4_MXFP4", ElemFormat::kE2M1, ElemFormat::kE2M1, false},
     {Scheme::kW4A4Mxfp4Dual, "w4a4_mxfp4_dual", "W4A4_MXFP4_DUALSCALE", ElemFormat::kE2M1,
      ElemFormat::kE2M1, true},
+    {Scheme::kW4A8Mxfp4Int8, "w4a8_mxfp4_int8", "W4A8_MXFP", ElemFormat::kE2M1, ElemFormat::kE4M3,
+     false, true},
 }};
 
 // One row of a contiguous BF16, F16 or F32 weight as FP32.
@@ -40,6 +43,35 @@ void row_to_f32(const Tensor& t, int64_t r, float* out) {
 
 int64_t codes_per_row(ElemFormat f, int64_t k) {
   return f == ElemFormat::kE2M1 ? fp4_packed_bytes(k) : k;
+}
+
+// n values as int8 blocks of 32 (the last zero-padded) with ggml's Q8_0 numerics, through the
+// active table's quantizer (ggml_dot.h), so that these codes are those the GGUF kernels see.
+void quantize_int8_blocks(const float* x, int64_t n, int8_t* codes, float* scales) {
+  const GgmlDotKernels& kern = ggml_dot_kernels();
+  constexpr int64_t kStep = 8 * kMxBlock;
+  alignas(64) uint8_t row[8 * kMxBlock + 128];
+  float padded[kMxBlock];
+  for (int64_t c0 = 0; c0 < n; c0 += kStep) {
+    const int64_t len = std::min(kStep, n - c0), whole = len / kMxBlock * kMxBlock;
+    const float* src = x + c0;
+    int64_t m = whole;
+    if (whole < len) {
+      // The ragged last block: its values, then zeros.
+      std::fill(padded, padded + kMxBlock, 0.0f);
+      std::copy(x + c0 + whole, x + c0 + len, padded);
+    }
+    if (m > 0) {
+      kern.quantize(GgmlActType::kQ8_0, src, m, row);
+      std::memcpy(codes + c0, row, static_cast<size_t>(m));
+      std::memcpy(scales + c0 / kMxBlock, row + m, static_cast<size_t>(m / kMxBlock) * 4);
+    }
+    if (whole < len) {
+      kern.quantize(GgmlActType::kQ8_0, padded, kMxBlock, row);
+      std::memcpy(codes + c0 + whole, row, kMxBlock);
+      std::memcpy(scales + (c0 + whole) / kMxBlock, row + kMxBlock, 4);
+    }
+  }
 }
 
 }  // namespace
@@ -193,6 +225,10 @@ void ActRows::resize(int64_t r) {
     return;
   }
   codes.resize(static_cast<size_t>(r * row_bytes));
+  if (int8) {
+    int8_scales.resize(static_cast<size_t>(r * mx_num_blocks(k)));
+    return;
+  }
   scales.resize(static_cast<size_t>(r * mx_num_blocks(k)));
   if (dual) chunk_scales.resize(static_cast<size_t>(r * mx_num_chunks(k)));
 }
@@ -203,9 +239,17 @@ void act_rows_init(Scheme scheme, int64_t k, ScaleRule rule, ActRows* out) {
   out->quantized = scheme != Scheme::kBf16;
   out->format = info.activation;
   out->dual = info.dual;
+  out->int8 = info.int8_act;
   out->k = k;
-  out->row_bytes = codes_per_row(info.activation, k);
+  out->row_bytes = info.int8_act ? mx_num_blocks(k) * kMxBlock : codes_per_row(info.activation, k);
   out->rows = 0;
+}
+
+bool ActRows::in_format_of(Scheme scheme) const {
+  const SchemeInfo& info = scheme_info(scheme);
+  if (!quantized || scheme == Scheme::kBf16) return !quantized && scheme == Scheme::kBf16;
+  if (int8 || info.int8_act) return int8 == info.int8_act;
+  return format == info.activation && dual == info.dual;
 }
 
 void act_rows_quantize(const float* x, int64_t r, ScaleRule rule, ActRows* out) {
@@ -222,6 +266,12 @@ void act_rows_quantize_cols(const float* x, int64_t r, int64_t col0, int64_t n, 
                             ActRows* out) {
   const int64_t k = out->k, nb = mx_num_blocks(k);
   MX_CHECK(out->quantized && col0 % act_rows_unit(*out) == 0 && col0 + n <= k);
+  if (out->int8) {
+    quantize_int8_blocks(x, n,
+                         reinterpret_cast<int8_t*>(out->codes.data() + r * out->row_bytes) + col0,
+                         out->int8_scales.data() + r * nb + col0 / kMxBlock);
+    return;
+  }
   uint8_t* codes = out->codes.data() + r * out->row_bytes;
   uint8_t* scales = out->scales.data() + r * nb;
   const ActQuantKernels& kern = act_quant_kernels();
@@ -259,6 +309,11 @@ void act_rows_copy(const ActRows& src, int64_t s, ActRows* dst, int64_t d) {
   const int64_t nb = mx_num_blocks(k);
   std::memcpy(dst->codes.data() + d * src.row_bytes, src.codes.data() + s * src.row_bytes,
               static_cast<size_t>(src.row_bytes));
+  if (src.int8) {
+    std::memcpy(dst->int8_scales.data() + d * nb, src.int8_scales.data() + s * nb,
+                static_cast<size_t>(nb) * sizeof(float));
+    return;
+  }
   std::memcpy(dst->scales.data() + d * nb, src.scales.data() + s * nb, static_cast<size_t>(nb));
   if (src.dual) {
     const int64_t nc = mx_num_chunks(k);

@@ -18,15 +18,20 @@ namespace mx {
 
 class ThreadPool;
 
-enum class Scheme { kBf16, kW8A8Mxfp8, kW4A8Mxfp4, kW4A4Mxfp4, kW4A4Mxfp4Dual };
+// kW4A8Mxfp4Int8: MXFP4 weights meeting activations as llama.cpp gives them to MXFP4 blocks
+// (ggml's Q8_0: int8 codes with a scale amax / 127 per 32, rounded to FP16 as ggml stores
+// it), through the W4A4 kernels' exact integer dot. Its weights are W4A8_MXFP's; an export of
+// them loads back as w4a8_mxfp4.
+enum class Scheme { kBf16, kW8A8Mxfp8, kW4A8Mxfp4, kW4A4Mxfp4, kW4A4Mxfp4Dual, kW4A8Mxfp4Int8 };
 
 struct SchemeInfo {
   Scheme scheme;
   std::string_view name;          // "w8a8_mxfp8"
   std::string_view offline_type;  // msmodelslim type string, "FLOAT" for bf16
   ElemFormat weight;
-  ElemFormat activation;
+  ElemFormat activation;  // when not int8_act
   bool dual;
+  bool int8_act = false;
 };
 
 const SchemeInfo& scheme_info(Scheme s);
@@ -54,17 +59,22 @@ Result<MxWeights> stack_mx_weights(const std::vector<MxWeights>& parts, const st
 // Dequantizes to FP32 [n, k] (the reference of the tests, and a quantized router gate).
 Tensor dequantize_weight(const MxWeights& w);
 
-// Rows of activations, either FP32 or quantized to a scheme's input format.
+// Rows of activations, either FP32 or quantized to a scheme's input format: MX codes and E8M0
+// scales, or (int8) int8 codes and their scales per 32, the last block zero-padded.
 struct ActRows {
   bool quantized = false;
   ElemFormat format = ElemFormat::kE4M3;
   bool dual = false;
+  bool int8 = false;
   int64_t rows = 0, k = 0, row_bytes = 0;
   std::vector<float> f32;           // [rows, k] when not quantized
   std::vector<uint8_t> codes;       // [rows, row_bytes]
-  std::vector<uint8_t> scales;      // [rows, ceil(k/32)]
+  std::vector<uint8_t> scales;      // [rows, ceil(k/32)] (MX)
   std::vector<float> chunk_scales;  // [rows, ceil(k/512)] when dual
+  std::vector<float> int8_scales;   // [rows, ceil(k/32)] when int8
   void resize(int64_t r);
+  // Whether these rows are in `scheme`'s activation format already.
+  bool in_format_of(Scheme scheme) const;
 };
 
 // Prepares `out` for rows of width k in `scheme`'s activation format.
