@@ -8,6 +8,8 @@
 // block terms (plus each reference-dequantized weight's own roundings, which the reference
 // keeps and the integer path does not). A few roundings of each block's magnitude: 2^-16 of
 // the sum of |w x| leaves ample room for those and none for a wrong code, scale or offset.
+// Q4_1 and Q5_1 store w = d * q + m, and their two terms (d * dx * sum(q x) and m * d * sum(x)),
+// each rounded alone, can cancel: their magnitude counts the terms, not w.
 #include "kernels/ggml_dot.h"
 
 #include <gtest/gtest.h>
@@ -15,10 +17,12 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "formats/half.h"
 #include "ggml_test_rows.h"
 #include "test_util.h"
 
@@ -124,15 +128,31 @@ void check_case(const Case& c) {
   const int64_t stride = ggml_act_row_bytes(at, c.k), ab = ggml_act_block(at);
   std::vector<float> wf(static_cast<size_t>(c.k));
   std::vector<double> exact(static_cast<size_t>(c.m * c.n)), mag(exact.size());
+  // The block minimum of the affine types (the FP16 after d), zero for the others.
+  const bool affine = c.type == GgmlType::kQ4_1 || c.type == GgmlType::kQ5_1;
+  const int64_t block = ggml_type_info(c.type).block, block_bytes = row_bytes / (c.k / block);
+  auto min_of = [&](const uint8_t* row, int64_t j) {
+    if (!affine) return 0.0;
+    uint16_t h;
+    std::memcpy(&h, row + (j / block) * block_bytes + 2, 2);
+    return static_cast<double>(fp16_to_float(h));
+  };
   for (int64_t r = 0; r < c.n; ++r) {
-    ggml_type_info(c.type).reference(w.data() + r * row_bytes, wf.data(), c.k);
+    const uint8_t* row = w.data() + r * row_bytes;
+    ggml_type_info(c.type).reference(row, wf.data(), c.k);
     for (int64_t i = 0; i < c.m; ++i) {
       const ActRowView v = act_row_view(at, xq.data() + i * stride, c.k);
-      double s = 0, a = 0;
+      double s = 0, a = 0, min_term = 0;
       for (int64_t j = 0; j < c.k; ++j) {
-        const double p = static_cast<double>(wf[j]) * v.d[j / ab] * v.codes[j];
+        const double xv = static_cast<double>(v.d[j / ab]) * v.codes[j], m = min_of(row, j);
+        const double p = static_cast<double>(wf[j]) * xv;
         s += p;
-        a += std::fabs(p);
+        a += affine ? std::fabs((wf[j] - m) * xv) : std::fabs(p);
+        min_term += m * xv;
+        if (affine && (j + 1) % block == 0) {
+          a += std::fabs(min_term);
+          min_term = 0;
+        }
       }
       exact[i * c.n + r] = s;
       mag[i * c.n + r] = a;
@@ -173,7 +193,8 @@ TEST(GgmlDot, EveryVariantOnOddShapesMatchesTheDequantizedProduct) {
   for (GgmlType t : kTypes) {
     ASSERT_TRUE(ggml_has_int_dot(t)) << ggml_type_info(t).name;
     const int64_t b = ggml_type_info(t).block;
-    for (int64_t m : {1, 2, 3, 4, 5, 9}) {
+    // Every row count a kernel call takes (1..8 at AVX-512, 1..4 below) and runs past them.
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {
       for (int64_t n : {1, 7}) {
         for (int64_t k : {b, 3 * b, b == 32 ? 11 * b : 2 * b}) check_case({t, m, n, k, seed++});
       }

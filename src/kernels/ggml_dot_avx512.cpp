@@ -1,9 +1,9 @@
 // The AVX-512 table of the integer GEMM over ggml blocks: the 256-bit kernels of
 // ggml_dot_simd.h with VNNI, and 512-bit kernels for Q4_K, Q6_K (the types of the most
-// downloaded files), Q4_0, Q8_0, MXFP4 and IQ4_NL. A 512-bit register holds 64 consecutive values
-// of a super-block: Q4_K's 32 bytes of a pair of sub-blocks broadcast to both halves and shifted by
-// 0 and 4, Q6_K's 64 low-nibble bytes with their 2-bit fields shifted per half, so that the
-// activation codes load as they lie.
+// downloaded files), Q4_0, Q8_0, MXFP4, IQ4_NL and IQ4_XS, up to eight activation rows a call. A
+// 512-bit register holds 64 consecutive values of a super-block: Q4_K's 32 bytes of a pair of
+// sub-blocks broadcast to both halves and shifted by 0 and 4, Q6_K's 64 low-nibble bytes with their
+// 2-bit fields shifted per half, so that the activation codes load as they lie.
 #include "kernels/ggml_dot_simd.h"
 
 namespace mx::ggml_dot_detail {
@@ -42,12 +42,10 @@ inline __m512i scale_runs(__m512i sc, const ScaleIndex& idx) {
 
 template <int R>
 void dot_q4_k_512(const uint8_t* w, const ActRowView* x, int64_t k, float* out) {
+  // One accumulator per row: the mins' term enters lanes 0-7 of it, so that eight rows fit
+  // the registers.
   __m512 acc[R];
-  __m256 accm[R];
-  for (int r = 0; r < R; ++r) {
-    acc[r] = _mm512_setzero_ps();
-    accm[r] = _mm256_setzero_ps();
-  }
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
   for (int64_t b = 0; b < k / 256; ++b) {
@@ -74,16 +72,17 @@ void dot_q4_k_512(const uint8_t* w, const ActRowView* x, int64_t k, float* out) 
       const float dx = x[r].d[b];
       acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * dx), _mm512_cvtepi32_ps(isum[r]), acc[r]);
       const __m256i msum = _mm256_madd_epi16(sums16(x[r], b), mins);
-      accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * dx), _mm256_cvtepi32_ps(msum), accm[r]);
+      acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(dmin * dx),
+                                _mm512_cvtepi32_ps(_mm512_zextsi256_si512(msum)), acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum512(acc[r]) - hsum(accm[r]);
+  for (int r = 0; r < R; ++r) out[r] = hsum512(acc[r]);
 }
 
 template <int R>
 void dot_q6_k_512(const uint8_t* w, const ActRowView* x, int64_t k, float* out) {
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  float acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(0x03);
   const __m512i shift_a = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
   const __m512i shift_b = _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6);
@@ -116,15 +115,20 @@ void dot_q6_k_512(const uint8_t* w, const ActRowView* x, int64_t k, float* out) 
         isum[r] = _mm512_add_epi32(isum[r], _mm512_add_epi32(pa, pb));
       }
     }
+    // Lanes added as integers first: the -32 offsets sit in other lanes than their products.
     for (int r = 0; r < R; ++r) {
-      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * x[r].d[b]), _mm512_cvtepi32_ps(isum[r]), acc[r]);
+      const float total = static_cast<float>(_mm512_reduce_add_epi32(isum[r]));
+      acc[r] = __builtin_fmaf(d * x[r].d[b], total, acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum512(acc[r]);
+  for (int r = 0; r < R; ++r) out[r] = acc[r];
 }
 
-// The 32-value block types two blocks to a register: codes unpacked per block as the
-// 256-bit kernels do, activation codes loaded as they lie, one scale per half.
+// The 32-value block types two blocks to a register: codes unpacked per block as the 256-bit
+// kernels do, activation codes loaded as they lie, one scale per half. Signed codes meet the
+// activations offset to unsigned (x ^ 0x80 reads as x + 128), so no row needs a sign fix; the
+// 128 * (sum of each four weight codes) this adds starts every row's integer sum negated,
+// computed once per pair of blocks (exact integers throughout).
 template <class F, int R>
 void dot32_512(const uint8_t* w, const ActRowView* x, int64_t k, float* out) {
   const int64_t nb = k / 32, pairs = nb / 2;
@@ -134,27 +138,33 @@ void dot32_512(const uint8_t* w, const ActRowView* x, int64_t k, float* out) {
     acc[r] = _mm512_setzero_ps();
     off[r] = 0.0f;
   }
+  const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
+  // Lanes 0-7 take element 0 of a vector, lanes 8-15 element 1: a scale per block.
+  const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   for (int64_t p = 0; p < pairs; ++p) {
     const uint8_t* b0 = w + 2 * p * F::kBytes;
     const uint8_t* b1 = b0 + F::kBytes;
     const __m512i q = _mm512_inserti64x4(_mm512_zextsi256_si512(F::codes(b0)), F::codes(b1), 1);
-    __m512i uq = q;
-    __mmask64 neg = 0;
+    __m512i start = _mm512_setzero_si512();
     if constexpr (F::kSigned) {
-      uq = _mm512_abs_epi8(q);
-      neg = _mm512_movepi8_mask(q);
+      start = _mm512_sub_epi32(start, _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, q));
     }
-    const float d0 = F::scale(b0), d1 = F::scale(b1);
-    const float c0 = F::coef(b0), c1 = F::coef(b1);
+    const __m512 dw = _mm512_permutexvar_ps(
+        halves, _mm512_zextps128_ps512(_mm_setr_ps(F::scale(b0), F::scale(b1), 0.0f, 0.0f)));
     for (int r = 0; r < R; ++r) {
-      __m512i xv = load512(x[r].codes + 64 * p);
-      if constexpr (F::kSigned) xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
-      const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), uq, xv));
-      const __m512 scale =
-          _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(d0 * x[r].d[2 * p])),
-                             _mm256_set1_ps(d1 * x[r].d[2 * p + 1]), 1);
-      acc[r] = _mm512_fmadd_ps(scale, sum, acc[r]);
-      off[r] += c0 * x[r].s[2 * p] + c1 * x[r].s[2 * p + 1];
+      const __m512i xv = load512(x[r].codes + 64 * p);
+      __m512i isum;
+      if constexpr (F::kSigned) {
+        isum = _mm512_dpbusd_epi32(start, _mm512_xor_si512(xv, k80), q);
+      } else {
+        isum = _mm512_dpbusd_epi32(start, q, xv);
+      }
+      const __m128 d2 = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(x[r].d + 2 * p)));
+      const __m512 dx = _mm512_permutexvar_ps(halves, _mm512_zextps128_ps512(d2));
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum), acc[r]);
+      if constexpr (!F::kSigned) {
+        off[r] += F::coef(b0) * x[r].s[2 * p] + F::coef(b1) * x[r].s[2 * p + 1];
+      }
     }
   }
   float tail[R] = {};
@@ -172,6 +182,54 @@ void dot32_512(const uint8_t* w, const ActRowView* x, int64_t k, float* out) {
   for (int r = 0; r < R; ++r) out[r] = hsum512(acc[r]) + off[r] + tail[r];
 }
 
+// IQ4_XS: a 512-bit register holds two 32-value sub-blocks, each one's 16 bytes broadcast to a
+// pair of 128-bit lanes and shifted by 0 and 4 there, mapped through the IQ4_NL grid; their
+// six-bit scales (biased by 32) are int16 runs of 16 lanes, as Q4_K's.
+template <int R>
+void dot_iq4_xs_512(const uint8_t* w, const ActRowView* x, int64_t k, float* out) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i grid = _mm512_maskz_broadcast_i32x4(0xFFFF, load128(kGgmlIq4Values));
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const uint8_t* blk = w + b * 136;
+    const float d = fp16_at(blk);
+    uint16_t sh;
+    uint32_t sl;
+    std::memcpy(&sh, blk + 2, 2);
+    std::memcpy(&sl, blk + 4, 4);
+    // Sub-block j's scale in byte j: its low nibble (nibble j of sl) in bits 0-3, its two high
+    // bits (bits 2j, 2j + 1 of sh) in bits 4-5; then biased by -32 as int16.
+    const uint64_t six =
+        _pdep_u64(sl, 0x0F0F0F0F0F0F0F0Full) | _pdep_u64(sh, 0x3030303030303030ull);
+    const __m128i ls = _mm_sub_epi16(
+        _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(six))), _mm_set1_epi16(32));
+    const __m512i sc16 = _mm512_zextsi128_si512(ls);
+    __m512i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
+    for (int c = 0; c < 4; ++c) {
+      // Lanes: bytes 0-15, bytes 0-15, bytes 16-31, bytes 16-31 of the pair's 32 bytes.
+      const __m512i raw = broadcast256(blk + 8 + 32 * c);
+      const __m512i lanes = _mm512_shuffle_i64x2(raw, raw, 0x50);
+      const __m512i q =
+          _mm512_shuffle_epi8(grid, _mm512_and_si512(_mm512_srlv_epi64(lanes, shift), m4));
+      const __m512i aq = _mm512_abs_epi8(q);
+      const __mmask64 neg = _mm512_movepi8_mask(q);
+      const __m512i scale = scale_runs(sc16, kQ4kIndex[c]);
+      for (int r = 0; r < R; ++r) {
+        __m512i xv = load512(x[r].codes + 256 * b + 64 * c);
+        xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+        isum[r] = _mm512_add_epi32(isum[r], _mm512_madd_epi16(_mm512_maddubs_epi16(aq, xv), scale));
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * x[r].d[b]), _mm512_cvtepi32_ps(isum[r]), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum512(acc[r]);
+}
+
 template <int R>
 RowDot row_dot_512(GgmlType t) {
   switch (t) {
@@ -187,15 +245,26 @@ RowDot row_dot_512(GgmlType t) {
       return dot32_512<Mxfp4Fmt, R>;
     case GgmlType::kIQ4_NL:
       return dot32_512<Iq4NlFmt, R>;
+    case GgmlType::kIQ4_XS:
+      return dot_iq4_xs_512<R>;
     default:
       return row_dot<R>(t);
   }
 }
 
 void gemm_avx512(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end) {
-  const RowDot fns[kMaxRows] = {row_dot_512<1>(a.type), row_dot_512<2>(a.type),
-                                row_dot_512<3>(a.type), row_dot_512<4>(a.type)};
-  gemm_rows(a, n_begin, n_end, fns);
+  const RowDot fns[kMaxRows512] = {row_dot_512<1>(a.type), row_dot_512<2>(a.type),
+                                   row_dot_512<3>(a.type), row_dot_512<4>(a.type),
+                                   row_dot_512<5>(a.type), row_dot_512<6>(a.type),
+                                   row_dot_512<7>(a.type), row_dot_512<8>(a.type)};
+  // Q4_K's eight-row kernel spills (its scales, mins and two sums per row): four rows ran the
+  // 30B-A3B shape's prefill 10% faster; the other types gain from eight (Q8_0 +8%, IQ4_XS
+  // +28%).
+  if (a.type == GgmlType::kQ4_K) {
+    gemm_rows<4>(a, n_begin, n_end, fns);
+    return;
+  }
+  gemm_rows<kMaxRows512>(a, n_begin, n_end, fns);
 }
 
 }  // namespace
