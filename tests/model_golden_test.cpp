@@ -275,34 +275,29 @@ GoldenRun check_gguf(const char* file, bool dequant_bf16, bool strict,
   return run;
 }
 
-TEST(GgufGolden, EveryFileMatchesItsDequantizedReference) {
-  for (const char* file : kGgufFiles) {
+// Each file strictly against its golden, with `prompts` prompts at least.
+void check_strict(const char* const* files, size_t count, int prompts) {
+  for (size_t i = 0; i < count; ++i) {
+    const char* file = files[i];
     SCOPED_TRACE(file);
     const GoldenRun run = check_gguf(file, false, true);
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
     std::printf(
         "%s: %d prompts, %d positions, max |dlogprob| %.2e, max |dlogit| %.2e, router "
         "%d/%d tokens agree\n",
         file, run.prompts, run.positions, run.max_logprob_err, run.max_logit_err,
         run.router_tokens - run.router_mismatch, run.router_tokens);
-    EXPECT_GE(run.prompts, 3);
+    EXPECT_GE(run.prompts, prompts);
     EXPECT_EQ(run.router_mismatch, 0);
   }
 }
 
+TEST(GgufGolden, EveryFileMatchesItsDequantizedReference) {
+  check_strict(kGgufFiles, std::size(kGgufFiles), 3);
+}
+
 TEST(GgufGolden, Qwen3_5FilesMatchTheirDequantizedReference) {
-  for (const char* file : kGgufQwen3_5Files) {
-    SCOPED_TRACE(file);
-    const GoldenRun run = check_gguf(file, false, true);
-    if (HasFatalFailure()) return;
-    std::printf(
-        "%s: %d prompts, %d positions, max |dlogprob| %.2e, max |dlogit| %.2e, router "
-        "%d/%d tokens agree\n",
-        file, run.prompts, run.positions, run.max_logprob_err, run.max_logit_err,
-        run.router_tokens - run.router_mismatch, run.router_tokens);
-    EXPECT_EQ(run.prompts, 6);
-    EXPECT_EQ(run.router_mismatch, 0);
-  }
+  check_strict(kGgufQwen3_5Files, std::size(kGgufQwen3_5Files), 6);
 }
 
 // One file's spread against its reference beside llama.cpp's (`.vs-llama.json`).
