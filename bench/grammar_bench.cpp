@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "text/grammar.h"
@@ -227,6 +228,36 @@ void BM_GrammarMaskWarm(benchmark::State& state) {
   }
   report(state, per_token);
 }
+
+// The schema corpus (tests/data/schemas): each iteration compiles all of it; the slowest
+// schema's mean compile time is the figure the 50 ms budget applies to.
+void BM_SchemaCorpusCompile(benchmark::State& state) {
+  std::vector<std::pair<std::string, json>> corpus;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(MX_SOURCE_DIR) + "/tests/data/schemas")) {
+    std::ifstream in(e.path());
+    corpus.emplace_back(e.path().filename().string(), json::parse(in));
+  }
+  std::vector<double> ms(corpus.size(), 0.0);
+  for (auto _ : state) {
+    for (size_t i = 0; i < corpus.size(); ++i) {
+      const auto t0 = Clock::now();
+      auto g = grammar_from_json_schema(corpus[i].second);
+      ms[i] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (!g.is_ok()) {
+        state.SkipWithError((corpus[i].first + ": " + g.status().to_string()).c_str());
+        return;
+      }
+    }
+  }
+  const size_t worst = std::max_element(ms.begin(), ms.end()) - ms.begin();
+  const double n = static_cast<double>(state.iterations());
+  state.counters["schemas"] = static_cast<double>(corpus.size());
+  state.counters["mean_ms"] = sum(ms) / n / static_cast<double>(corpus.size());
+  state.counters["worst_ms"] = ms[worst] / n;
+  state.SetLabel("slowest " + corpus[worst].first);
+}
+BENCHMARK(BM_SchemaCorpusCompile)->Unit(benchmark::kMillisecond);
 
 void all_cases(benchmark::internal::Benchmark* b) {
   for (int i = 0; i < 5; ++i) b->Arg(i);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -112,6 +113,14 @@ class ExprBuilder {
 // Front ends, each adding to `b` and returning the expression of its language.
 // JSON text valid against `schema` (the compact format described in grammar_json_schema.cpp).
 Result<int32_t> json_schema_expr(ExprBuilder& b, const nlohmann::ordered_json& schema);
+// The schema a chain of local $refs leads to (s itself without one).
+Result<const nlohmann::ordered_json*> resolve_ref(const nlohmann::ordered_json& root,
+                                                  const nlohmann::ordered_json& s,
+                                                  const std::string& path);
+// `s` (which holds an allOf) as one schema with the same values; $refs resolved against root.
+Result<nlohmann::ordered_json> merge_all_of(const nlohmann::ordered_json& root,
+                                            const nlohmann::ordered_json& s, int depth,
+                                            const std::string& path);
 // Any JSON value (objects and arrays through nesting rules up to kMaxJsonDepth).
 int32_t any_json_value_expr(ExprBuilder& b);
 // Any JSON object.
@@ -119,6 +128,24 @@ int32_t any_json_object_expr(ExprBuilder& b);
 // What `regex` matches, whole. `json_safe` keeps out the bytes a JSON string would have to
 // escape (quote, backslash, control characters), for the `pattern` keyword.
 Result<int32_t> regex_expr(ExprBuilder& b, std::string_view regex, bool json_safe);
+// Digit counts of a JSON number the schema grammars allow (see grammar_numbers.cpp).
+constexpr int32_t kMaxIntDigits = 16;
+constexpr int32_t kMaxFracDigits = 16;
+constexpr int32_t kMaxExpDigits = 3;
+// Bounds of a number, each end inclusive unless marked strict; absent ends are open.
+struct NumberBounds {
+  std::optional<double> lo, hi;
+  bool lo_strict = false, hi_strict = false;
+};
+// Any JSON number within the digit counts.
+int32_t any_number_expr(ExprBuilder& b);
+// The integers (or, with `integer` false, the exponent-free decimals) within `r`; an error
+// naming `path` when there is none.
+Result<int32_t> number_range_expr(ExprBuilder& b, const NumberBounds& r, bool integer,
+                                  const std::string& path);
+// The fewest and most code points (hi -1: unbounded) of the UTF-8 texts `e` admits; a byte
+// set without lead bytes (continuations only) counts as no code point.
+std::pair<int64_t, int64_t> char_length_range(const ExprBuilder& b, int32_t e);
 // UTF-8 of the code points in [lo, hi] (surrogates excluded), as alternatives of byte ranges.
 int32_t utf8_range_expr(ExprBuilder& b, uint32_t lo, uint32_t hi);
 

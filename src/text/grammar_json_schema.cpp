@@ -25,11 +25,19 @@ namespace {
 using json = nlohmann::ordered_json;
 
 const std::set<std::string>& annotation_keywords() {
-  static const std::set<std::string> k = {"title",   "description", "default",    "examples",
-                                          "$schema", "$id",         "$comment",   "format",
-                                          "strict",  "readOnly",    "writeOnly",  "deprecated",
-                                          "$defs",   "definitions", "uniqueItems"};
+  // $defs, definitions and OpenAPI's components hold the targets of $refs.
+  static const std::set<std::string> k = {
+      "title",        "description", "default",         "examples",        "$schema",
+      "$id",          "$comment",    "format",          "strict",          "readOnly",
+      "writeOnly",    "deprecated",  "$defs",           "definitions",     "components",
+      "uniqueItems",  "example",     "nullable",        "discriminator",   "$anchor",
+      "externalDocs", "xml",         "contentEncoding", "contentMediaType"};
   return k;
+}
+
+// OpenAPI's vendor extensions (x-...) annotate like the keywords above.
+bool is_annotation(const std::string& key) {
+  return annotation_keywords().count(key) || key.rfind("x-", 0) == 0;
 }
 
 const std::set<std::string>& supported_keywords() {
@@ -53,7 +61,8 @@ const std::set<std::string>& supported_keywords() {
                                           "maximum",
                                           "exclusiveMinimum",
                                           "exclusiveMaximum",
-                                          "pattern"};
+                                          "pattern",
+                                          "propertyNames"};
   return k;
 }
 
@@ -109,68 +118,6 @@ int32_t string_expr(ExprBuilder& b, int32_t min, int32_t max) {
   return b.seq({b.literal("\""), b.repeat(string_char(b), min, max), b.literal("\"")});
 }
 
-int32_t digits(ExprBuilder& b, int32_t min, int32_t max) {
-  return b.repeat(b.range('0', '9'), min, max);
-}
-
-// max_int_digits 0: any number of integer digits.
-int32_t number_expr(ExprBuilder& b, bool minus, bool plus, int32_t max_int_digits) {
-  const int32_t int_part =
-      b.alt({b.literal("0"), b.seq({b.range('1', '9'), digits(b, 0, max_int_digits - 1)})});
-  ByteSet e, sign;
-  e.add('e', 'e');
-  e.add('E', 'E');
-  sign.add('+', '+');
-  sign.add('-', '-');
-  const int32_t frac = b.opt(b.seq({b.literal("."), digits(b, 1, -1)}));
-  const int32_t exp = b.opt(b.seq({b.bytes(e), b.opt(b.bytes(sign)), digits(b, 1, -1)}));
-  std::vector<int32_t> signs;
-  if (plus) signs.push_back(b.empty());
-  if (minus) signs.push_back(b.literal("-"));
-  return b.seq({b.alt(std::move(signs)), int_part, frac, exp});
-}
-
-// Decimal text of the integers in [lo, hi] of one digit count (canonical: no leading zero
-// unless the number is 0), by the usual digit-by-digit split.
-int32_t same_length_range(ExprBuilder& b, const std::string& lo, const std::string& hi) {
-  if (lo.empty()) return b.empty();
-  if (lo[0] == hi[0]) {
-    return b.seq({b.literal(lo.substr(0, 1)), same_length_range(b, lo.substr(1), hi.substr(1))});
-  }
-  const size_t rest = lo.size() - 1;
-  std::vector<int32_t> alts;
-  alts.push_back(b.seq(
-      {b.literal(lo.substr(0, 1)), same_length_range(b, lo.substr(1), std::string(rest, '9'))}));
-  if (lo[0] + 1 <= hi[0] - 1)
-    alts.push_back(b.seq({b.range(lo[0] + 1, hi[0] - 1), digits(b, rest, rest)}));
-  alts.push_back(b.seq(
-      {b.literal(hi.substr(0, 1)), same_length_range(b, std::string(rest, '0'), hi.substr(1))}));
-  return b.alt(std::move(alts));
-}
-
-// The integers in [lo, hi], 0 <= lo; hi < 0 is unbounded.
-int32_t nonneg_range(ExprBuilder& b, int64_t lo, int64_t hi) {
-  const std::string a = std::to_string(lo);
-  std::vector<int32_t> alts;
-  if (hi < 0) {
-    alts.push_back(same_length_range(b, a, std::string(a.size(), '9')));
-    alts.push_back(b.seq({b.range('1', '9'), digits(b, static_cast<int32_t>(a.size()), -1)}));
-    return b.alt(std::move(alts));
-  }
-  const std::string z = std::to_string(hi);
-  if (a.size() == z.size()) return same_length_range(b, a, z);
-  alts.push_back(same_length_range(b, a, std::string(a.size(), '9')));
-  for (size_t len = a.size() + 1; len < z.size(); ++len) {
-    alts.push_back(b.seq({b.range('1', '9'), digits(b, static_cast<int32_t>(len - 1),
-                                                    static_cast<int32_t>(len - 1))}));
-  }
-  alts.push_back(same_length_range(b, "1" + std::string(z.size() - 1, '0'), z));
-  return b.alt(std::move(alts));
-}
-
-// Bounds past this magnitude are treated as absent (int64 arithmetic stays exact).
-constexpr double kMaxIntBound = 1e18;
-
 class SchemaCompiler {
  public:
   SchemaCompiler(ExprBuilder& b, const json& root) : b_(b), root_(root), id_(b.schemas++) {}
@@ -187,12 +134,22 @@ class SchemaCompiler {
     }
     if (!s.is_object()) return invalid_argument(path + ": a schema must be an object");
     for (auto it = s.begin(); it != s.end(); ++it) {
-      if (!annotation_keywords().count(it.key()) && !supported_keywords().count(it.key())) {
+      if (!is_annotation(it.key()) && !supported_keywords().count(it.key())) {
         return invalid_argument(path + ": unsupported keyword '" + it.key() + "'");
       }
     }
     if (s.contains("uniqueItems") && s["uniqueItems"] != false) {
       return invalid_argument(path + ": unsupported keyword 'uniqueItems' (true)");
+    }
+    if (s.contains("nullable") && s["nullable"] == true) {
+      json inner = s;
+      inner.erase("nullable");
+      MX_ASSIGN_OR_RETURN(const int32_t e, compile(inner, depth + 1, path));
+      return b_.alt({e, b_.literal("null")});
+    }
+    if (s.contains("allOf") && s["allOf"].is_array() && s["allOf"].size() > 1) {
+      MX_ASSIGN_OR_RETURN(const json merged, merge_all_of(root_, s, depth, path));
+      return compile(merged, depth + 1, path + "/allOf");
     }
     if (s.contains("$ref")) return compile_ref(s, depth, path);
     if (s.contains("enum") || s.contains("const")) return literals(s, path);
@@ -205,7 +162,7 @@ class SchemaCompiler {
  private:
   Status only_annotations_beside(const json& s, const std::string& key, const std::string& path) {
     for (auto it = s.begin(); it != s.end(); ++it) {
-      if (it.key() != key && !annotation_keywords().count(it.key())) {
+      if (it.key() != key && !is_annotation(it.key())) {
         return invalid_argument(path + ": keyword '" + it.key() + "' beside '" + key +
                                 "' is not supported");
       }
@@ -257,9 +214,6 @@ class SchemaCompiler {
     const json& list = s[key];
     if (!list.is_array() || list.empty()) {
       return invalid_argument(path + ": '" + key + "' must be a non-empty array");
-    }
-    if (std::string(key) == "allOf" && list.size() != 1) {
-      return invalid_argument(path + ": unsupported keyword 'allOf' (more than one schema)");
     }
     std::vector<int32_t> alts;
     for (size_t i = 0; i < list.size(); ++i) {
@@ -329,6 +283,7 @@ class SchemaCompiler {
   Result<int32_t> compile_object(const json& s, int depth, const std::string& path);
   Result<int32_t> compile_array(const json& s, int depth, const std::string& path);
   Result<int32_t> compile_string(const json& s, const std::string& path);
+  Status lengths_implied(const json& s, int32_t pattern, const std::string& path);
   Result<int32_t> compile_integer(const json& s, const std::string& path);
   Result<int32_t> compile_number(const json& s, const std::string& path);
 
@@ -396,7 +351,15 @@ Result<int32_t> SchemaCompiler::compile_object(const json& s, int depth, const s
     } else {
       value = any_json_value_expr(b_);
     }
-    extra = b_.seq({string_expr(b_, 0, -1), colon(b_), value});
+    int32_t key = 0;
+    if (s.contains("propertyNames")) {
+      json names = s["propertyNames"];
+      if (names.is_object() && !names.contains("type")) names["type"] = "string";
+      MX_ASSIGN_OR_RETURN(key, compile(names, depth + 1, path + "/propertyNames"));
+    } else {
+      key = string_expr(b_, 0, -1);
+    }
+    extra = b_.seq({key, colon(b_), value});
   }
   return b_.seq({b_.literal("{"), b_.object(std::move(members), std::move(req), extra, sep(b_)),
                  b_.literal("}")});
@@ -451,14 +414,60 @@ Result<int32_t> SchemaCompiler::compile_array(const json& s, int depth, const st
   return b_.seq({b_.literal("["), body, b_.literal("]")});
 }
 
+// The formats enforced, as regexes within what ajv-formats accepts (RFC 3339 date and time
+// with a zone, RFC 5321 dot-atom mail addresses, RFC 4122 UUIDs, absolute URIs). Others are
+// annotations, as the JSON Schema specification makes them by default.
+const char* format_regex(const std::string& format) {
+  static const std::pair<const char*, const char*> k[] = {
+      {"date", R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|1\d|2[0-8]))"},
+      {"time", R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
+      {"date-time",
+       R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|1\d|2[0-8])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?)"
+       R"((Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
+      {"email",
+       R"([A-Za-z0-9_+-]{1,32}(\.[A-Za-z0-9_+-]{1,32}){0,3}@([A-Za-z0-9]([A-Za-z0-9-]{0,30}[A-Za-z0-9])?\.){1,4})"
+       R"([A-Za-z]{2,24})"},
+      {"uuid", R"([0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12})"},
+      {"uri",
+       R"((https?|ftp|file)://[A-Za-z0-9]([A-Za-z0-9-]{0,30}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,30}[A-Za-z0-9])?){0,4})"
+       R"((:\d{1,5})?(/[A-Za-z0-9._~!$&'()*+,;=:@-]{0,32}){0,6}(\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]{0,128})?)"},
+      {"ipv4", R"(((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))"},
+  };
+  for (const auto& [name, re] : k) {
+    if (format == name) return re;
+  }
+  return nullptr;
+}
+
+// minLength/maxLength beside a pattern or format hold when every text the pattern admits is
+// within them (pydantic bounds its URLs to 2083 characters, say); other combinations would
+// need the intersection of two languages and are refused.
+Status SchemaCompiler::lengths_implied(const json& s, int32_t pattern, const std::string& path) {
+  if (!s.contains("minLength") && !s.contains("maxLength")) return Status::ok();
+  MX_ASSIGN_OR_RETURN(const int32_t min, count_keyword(s, "minLength", 0, path));
+  MX_ASSIGN_OR_RETURN(const int32_t max, count_keyword(s, "maxLength", -1, path));
+  const auto [lo, hi] = char_length_range(b_, pattern);
+  if (lo >= min && (max < 0 || (hi >= 0 && hi <= max))) return Status::ok();
+  return invalid_argument(path +
+                          ": minLength/maxLength with a pattern or format whose texts "
+                          "are not all within them is not supported");
+}
+
 Result<int32_t> SchemaCompiler::compile_string(const json& s, const std::string& path) {
-  if (s.contains("pattern")) {
-    if (!s["pattern"].is_string()) return invalid_argument(path + ": 'pattern' must be a string");
-    if (s.contains("minLength") || s.contains("maxLength")) {
-      return invalid_argument(path + ": 'pattern' with minLength/maxLength is not supported");
+  const char* format = nullptr;
+  if (s.contains("format") && s["format"].is_string()) {
+    format = format_regex(s["format"].get<std::string>());
+  }
+  if (s.contains("pattern") || format) {
+    if (s.contains("pattern") && !s["pattern"].is_string()) {
+      return invalid_argument(path + ": 'pattern' must be a string");
     }
-    Result<int32_t> e = regex_expr(b_, s["pattern"].get<std::string>(), true);
+    // A pattern beside a format (zod writes both) is the stricter of the two.
+    Result<int32_t> e = s.contains("pattern")
+                            ? regex_expr(b_, s["pattern"].get<std::string>(), true)
+                            : regex_expr(b_, format, true);
     if (!e.is_ok()) return e.status().with_context(path + ": pattern");
+    MX_RETURN_IF_ERROR(lengths_implied(s, *e, path));
     return b_.seq({b_.literal("\""), *e, b_.literal("\"")});
   }
   MX_ASSIGN_OR_RETURN(const int32_t min, count_keyword(s, "minLength", 0, path));
@@ -467,63 +476,65 @@ Result<int32_t> SchemaCompiler::compile_string(const json& s, const std::string&
   return string_expr(b_, min, max);
 }
 
-// Reads a numeric bound; absent or past kMaxIntBound gives nullopt.
-Result<std::optional<double>> bound(const json& s, const char* key, const std::string& path) {
-  if (!s.contains(key)) return std::optional<double>();
-  if (!s[key].is_number()) return invalid_argument(path + ": '" + key + "' must be a number");
-  const double v = s[key].get<double>();
-  if (std::fabs(v) > kMaxIntBound) return std::optional<double>();
-  return std::optional<double>(v);
+// Reads minimum/maximum and their exclusive forms (draft 2020-12 numbers, and draft 4's and
+// OpenAPI 3.0's booleans that make minimum/maximum exclusive), keeping the tighter bound.
+// Bounds past the digit count a number may have anyway are dropped.
+Result<NumberBounds> read_bounds(const json& s, const std::string& path) {
+  NumberBounds r;
+  for (const bool upper : {false, true}) {
+    const char* key = upper ? "maximum" : "minimum";
+    const char* xkey = upper ? "exclusiveMaximum" : "exclusiveMinimum";
+    std::optional<double> v;
+    bool strict = false;
+    if (s.contains(key)) {
+      if (!s[key].is_number()) return invalid_argument(path + ": '" + key + "' must be a number");
+      v = s[key].get<double>();
+    }
+    if (s.contains(xkey)) {
+      const json& x = s[xkey];
+      if (x.is_boolean()) {
+        strict = x.get<bool>() && v.has_value();
+      } else if (x.is_number()) {
+        const double xv = x.get<double>();
+        if (!v || (upper ? xv <= *v : xv >= *v)) {
+          v = xv;
+          strict = true;
+        }
+      } else {
+        return invalid_argument(path + ": '" + xkey + "' must be a number");
+      }
+    }
+    if (v && !(std::fabs(*v) < 1e16)) v.reset();
+    // OpenAPI's int32 is a range too (ajv-formats checks it); int64 holds any 16-digit value.
+    if (s.contains("format") && s["format"] == "int32") {
+      const double end = upper ? 2147483647.0 : -2147483648.0;
+      if (!v || (upper ? end < *v : end > *v)) {
+        v = end;
+        strict = false;
+      }
+    }
+    (upper ? r.hi : r.lo) = v;
+    (upper ? r.hi_strict : r.lo_strict) = strict;
+  }
+  return r;
 }
 
 Result<int32_t> SchemaCompiler::compile_integer(const json& s, const std::string& path) {
-  MX_ASSIGN_OR_RETURN(auto min, bound(s, "minimum", path));
-  MX_ASSIGN_OR_RETURN(auto max, bound(s, "maximum", path));
-  MX_ASSIGN_OR_RETURN(auto xmin, bound(s, "exclusiveMinimum", path));
-  MX_ASSIGN_OR_RETURN(auto xmax, bound(s, "exclusiveMaximum", path));
-  std::optional<int64_t> lo, hi;
-  if (min) lo = static_cast<int64_t>(std::ceil(*min));
-  if (xmin) lo = std::max(lo.value_or(INT64_MIN), static_cast<int64_t>(std::floor(*xmin)) + 1);
-  if (max) hi = static_cast<int64_t>(std::floor(*max));
-  if (xmax) hi = std::min(hi.value_or(INT64_MAX), static_cast<int64_t>(std::ceil(*xmax)) - 1);
-  if (lo && hi && *lo > *hi) return invalid_argument(path + ": no integer satisfies the bounds");
-  std::vector<int32_t> alts;
-  if (!hi || *hi >= 0)
-    alts.push_back(nonneg_range(b_, std::max<int64_t>(lo.value_or(0), 0), hi.value_or(-1)));
-  if (!lo || *lo < 0) {
-    const int64_t nlo = hi && *hi < 0 ? -*hi : 1;
-    const int64_t nhi = lo ? -*lo : -1;
-    alts.push_back(b_.seq({b_.literal("-"), nonneg_range(b_, nlo, nhi)}));
-  }
-  return b_.alt(std::move(alts));
+  MX_ASSIGN_OR_RETURN(const NumberBounds r, read_bounds(s, path));
+  return number_range_expr(b_, r, true, path);
 }
 
-// Numbers keep the sign the bounds imply and, with both bounds, the integer digits they
-// allow; the exact range of a fraction is not enforced.
 Result<int32_t> SchemaCompiler::compile_number(const json& s, const std::string& path) {
-  MX_ASSIGN_OR_RETURN(auto min, bound(s, "minimum", path));
-  MX_ASSIGN_OR_RETURN(auto max, bound(s, "maximum", path));
-  MX_ASSIGN_OR_RETURN(auto xmin, bound(s, "exclusiveMinimum", path));
-  MX_ASSIGN_OR_RETURN(auto xmax, bound(s, "exclusiveMaximum", path));
-  if (!min) min = xmin;
-  if (!max) max = xmax;
-  const bool minus = !min || *min < 0;
-  const bool plus = !max || *max >= 0;
-  if (!minus && !plus) return invalid_argument(path + ": no number satisfies the bounds");
-  int32_t int_digits = -1;
-  if (min && max) {
-    const double m = std::max(std::fabs(*min), std::fabs(*max));
-    int_digits = static_cast<int32_t>(std::to_string(static_cast<int64_t>(m)).size());
-  }
-  return number_expr(b_, minus, plus, int_digits < 0 ? 0 : int_digits);
+  MX_ASSIGN_OR_RETURN(const NumberBounds r, read_bounds(s, path));
+  return number_range_expr(b_, r, false, path);
 }
 
 // The nesting rule of objects or arrays at `depth` (bodies in line at the top).
 int32_t container_body(ExprBuilder& b, bool object, int depth);
 
 int32_t value_at(ExprBuilder& b, int depth) {
-  std::vector<int32_t> alts = {string_expr(b, 0, -1), number_expr(b, true, true, 0),
-                               b.literal("true"), b.literal("false"), b.literal("null")};
+  std::vector<int32_t> alts = {string_expr(b, 0, -1), any_number_expr(b), b.literal("true"),
+                               b.literal("false"), b.literal("null")};
   if (depth < kMaxJsonDepth) {
     for (bool object : {true, false}) {
       const std::string name =
@@ -560,9 +571,8 @@ Result<int32_t> json_schema_expr(ExprBuilder& b, const nlohmann::ordered_json& s
 }
 
 int32_t any_json_value_expr(ExprBuilder& b) {
-  return b.alt({string_expr(b, 0, -1), number_expr(b, true, true, 0), b.literal("true"),
-                b.literal("false"), b.literal("null"), container_body(b, true, 0),
-                container_body(b, false, 0)});
+  return b.alt({string_expr(b, 0, -1), any_number_expr(b), b.literal("true"), b.literal("false"),
+                b.literal("null"), container_body(b, true, 0), container_body(b, false, 0)});
 }
 
 int32_t any_json_object_expr(ExprBuilder& b) { return container_body(b, true, 0); }
