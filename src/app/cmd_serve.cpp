@@ -100,9 +100,22 @@ Result<KvPlan> plan_kv_cache(const ServeArgs& a, int64_t model_context, int64_t 
   return plan;
 }
 
-// --tool-call-parser auto picks the form the chat template writes calls in.
+// --tool-call-parser auto (the default) picks the form the chat template writes calls in,
+// and hermes for a template that shows none, so that a forced tool_choice works on any
+// model; none leaves calls in the content.
 bool resolve_output_parsers(const ChatTemplate* tmpl, ServerConfig* c) {
+  if (c->reasoning_parser == "none") c->reasoning_parser.clear();
+  if (c->reasoning_parser == "auto") {
+    const bool thinks = tmpl && tmpl->source().find("<think>") != std::string::npos;
+    c->reasoning_parser = thinks ? "qwen3" : "";
+  }
+  if (!c->reasoning_parser.empty()) MX_LOG_INFO("reasoning: " + c->reasoning_parser + " parser");
+  if (c->tool_call_parser == "none") c->tool_call_parser.clear();
   if (c->tool_call_parser.empty()) return true;
+  if (c->tool_call_parser == "auto" &&
+      tool_parser_for_template(tmpl ? tmpl->source() : "").empty()) {
+    c->tool_call_parser = "hermes";
+  }
   auto format = resolve_tool_parser(c->tool_call_parser, tmpl ? tmpl->source() : "");
   if (!format.is_ok()) {
     std::fprintf(stderr, "mxserve serve: --tool-call-parser: %s\n",
@@ -234,16 +247,21 @@ void register_serve(CLI::App& app, int& exit_code) {
                   "Seconds between throughput and queue lines in the log (0: none)")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
+  c.tool_call_parser = "auto";
   cmd->add_option("--tool-call-parser", c.tool_call_parser,
-                  "Tool-call format of replies: hermes (Qwen3), qwen3_coder (Qwen3.5), or auto "
-                  "(the chat template's)")
-      ->check(CLI::IsMember({"hermes", "qwen3_coder", "auto"}));
+                  "Tool-call format of replies: auto (the chat template's; hermes when it shows "
+                  "none), hermes (Qwen3), qwen3_coder (Qwen3.5), or none (calls stay text)")
+      ->check(CLI::IsMember({"hermes", "qwen3_coder", "auto", "none"}))
+      ->capture_default_str();
   // vLLM requires this beside --tool-call-parser; here the parser alone turns tool calls on.
   cmd->add_flag("--enable-auto-tool-choice", a->auto_tool_choice,
                 "Accepted for vLLM compatibility");
+  c.reasoning_parser = "auto";
   cmd->add_option("--reasoning-parser", c.reasoning_parser,
-                  "Split <think> blocks into reasoning_content: qwen3")
-      ->check(CLI::IsMember({"qwen3"}));
+                  "Split <think> blocks into reasoning_content: auto (qwen3 when the chat "
+                  "template writes <think>), qwen3, or none")
+      ->check(CLI::IsMember({"qwen3", "auto", "none"}))
+      ->capture_default_str();
   cmd->callback([a, &exit_code] { exit_code = serve(*a); });
 }
 

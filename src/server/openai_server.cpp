@@ -266,8 +266,9 @@ struct OpenAiServer::Impl {
     // not begin inside a think block whatever the prompt opened.
     const bool in_think = !reasoning.empty() && !*grammar && prompt_opens_think(prompt_text);
     OJson tools = pr.tools;
-    js->parser = [tool_parser, reasoning, in_think, tools] {
-      return make_output_parser(tool_parser, reasoning, in_think, tools);
+    const bool parallel = pr.parallel_tool_calls;
+    js->parser = [tool_parser, reasoning, in_think, tools, parallel] {
+      return make_output_parser(tool_parser, reasoning, in_think, tools, parallel);
     };
     return std::nullopt;
   }
@@ -283,8 +284,8 @@ struct OpenAiServer::Impl {
     if (!*spec) return std::nullopt;
     if (parser.empty()) {
       return HttpError{400,
-                       "a tool_choice that forces a call needs the server's "
-                       "--tool-call-parser",
+                       "a tool_choice that forces a call needs tool-call parsing, which this "
+                       "server runs with --tool-call-parser none",
                        "invalid_request_error", "tool_choice"};
     }
     ToolCallGrammar g = std::move(**spec);

@@ -11,7 +11,8 @@ namespace {
 class ChatOutputParser : public OutputParser {
  public:
   ChatOutputParser(const std::string& tool_parser, const std::string& reasoning, bool in_think,
-                   const OJson& tools) {
+                   const OJson& tools, bool parallel_calls)
+      : parallel_calls_(parallel_calls) {
     if (!reasoning.empty()) reasoning_.emplace(in_think);
     if (!tool_parser.empty()) {
       auto format = tool_call_format_from_name(tool_parser);
@@ -27,7 +28,9 @@ class ChatOutputParser : public OutputParser {
   std::vector<OJson> finish() override {
     std::vector<OJson> out = reasoning_ ? split(reasoning_->finish()) : std::vector<OJson>{};
     if (tools_) {
-      for (const ToolStreamEvent& e : tools_->finish()) out.push_back(tool_stream_delta_json(e));
+      for (const ToolStreamEvent& e : tools_->finish()) {
+        if (keep(e)) out.push_back(tool_stream_delta_json(e));
+      }
     }
     return out;
   }
@@ -38,6 +41,7 @@ class ChatOutputParser : public OutputParser {
     ParsedToolCalls calls{parts.content, {}};
     // A separate parser, so the streaming state (and its call ids) is not touched.
     if (tools_) calls = tools_->parse(parts.content);
+    if (!parallel_calls_ && calls.calls.size() > 1) calls.calls.resize(1);
     if (message) {
       const bool only_calls = !calls.calls.empty() && calls.content.empty();
       (*message)["content"] = only_calls ? OJson() : OJson(calls.content);
@@ -61,10 +65,17 @@ class ChatOutputParser : public OutputParser {
       if (!text.empty()) out.push_back({{"content", text}});
       return out;
     }
-    for (const ToolStreamEvent& e : tools_->push(text)) out.push_back(tool_stream_delta_json(e));
+    for (const ToolStreamEvent& e : tools_->push(text)) {
+      if (keep(e)) out.push_back(tool_stream_delta_json(e));
+    }
     return out;
   }
 
+  bool keep(const ToolStreamEvent& e) const {
+    return parallel_calls_ || !e.is_call || e.index == 0;
+  }
+
+  bool parallel_calls_;
   std::optional<ReasoningParser> reasoning_;
   std::optional<ToolCallParser> tools_;
 };
@@ -73,8 +84,9 @@ class ChatOutputParser : public OutputParser {
 
 std::unique_ptr<OutputParser> make_output_parser(const std::string& tool_parser,
                                                  const std::string& reasoning, bool in_think,
-                                                 const OJson& tools) {
-  return std::make_unique<ChatOutputParser>(tool_parser, reasoning, in_think, tools);
+                                                 const OJson& tools, bool parallel_calls) {
+  return std::make_unique<ChatOutputParser>(tool_parser, reasoning, in_think, tools,
+                                            parallel_calls);
 }
 
 bool prompt_opens_think(const std::string& prompt_text) {

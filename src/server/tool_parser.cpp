@@ -335,8 +335,10 @@ ParsedToolCalls ToolCallParser::parse(std::string_view text) {
       flush_run(true);
       run_after_call = true;
       r.calls.push_back({new_id(), std::move(call->name), std::move(call->arguments)});
-    } else {
+    } else if (closed || block.find(kClose) != std::string_view::npos) {
       run += block;
+    } else {
+      flush_run(true);  // a block cut short: whitespace before it touched a call
     }
     if (!closed) break;
     pos = end;
@@ -394,8 +396,10 @@ void ToolCallParser::close_block(size_t end, bool closed, std::vector<ToolStream
     args.index = calls_++;
     args.arguments = std::move(call->arguments);
     out->push_back(std::move(args));
-  } else {
+  } else if (closed || block.find(kClose) != std::string_view::npos) {
     add_content(block, out);
+  } else {
+    pending_ws_.clear();
   }
   buf_.erase(0, end);
   where_ = Where::kText;

@@ -75,7 +75,9 @@ struct ToolStreamEvent {
 //   schema does not list are strings. A missing </function> before </tool_call> is forgiven.
 // - A block still open when the reply ends is a call when its inside is complete (hermes:
 //   the JSON object; qwen3_coder: through </function>), as vLLM reads a reply that stopped
-//   at </tool_call>; otherwise it is content.
+//   at </tool_call>. Otherwise, with no </tool_call> anywhere in it, it was cut short
+//   (max_tokens, a stop string) and is dropped: neither a call nor raw tags in the content;
+//   one that holds a </tool_call> its structure did not reach is malformed, and content.
 // - Streaming: text that may be the start of <tool_call> is held back until decided, and
 //   whitespace until it is known not to touch a call. A call is sent when its block closes
 //   (or at finish): one piece with the name, then one with the whole arguments, so that a
