@@ -12,6 +12,7 @@
 
 #include "core/json_util.h"
 #include "core/log.h"
+#include "server/chat_translate.h"
 #include "server/completion_job.h"
 #include "server/http_server.h"
 #include "server/openai_protocol.h"
@@ -44,15 +45,6 @@ std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
-// vLLM's request ids: a prefix and 32 random hex digits (a UUID4's worth of randomness).
-std::string random_id(const char* prefix) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char hex[33];
-  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(rng()),
-                static_cast<unsigned long long>(rng()));
-  return std::string(prefix) + hex;
-}
-
 }  // namespace
 
 struct OpenAiServer::Impl {
@@ -74,6 +66,8 @@ struct OpenAiServer::Impl {
   std::set<uint64_t> live;  // engine ids of running generations, for the shutdown
   EngineStats last_stats;
   Clock::time_point last_stats_time = Clock::now();
+  // Responses kept for previous_response_id: as many as an agent session needs, for an hour.
+  ResponseStore responses{4096, std::chrono::hours(1)};
 
   Impl(DecoderModel& m, std::shared_ptr<const Tokenizer> t, std::optional<ChatTemplate> c,
        std::vector<int32_t> s, const ServerConfig& cfg)
@@ -123,6 +117,8 @@ struct OpenAiServer::Impl {
   std::optional<HttpReply> check_head(const HttpHead& h) const {
     if (config.api_key.empty() || h.path.rfind("/v1/", 0) != 0) return std::nullopt;
     if (h.header("authorization") == "Bearer " + config.api_key) return std::nullopt;
+    // Anthropic's clients send the key in x-api-key.
+    if (h.header("x-api-key") == config.api_key) return std::nullopt;
     return error_reply({401, "Incorrect or missing API key", "authentication_error"});
   }
 
@@ -140,7 +136,9 @@ struct OpenAiServer::Impl {
                                     {"/tokenize", "POST", false},
                                     {"/detokenize", "POST", false},
                                     {"/v1/completions", "POST", false},
-                                    {"/v1/chat/completions", "POST", false}};
+                                    {"/v1/chat/completions", "POST", false},
+                                    {"/v1/messages", "POST", false},
+                                    {"/v1/responses", "POST", false}};
     const Route* route = nullptr;
     for (const Route& r : kRoutes) {
       const bool match = r.prefix ? h.path.size() > std::strlen(r.path) &&
@@ -162,7 +160,34 @@ struct OpenAiServer::Impl {
     if (path == "/tokenize" || path == "/detokenize") {
       return ex->send(token_reply(path == "/tokenize", body));
     }
+    if (path == "/v1/messages") return messages(h, body, std::move(ex));
+    if (path == "/v1/responses") return responses_api(h, body, std::move(ex));
     generate(h, body, std::move(ex), path == "/v1/chat/completions");
+  }
+
+  // The Messages and Responses APIs run as chat requests whose replies are translated.
+  void messages(const HttpHead& h, const std::string& text, std::shared_ptr<HttpExchange> ex) {
+    OJson body;
+    if (auto e = parse_body(text, &body)) return ex->send(messages_error(*e));
+    auto chat = messages_to_chat(body);
+    if (!chat.is_ok()) return ex->send(messages_error({400, chat.status().message()}));
+    generate(h, chat->dump(),
+             translating_exchange(std::move(ex), messages_translator(config.served_model_name)),
+             true);
+  }
+
+  void responses_api(const HttpHead& h, const std::string& text, std::shared_ptr<HttpExchange> ex) {
+    OJson body;
+    if (auto e = parse_body(text, &body)) return ex->send(error_reply(*e));
+    auto req = responses_to_chat(body, responses);
+    if (!req.is_ok()) {
+      const std::string msg = req.status().message();
+      return ex->send(
+          error_reply({400, msg, "invalid_request_error", msg.substr(0, msg.find(':'))}));
+    }
+    const std::string chat = req->chat.dump();
+    generate(h, chat, translating_exchange(std::move(ex), responses_translator(*req, responses)),
+             true);
   }
 
   OJson model_card() const {
@@ -250,15 +275,9 @@ struct OpenAiServer::Impl {
     const bool tools_on = !pr.tools.is_null() && pr.tool_choice != OJson("none");
     std::shared_ptr<const Grammar> forced;
     if (auto e = tool_output(pr, tools_on, &forced)) return e;
-    if (forced) {
-      if (*grammar) {
-        return HttpError{400,
-                         "tool_choice that forces a call cannot be combined with "
-                         "response_format",
-                         "invalid_request_error", "tool_choice"};
-      }
-      *grammar = forced;
-    }
+    // A forced call is the whole reply, so the response format (which shapes a text answer,
+    // the next turn's) has nothing to apply to here; agent frameworks send both.
+    if (forced) *grammar = forced;
     const std::string tool_parser = tools_on ? config.tool_call_parser : "";
     const std::string reasoning = config.reasoning_parser;
     if (tool_parser.empty() && reasoning.empty()) return std::nullopt;

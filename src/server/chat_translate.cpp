@@ -1,0 +1,96 @@
+#include "server/chat_translate.h"
+
+#include <cstdio>
+#include <random>
+
+namespace mx {
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return std::string(prefix) + hex;
+}
+
+std::string sse_event(const std::string& name, const OJson& data) {
+  return "event: " + name + "\ndata: " + data.dump() + "\n\n";
+}
+
+namespace {
+
+// Parses the chat job's server-sent events as they arrive (a write may end mid-event) and
+// passes each to the translator.
+class TranslatingExchange : public HttpExchange {
+ public:
+  TranslatingExchange(std::shared_ptr<HttpExchange> inner, std::shared_ptr<ChatTranslator> t)
+      : inner_(std::move(inner)), t_(std::move(t)) {}
+
+  void send(HttpReply reply) override {
+    OJson body = OJson::parse(reply.body, nullptr, false);
+    if (body.is_discarded()) return inner_->send(std::move(reply));
+    std::lock_guard<std::mutex> lock(mu_);
+    inner_->send(t_->whole(reply.status, body));
+  }
+  void start_stream(int status, const std::string& content_type) override {
+    inner_->start_stream(status, content_type);
+  }
+  void write(std::string chunk) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    buf_ += chunk;
+    std::string out;
+    for (size_t end; (end = buf_.find("\n\n")) != std::string::npos;) {
+      const std::string event = buf_.substr(0, end);
+      buf_.erase(0, end + 2);
+      if (event.rfind("data: ", 0) != 0) continue;
+      const std::string data = event.substr(6);
+      if (data == "[DONE]") {
+        out += t_->done();
+        continue;
+      }
+      OJson c = OJson::parse(data, nullptr, false);
+      if (!c.is_discarded()) out += t_->chunk(c);
+    }
+    if (!out.empty()) inner_->write(std::move(out));
+  }
+  void end() override { inner_->end(); }
+  void on_disconnect(std::function<void()> fn) override { inner_->on_disconnect(std::move(fn)); }
+
+ private:
+  std::shared_ptr<HttpExchange> inner_;
+  std::shared_ptr<ChatTranslator> t_;
+  std::mutex mu_;
+  std::string buf_;
+};
+
+}  // namespace
+
+std::shared_ptr<HttpExchange> translating_exchange(std::shared_ptr<HttpExchange> inner,
+                                                   std::shared_ptr<ChatTranslator> t) {
+  return std::make_shared<TranslatingExchange>(std::move(inner), std::move(t));
+}
+
+void ResponseStore::expire(Clock::time_point now) {
+  while (!order_.empty() && (order_.size() > capacity_ || now - order_.front().at > ttl_)) {
+    index_.erase(order_.front().id);
+    order_.pop_front();
+  }
+}
+
+void ResponseStore::put(const std::string& id, OJson messages) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = Clock::now();
+  order_.push_back({id, std::move(messages), now});
+  index_[id] = std::prev(order_.end());
+  expire(now);
+}
+
+std::optional<OJson> ResponseStore::get(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  expire(Clock::now());
+  auto it = index_.find(id);
+  if (it == index_.end()) return std::nullopt;
+  return it->second->messages;
+}
+
+}  // namespace mx
