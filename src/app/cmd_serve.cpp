@@ -244,6 +244,7 @@ void register_serve(CLI::App& app, int& exit_code) {
   cmd->add_option("--reasoning-parser", c.reasoning_parser,
                   "Split <think> blocks into reasoning_content: qwen3")
       ->check(CLI::IsMember({"qwen3"}));
+  cmd->add_flag("!--no-webui", c.web_ui, "Serve no chat page at / (it is 404 then)");
   cmd->callback([a, &exit_code] { exit_code = serve(*a); });
 }
 
