@@ -12,6 +12,7 @@ apt_packages=(
   libboost-dev
   clang libclang-rt-14-dev
   nodejs npm
+  chromium
 )
 
 missing=()

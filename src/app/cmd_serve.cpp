@@ -262,6 +262,7 @@ void register_serve(CLI::App& app, int& exit_code) {
                   "template writes <think>), qwen3, or none")
       ->check(CLI::IsMember({"qwen3", "auto", "none"}))
       ->capture_default_str();
+  cmd->add_flag("!--no-webui", c.web_ui, "Serve no chat page at / (it is 404 then)");
   cmd->callback([a, &exit_code] { exit_code = serve(*a); });
 }
 

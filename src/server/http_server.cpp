@@ -447,6 +447,7 @@ void Session::write_next() {
           static_cast<http::status>(o.reply.status), 11);
       full_->set(http::field::server, "mxserve");
       full_->set(http::field::content_type, o.reply.content_type);
+      for (const auto& [name, value] : o.reply.headers) full_->set(name, value);
       full_->keep_alive(keep);
       full_->body() = std::move(o.reply.body);
       full_->prepare_payload();

@@ -12,6 +12,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -45,10 +47,20 @@ struct HttpHead {
   }
 };
 
+// Header fields a reply adds to Server, Content-Type and the framing the server sets.
+using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
+
 struct HttpReply {
+  HttpReply() = default;
+  HttpReply(int code, std::string type, std::string text, HttpHeaders extra = {})
+      : status(code),
+        content_type(std::move(type)),
+        body(std::move(text)),
+        headers(std::move(extra)) {}
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  HttpHeaders headers;
 };
 
 // One exchange's reply channel. Every method may be called from any thread; they are queued

@@ -18,6 +18,7 @@
 #include "server/openai_protocol.h"
 #include "server/output_parser.h"
 #include "server/tool_parser.h"
+#include "server/web_ui.h"
 
 namespace mx {
 namespace {
@@ -123,6 +124,13 @@ struct OpenAiServer::Impl {
   }
 
   void handle(const HttpHead& h, std::string body, std::shared_ptr<HttpExchange> ex) {
+    if (const WebFile* page = config.web_ui ? find_web_file(h.path) : nullptr) {
+      if (h.method != "GET") {
+        return ex->send(error_reply(
+            {405, "method " + h.method + " is not allowed on " + h.path + "; use GET"}));
+      }
+      return ex->send(web_file_reply(*page));
+    }
     struct Route {
       const char* path;
       const char* method;
@@ -545,6 +553,9 @@ Status OpenAiServer::run() {
   const ServerConfig& c = m.config;
   MX_LOG_INFO("serving " + c.served_model_name + " on http://" + c.host + ":" +
               std::to_string(bound_port_));
+  if (c.web_ui) {
+    MX_LOG_INFO("chat page: http://" + c.host + ":" + std::to_string(bound_port_) + "/");
+  }
   if (c.stats_interval_s > 0) m.http->every(millis(c.stats_interval_s), [&m] { m.log_stats(); });
   m.http->run([&m](int sig) {
     if (m.signals_seen++ == 0) {

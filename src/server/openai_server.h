@@ -27,6 +27,7 @@ struct ServerConfig {
   double stats_interval_s = 10;      // throughput and queue lines in the log; 0: none
   std::string tool_call_parser;      // hermes or qwen3_coder; empty: tool calls stay text
   std::string reasoning_parser;      // qwen3; empty: reasoning stays in the content
+  bool web_ui = true;                // the chat page at /
   SchedulerConfig scheduler;
 };
 
