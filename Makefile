@@ -7,7 +7,10 @@ FUZZ_TARGETS ?= safetensors model_config quant_description tokenizer chat_templa
 
 .PHONY: run test deps build build-asan build-fuzz test-release test-asan test-fuzz fuzz bench format clean
 
-run: deps build
+# Builds only the binary it runs; `make test` builds the rest.
+run: deps
+	@test -f build/build.ninja || cmake --preset release
+	cmake --build build -j $(JOBS) --target mxserve
 	./build/mxserve run -m $(MODEL) -p "It is a truth universally acknowledged, that" --seed 0 -n 64
 
 test: deps build build-asan build-fuzz

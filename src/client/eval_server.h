@@ -12,7 +12,7 @@
 
 #include "client/openai_client.h"
 #include "core/status.h"
-#include "runtime/evaluate.h"
+#include "eval/task.h"
 
 namespace mx {
 
