@@ -22,6 +22,7 @@ struct ServeArgs {
   ModelArgs m;
   ServerConfig server;
   bool auto_tool_choice = false;
+  std::string pooling = "auto";
   // 0: room for max_running_requests full contexts, capped at 1M tokens and at a quarter of
   // physical memory.
   int64_t max_total_tokens = 0;
@@ -127,6 +128,29 @@ bool resolve_output_parsers(const ChatTemplate* tmpl, ServerConfig* c) {
   return true;
 }
 
+// --pooling auto: what the checkpoint says (sentence-transformers' 1_Pooling/config.json),
+// else the last token for Qwen3-Embedding-style models (the bare Qwen3Model, or "Embedding" in
+// the name), else the mean.
+Pooling resolve_pooling(const std::string& flag, const std::string& model_path) {
+  if (flag == "last") return Pooling::kLast;
+  if (flag == "mean") return Pooling::kMean;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir(model_path);
+  if (auto st = read_text_file((dir / "1_Pooling" / "config.json").string()); st.is_ok()) {
+    const Json j = Json::parse(*st, nullptr, false);
+    if (j.is_object() && j.value("pooling_mode_lasttoken", false)) return Pooling::kLast;
+    if (j.is_object()) return Pooling::kMean;
+  }
+  std::string name = dir.filename().string();
+  std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+  if (name.find("embedding") != std::string::npos) return Pooling::kLast;
+  if (auto cfg = read_text_file((dir / "config.json").string()); cfg.is_ok()) {
+    if (cfg->find("\"Qwen3Model\"") != std::string::npos) return Pooling::kLast;
+  }
+  return Pooling::kMean;
+}
+
 int serve(ServeArgs& a) {
   auto model = load_model_or_report(a.m, "serve");
   if (!model) return 1;
@@ -182,6 +206,8 @@ int serve(ServeArgs& a) {
                          " slots of " + std::to_string(slot_bytes >> 10) + " KiB"
                    : std::string()));
   if (!resolve_output_parsers(tmpl ? &*tmpl : nullptr, &c)) return 1;
+  c.pooling = resolve_pooling(a.pooling, a.m.model);
+  MX_LOG_INFO(std::string("embeddings: ") + pooling_name(c.pooling) + " pooling");
   OpenAiServer server(*model, *tok, std::move(tmpl), stops, c);
   // SIGINT and SIGTERM begin the server's graceful shutdown (its own signal handling).
   const Status s = server.run();
@@ -261,6 +287,11 @@ void register_serve(CLI::App& app, int& exit_code) {
                   "Split <think> blocks into reasoning_content: auto (qwen3 when the chat "
                   "template writes <think>), qwen3, or none")
       ->check(CLI::IsMember({"qwen3", "auto", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--pooling", a->pooling,
+                  "Pooling of /v1/embeddings: auto (the checkpoint's; last token for "
+                  "Qwen3-Embedding), last, or mean")
+      ->check(CLI::IsMember({"auto", "last", "mean"}))
       ->capture_default_str();
   cmd->add_flag("!--no-webui", c.web_ui, "Serve no chat page at / (it is 404 then)");
   cmd->callback([a, &exit_code] { exit_code = serve(*a); });

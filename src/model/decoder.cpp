@@ -233,6 +233,10 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
     rms_norm(x + logit_rows[i] * hid, final_norm.data_as<float>(), hid, c.rms_norm_eps,
              h + i * hid);
   }
+  if (hidden_out_ != nullptr) {
+    std::memcpy(hidden_out_, h, static_cast<size_t>(rows * hid) * sizeof(float));
+    return Status::ok();
+  }
   if (head_comm == nullptr) {
     lm_head->forward(h, rows, logits, pool_.get());
     return Status::ok();
@@ -241,6 +245,14 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
   lm_head->forward(h, rows, mine.data(), pool_.get());
   gather_logits(mine, rows, logits);
   return Status::ok();
+}
+
+Status DecoderModel::forward_hidden(const std::vector<SeqSlice>& seqs, PagedKv& kv,
+                                    float* hidden) {
+  hidden_out_ = hidden;
+  const Status st = forward_batch(seqs, kv, nullptr);
+  hidden_out_ = nullptr;
+  return st;
 }
 
 void DecoderModel::gather_logits(const std::vector<float>& mine, int64_t rows, float* logits) {

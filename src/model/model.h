@@ -223,6 +223,12 @@ class DecoderModel {
   // kLast slice and `count` per kAll slice. Each row's result is independent of the others.
   // Under expert parallelism only rank 0 receives logits (the others may pass null).
   Status forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* logits);
+  // As forward_batch, but writes the final-normed hidden state of each row that would have
+  // had logits ([rows, hidden_size]) instead: what embedding models pool.
+  Status forward_hidden(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* hidden);
+  // Every forward is replayed by other ranks (expert parallelism): a forward outside the
+  // engine's steps would leave them behind.
+  bool replays_steps() const { return static_cast<bool>(step_hook_); }
 
   // Local dispatch writes routed rows in the format the expert kernel declares (activation
   // quantization fused into the permutation). Off, rows travel as FP32 and gmm1 quantizes
@@ -276,6 +282,7 @@ class DecoderModel {
   Workspace workspace_;
   std::unique_ptr<MoeDispatcher> dispatcher_;
   StepHook step_hook_;
+  float* hidden_out_ = nullptr;  // set by forward_hidden for its pass
   uint64_t steps_ = 0;
 };
 

@@ -71,6 +71,12 @@ Result<uint64_t> Engine::submit(EngineRequest req) {
   return id;
 }
 
+void Engine::run_between_steps(std::function<void()> task) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tasks_.push_back(std::move(task));
+  wake_.notify_all();
+}
+
 void Engine::cancel(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   cancels_.push_back(id);
@@ -112,17 +118,27 @@ void Engine::finish(uint64_t id, const std::string& reason) {
 }
 
 void Engine::loop() {
+  std::vector<std::function<void()>> tasks;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [this] {
-        return stop_ || !inbox_.empty() || !cancels_.empty() || sched_.running() > 0 ||
-               sched_.waiting() > 0;
+        return stop_ || !inbox_.empty() || !cancels_.empty() || !tasks_.empty() ||
+               sched_.running() > 0 || sched_.waiting() > 0;
       });
       if (stop_) break;
+      tasks.swap(tasks_);
     }
+    for (auto& t : tasks) t();
+    tasks.clear();
     step_once();
   }
+  // Tasks still queued at shutdown run now: each answers its client.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks.swap(tasks_);
+  }
+  for (auto& t : tasks) t();
   // Requests still live at shutdown end as cancelled.
   std::vector<uint64_t> ids;
   for (const auto& [id, _] : live_) ids.push_back(id);

@@ -76,6 +76,9 @@ class Engine {
   // callback gets a final event with finish_reason "cancelled".
   void cancel(uint64_t id);
   EngineStats stats() const;
+  // Runs `task` on the engine thread between two steps, so that it may use the model (an
+  // embedding pass, say) while no step does.
+  void run_between_steps(std::function<void()> task);
 
  private:
   struct Live {
@@ -109,6 +112,7 @@ class Engine {
   std::map<uint64_t, Live> live_;  // touched only by the engine thread after admission
   std::vector<Pending> inbox_;
   std::vector<uint64_t> cancels_;
+  std::vector<std::function<void()>> tasks_;
   uint64_t next_id_ = 1;
   bool stop_ = false;
   EngineStats stats_;

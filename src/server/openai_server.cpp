@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "server/chat_translate.h"
 #include "server/completion_job.h"
+#include "server/embeddings_api.h"
 #include "server/http_server.h"
 #include "server/openai_protocol.h"
 #include "server/output_parser.h"
@@ -146,7 +147,8 @@ struct OpenAiServer::Impl {
                                     {"/v1/completions", "POST", false},
                                     {"/v1/chat/completions", "POST", false},
                                     {"/v1/messages", "POST", false},
-                                    {"/v1/responses", "POST", false}};
+                                    {"/v1/responses", "POST", false},
+                                    {"/v1/embeddings", "POST", false}};
     const Route* route = nullptr;
     for (const Route& r : kRoutes) {
       const bool match = r.prefix ? h.path.size() > std::strlen(r.path) &&
@@ -170,6 +172,7 @@ struct OpenAiServer::Impl {
     }
     if (path == "/v1/messages") return messages(h, body, std::move(ex));
     if (path == "/v1/responses") return responses_api(h, body, std::move(ex));
+    if (path == "/v1/embeddings") return embeddings(h, body, std::move(ex));
     generate(h, body, std::move(ex), path == "/v1/chat/completions");
   }
 
@@ -182,6 +185,28 @@ struct OpenAiServer::Impl {
     generate(h, chat->dump(),
              translating_exchange(std::move(ex), messages_translator(config.served_model_name)),
              true);
+  }
+
+  // Pooled hidden states, computed on the engine thread between two generation steps.
+  void embeddings(const HttpHead& h, const std::string& text, std::shared_ptr<HttpExchange> ex) {
+    const std::string rid = random_id("embd-");
+    OJson body;
+    if (auto e = parse_body(text, &body)) return reject(rid, h.path, *e, ex);
+    if (model.replays_steps()) {
+      return reject(rid, h.path, {400, "embeddings are not served under expert parallelism"}, ex);
+    }
+    auto req = std::make_shared<EmbeddingsRequest>();
+    HttpError err{400, ""};
+    if (!parse_embeddings(body, protocol(), config.pooling, req.get(), &err)) {
+      return reject(rid, h.path, err, ex);
+    }
+    engine->run_between_steps([this, req, ex, rid, path = h.path] {
+      auto v = embed_inputs(model, req->inputs, config.pooling, false);
+      if (!v.is_ok()) return reject(rid, path, {400, v.status().message()}, ex);
+      MX_LOG_INFO("request " + rid + " " + path + ": 200, " + std::to_string(req->inputs.size()) +
+                  " inputs, " + std::to_string(req->tokens) + " tokens");
+      ex->send(json_reply(embeddings_reply(std::move(*v), *req, config.served_model_name)));
+    });
   }
 
   void responses_api(const HttpHead& h, const std::string& text, std::shared_ptr<HttpExchange> ex) {

@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "model/model.h"
+#include "runtime/embed.h"
 #include "runtime/engine.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -28,6 +29,7 @@ struct ServerConfig {
   std::string tool_call_parser;      // hermes or qwen3_coder; empty: tool calls stay text
   std::string reasoning_parser;      // qwen3; empty: reasoning stays in the content
   bool web_ui = true;                // the chat page at /
+  Pooling pooling = Pooling::kMean;  // /v1/embeddings
   SchedulerConfig scheduler;
 };
 

@@ -1,4 +1,4 @@
-// The Responses API (official openai client) and the Messages API (official
+// The Responses and Embeddings APIs (official openai client) and the Messages API (official
 // @anthropic-ai/sdk) against `mxserve serve` started with no flags (agents_test.sh). The
 // bundled model never learned tools or JSON: calls and objects come from constrained
 // decoding, and every one is checked with ajv against its schema.
@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
 import Ajv2020 from "ajv/dist/2020.js";
+import { readFileSync } from "node:fs";
 
 const BASE = process.env.BASE_URL;
 const MODEL = process.env.SERVED_MODEL;
@@ -145,4 +146,75 @@ test("messages: bad bodies get 400s in Anthropic's error shape naming the field"
     assert.ok(r.json.error.message.startsWith(field + ":"), r.json.error.message);
   }
   await assert.rejects(anthropic.messages.create({ model: "nope", max_tokens: 5, messages: [{ role: "user", content: "x" }] }), (e) => e.status === 404);
+});
+
+// A safetensors tensor as Float32Array (F32 or BF16).
+function readTensor(dir, file, name) {
+  const buf = readFileSync(`${dir}/${file}`);
+  const n = Number(buf.readBigUInt64LE(0));
+  const header = JSON.parse(buf.subarray(8, 8 + n).toString());
+  const t = header[name];
+  const [a, b] = t.data_offsets;
+  const raw = buf.subarray(8 + n + a, 8 + n + b);
+  const out = new Float32Array(t.shape.reduce((x, y) => x * y, 1));
+  if (t.dtype === "F32") {
+    for (let i = 0; i < out.length; ++i) out[i] = raw.readFloatLE(4 * i);
+  } else {
+    const u = new Uint32Array(1), f = new Float32Array(u.buffer);
+    for (let i = 0; i < out.length; ++i) { u[0] = raw.readUInt16LE(2 * i) << 16; out[i] = f[0]; }
+  }
+  return { data: out, shape: t.shape };
+}
+
+test("embeddings: mean-pooled hidden states agree with the reference logits through lm_head", async () => {
+  // The model is linear after its final norm: lm_head(mean of h) = mean of the logits, so the
+  // pooled vector is checked against the PyTorch reference's logits at every position.
+  const fixture = `${process.env.SHARED_DIR}/fixtures/tiny-qwen3-moe`;
+  const golden = JSON.parse(readFileSync(`${fixture}/golden/golden.json`, "utf8"));
+  const index = JSON.parse(readFileSync(`${fixture}/model.safetensors.index.json`, "utf8"));
+  const W = readTensor(fixture, index.weight_map["lm_head.weight"], "lm_head.weight");
+  const [vocab, hidden] = W.shape;
+  for (const [p, prompt] of golden.prompts.slice(0, 3).entries()) {
+    const r = await openai.embeddings.create({ model: MODEL, input: prompt.input_ids, normalize: false });
+    const e = r.data[0].embedding;
+    assert.equal(e.length, hidden);
+    assert.equal(r.usage.prompt_tokens, prompt.input_ids.length);
+    const L = readTensor(`${fixture}/golden`, "logits.safetensors", `prompt${p}.logits`);
+    const [positions] = L.shape;
+    let worst = 0, scale = 0;
+    for (let v = 0; v < vocab; ++v) {
+      let got = 0, want = 0;
+      for (let d = 0; d < hidden; ++d) got += W.data[v * hidden + d] * e[d];
+      for (let t = 0; t < positions; ++t) want += L.data[t * vocab + v] / positions;
+      worst = Math.max(worst, Math.abs(got - want));
+      scale = Math.max(scale, Math.abs(want));
+    }
+    assert.ok(worst <= 1e-4 * scale, `prompt ${p}: max |W e - mean logits| ${worst} of ${scale}`);
+  }
+});
+
+test("embeddings: batched equals one by one, unit length, dimensions, base64, errors", async () => {
+  const texts = ["The cat sat.", "A much longer sentence about embeddings and batching here.", "x"];
+  const all = await openai.embeddings.create({ model: MODEL, input: texts });
+  assert.equal(all.data.length, 3);
+  for (const [i, t] of texts.entries()) {
+    const one = (await openai.embeddings.create({ model: MODEL, input: t })).data[0].embedding;
+    const got = all.data[i].embedding;
+    assert.equal(all.data[i].index, i);
+    assert.ok(Math.abs(Math.hypot(...got) - 1) < 1e-5);
+    for (let d = 0; d < got.length; ++d) assert.ok(Math.abs(got[d] - one[d]) < 1e-4, `${i}:${d}`);
+  }
+  const short = await openai.embeddings.create({ model: MODEL, input: texts[0], dimensions: 8 });
+  assert.equal(short.data[0].embedding.length, 8);
+  assert.ok(Math.abs(Math.hypot(...short.data[0].embedding) - 1) < 1e-5);
+  const b64 = await raw("/v1/embeddings", JSON.stringify({ input: texts[0], encoding_format: "base64" }));
+  const bytes = Buffer.from(b64.json.data[0].embedding, "base64");
+  const floats = Array.from({ length: bytes.length / 4 }, (_, i) => bytes.readFloatLE(4 * i));
+  assert.deepEqual(floats.map((x) => x.toFixed(5)), all.data[0].embedding.map((x) => x.toFixed(5)));
+  for (const [body, field] of [[{ input: [] }, "input"], [{ input: "x", encoding_format: "hex" }, "encoding_format"],
+    [{ input: "x", dimensions: 0 }, "dimensions"], [{ input: [[1, -2]] }, "input"], [{}, "input"]]) {
+    const r = await raw("/v1/embeddings", JSON.stringify(body));
+    assert.equal(r.status, 400, JSON.stringify(body));
+    assert.equal(r.json.error.param, field);
+  }
 });
