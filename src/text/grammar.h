@@ -37,10 +37,12 @@ struct GrammarPiece {
 using GrammarSequence = std::vector<GrammarPiece>;
 
 // JSON text valid against `schema`. The subset: type object/array/string/number/integer/
-// boolean/null (and lists of types), properties, required, additionalProperties, items,
-// prefixItems, enum, const, anyOf/oneOf, $defs/definitions with local $ref (recursion
-// allowed), minLength/maxLength, minItems/maxItems, minimum/maximum on integers, pattern on
-// strings. Anything outside it fails naming the keyword, so no schema is silently loosened.
+// boolean/null (and lists of types), properties, required, additionalProperties,
+// propertyNames, items, prefixItems, enum, const, anyOf/oneOf/allOf, nullable,
+// $defs/definitions/components with local $ref (recursion allowed), minLength/maxLength,
+// minItems/maxItems, minimum/maximum and their exclusive forms, pattern and the common
+// formats on strings. Anything outside it fails naming the keyword, so no schema is silently
+// loosened.
 Result<std::shared_ptr<const Grammar>> grammar_from_json_schema(
     const nlohmann::ordered_json& schema);
 // Any JSON object (response_format json_object).

@@ -10,7 +10,9 @@
 // through one rule per level up to kMaxJsonDepth.
 //
 // Keywords: annotations (title, description, default, examples, $schema, $id, $comment,
-// format, strict, readOnly, writeOnly, deprecated) are ignored; `format` is not enforced.
+// strict, readOnly, writeOnly, deprecated, OpenAPI's example, discriminator and x-...) are
+// ignored; `format` is enforced for the formats format_regex() knows and an annotation
+// otherwise. Numbers are grammar_numbers.cpp's, allOf is merged by grammar_schema_merge.cpp.
 // Anything else outside the supported subset fails naming the keyword.
 #include <algorithm>
 #include <cmath>
