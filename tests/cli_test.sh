@@ -263,5 +263,24 @@ expect_fail "quantize: --module-scheme naming no MX scheme" "unknown scheme 'BF1
   [ -f "$tmp/qout/quant_model_description.json" ]
 check "quantize --force: writes into a non-empty directory; warns of a pattern matching nothing" $?
 
+# Every flag the README's command table shows is one its subcommand's --help lists.
+while IFS=$'\t' read -r sub flags; do
+  "$bin" "$sub" --help >"$tmp/help" 2>&1
+  missing=""
+  for f in $flags; do grep -qE -- "(^|[ ,])$f([ =,{]|$)" "$tmp/help" || missing="$missing $f"; done
+  [ -z "$missing" ]; check "README: every flag of '$sub' is in its --help${missing:+ (missing:$missing)}" $?
+done < <(python3 - "$src/README.md" <<'PY'
+import re, sys
+seen = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"\| `mxserve ([a-z-]+)([^`]*)`", line)
+    if m:
+        flags = re.findall(r"(?<![\w-])(-{1,2}[a-z][a-z0-9-]*)", m.group(2))
+        seen.setdefault(m.group(1), set()).update(flags)
+for sub, flags in seen.items():
+    print(sub + "\t" + " ".join(sorted(flags)))
+PY
+)
+
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]
