@@ -44,11 +44,18 @@ struct TokenVocab::Impl {
   std::vector<int32_t> tok_begin;
   std::vector<int32_t> toks;
   int32_t max_depth = 0;
+  // The height of node i's subtree when every byte below it is plain text (printable ASCII
+  // but quote and backslash), else -1: inside a string such a subtree needs no walk when its
+  // start state cannot die within that many plain bytes.
+  std::vector<int16_t> plain_height;
 };
 
 namespace {
 
 std::atomic<uint64_t> g_vocab_serial{1};
+
+bool is_plain(uint8_t b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
+constexpr int32_t kMaxPlainHeight = 64;
 
 void build_trie(TokenVocab::Impl& v) {
   std::vector<int32_t> ids;
@@ -87,6 +94,19 @@ void build_trie(TokenVocab::Impl& v) {
       open.pop_back();
     }
     open.push_back(i);
+  }
+  v.plain_height.assign(n, 0);
+  for (int32_t i = n - 1; i >= 0; --i) {
+    int32_t h = 0;
+    for (int32_t c = i + 1; c < v.node_end[i] && h >= 0; c = v.node_end[c]) {
+      if (!is_plain(v.node_byte[c]) || v.plain_height[c] < 0) {
+        h = -1;
+      } else {
+        h = std::max<int32_t>(h, v.plain_height[c] + 1);
+      }
+    }
+    v.plain_height[i] = static_cast<int16_t>(std::min<int32_t>(h, kMaxPlainHeight));
+    if (h > kMaxPlainHeight) v.plain_height[i] = -1;
   }
 }
 
@@ -225,8 +245,39 @@ class WalkAutomaton {
   bool alive(int32_t s) const { return !states_[s].frontier.empty(); }
   bool end(int32_t s) const { return states_[s].end; }
 
+  // Every state that plain bytes lead to from `s` within `depth` steps is alive. Plain bytes
+  // mostly share their targets (one inside a string), so the recursion runs over the
+  // distinct ones; each (state, depth) is decided once.
+  bool plain_safe(int32_t s, int32_t depth) {
+    if (!alive(s)) return false;
+    if (depth == 0) return true;
+    const uint64_t key = (static_cast<uint64_t>(s) << 8) | static_cast<uint64_t>(depth);
+    if (auto it = safe_.find(key); it != safe_.end()) return it->second;
+    bool ok = true;
+    for (int32_t t : plain_targets(s)) {
+      if (!plain_safe(t, depth - 1)) {
+        ok = false;
+        break;
+      }
+    }
+    safe_.emplace(key, ok);
+    return ok;
+  }
+
  private:
   static constexpr int32_t kDenseStates = 4096;
+
+  const std::vector<int32_t>& plain_targets(int32_t s) {
+    auto it = plain_targets_.find(s);
+    if (it != plain_targets_.end()) return it->second;
+    std::vector<int32_t> ts;
+    for (int b = 0x20; b < 0x7F; ++b) {
+      if (!is_plain(static_cast<uint8_t>(b))) continue;
+      const int32_t t = next(s, static_cast<uint8_t>(b));
+      if (std::find(ts.begin(), ts.end(), t) == ts.end()) ts.push_back(t);
+    }
+    return plain_targets_.emplace(s, std::move(ts)).first->second;
+  }
 
   int32_t compute(int32_t s, uint8_t byte) {
     stepper_.step(states_[s], byte, tmp_);
@@ -253,6 +304,8 @@ class WalkAutomaton {
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<int32_t> dense_;
   std::unordered_map<uint64_t, int32_t> sparse_;
+  std::unordered_map<uint64_t, bool> safe_;
+  std::unordered_map<int32_t, std::vector<int32_t>> plain_targets_;
 };
 
 // The trie walk from `state` with the frame `parent_state` (-1: none) below it (see the top
@@ -278,6 +331,13 @@ std::unique_ptr<PositionMasks> compute_masks(const Grammar& g, const TokenVocab:
     } else if (left[d]) {
       masks->uncertain.insert(masks->uncertain.end(), v.toks.begin() + v.tok_begin[i],
                               v.toks.begin() + v.tok_begin[i + 1]);
+    }
+    if (alive && v.plain_height[i] > 0 && walk.plain_safe(cur, v.plain_height[i])) {
+      // The whole subtree stays alive: accept it without walking it.
+      accepted.insert(accepted.end(), v.toks.begin() + v.tok_begin[i + 1],
+                      v.toks.begin() + v.tok_begin[v.node_end[i]]);
+      i = v.node_end[i];
+      continue;
     }
     if (!alive) {
       if (!root && (left[d] || walk.end(cur))) {
