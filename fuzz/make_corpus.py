@@ -193,11 +193,35 @@ FEATURE_TEMPLATES = [
 ]
 
 
+# Macros (defaults, keyword arguments, nesting, recursion, call blocks), loop controls and
+# block sets.
+MACRO_TEMPLATES = [
+    "{% macro greet(who, greeting='Hello', punct='!') %}{{ greeting }}, {{ who }}{{ punct }}"
+    "{% endmacro %}{{ greet(name) }} {{ greet('Cy', punct='?') }}"
+    "{% macro count(n) %}{{ n }}{% if n > 0 %},{{ count(n - 1) }}{% endif %}{% endmacro %}"
+    "{{ count(3) }}{% macro outer(items, sep=',') %}{% for x in items %}{{ greet(x) }}"
+    "{% if not loop.last %}{{ sep }}{% endif %}{% endfor %}{% endmacro %}{{ outer(xs, sep=';') }}",
+    "{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}"
+    "{% call wrap('b') %}{% call(x) wrap('i') %}{{ name }}{% endcall %}{% endcall %}"
+    "{% set ns = namespace(n=0) %}{% for m in messages %}{% if m.role == 'tool' %}{% continue %}"
+    "{% endif %}{% set ns.n = ns.n + 1 %}{% if ns.n > 3 %}{% break %}{% endif %}{% endfor %}"
+    "{% set block %}{{ ns.n }}{% endset %}{{ block | trim }}",
+]
+
+# The model templates the tests render (Qwen3.5's vision macro, Qwen3-Coder's tool macro).
+MODEL_TEMPLATES = ["Qwen3.5-MoE-VL", "Qwen3-Coder-30B-A3B-Instruct"]
+
+
 def template_seeds():
     cfg = json.loads(read(os.path.join(MODEL, "tokenizer_config.json")))
     write("chat_template", "qwen3.jinja", cfg["chat_template"])
     for i, t in enumerate(FEATURE_TEMPLATES):
         write("chat_template", "feature-%02d.jinja" % i, t)
+    for i, t in enumerate(MACRO_TEMPLATES):
+        write("chat_template", "macro-%02d.jinja" % i, t)
+    for name in MODEL_TEMPLATES:
+        path = os.path.join(ROOT, "tests", "data", "templates", name + ".jinja")
+        write("chat_template", name.lower() + ".jinja", read(path))
 
 
 # ---- OpenAI request bodies ----

@@ -1,6 +1,8 @@
-// Chat templates: the Jinja subset that Qwen3, Qwen2.5 and Llama-3 templates use, rendering
-// byte-identical to @huggingface/jinja (trim_blocks and lstrip_blocks on, as transformers
-// renders chat templates).
+// Chat templates: the Jinja subset that the Qwen3, Qwen3.5, Qwen3-Coder, Qwen3-Next, Qwen2.5 and
+// Llama-3 templates use (macros and call blocks included), rendering byte-identical to
+// @huggingface/jinja with trim_blocks and lstrip_blocks on, as transformers renders chat
+// templates. Where that peer departs from Python's Jinja (macro scoping, strip(chars)), the
+// Python meaning is kept.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -47,14 +47,30 @@ struct Stmt;
 using Body = std::vector<std::unique_ptr<Stmt>>;
 
 struct Stmt {
-  enum class Kind { kText, kOutput, kIf, kFor, kSet, kBreak, kContinue };
+  // kMacro: `{% macro name(params) %}body{% endmacro %}`. kCallBlock: `{% call(params)
+  // expr %}body{% endcall %}`, whose body is the `caller` that the called macro may call.
+  // kSetBlock: `{% set name %}body{% endset %}`.
+  enum class Kind {
+    kText,
+    kOutput,
+    kIf,
+    kFor,
+    kSet,
+    kSetBlock,
+    kBreak,
+    kContinue,
+    kMacro,
+    kCallBlock
+  };
   Kind kind;
   std::string text;
-  ExprPtr expr;                                    // output, set value, for iterable
+  ExprPtr expr;                                    // output, set value, for iterable, call
   std::vector<std::pair<ExprPtr, Body>> branches;  // if / elif
-  Body body, else_body;                            // for body and else; if else
-  std::vector<std::string> targets;                // for loop names; set target ("ns", "attr")
-  ExprPtr filter;                                  // for ... if cond
+  Body body, else_body;              // for body and else; if else; macro, call and set block bodies
+  std::vector<std::string> targets;  // for loop names; set target ("ns", "attr"); macro name
+  ExprPtr filter;                    // for ... if cond
+  // Macro and caller parameters in order, each with its default (null when it has none).
+  std::vector<std::pair<std::string, ExprPtr>> params;
   bool set_attr = false;
 };
 

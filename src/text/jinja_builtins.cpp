@@ -292,8 +292,10 @@ Result<bool> run_test(const std::string& name, const Value& v, const std::vector
   if (name == "true") return v.kind == K::kBool && v.b;
   if (name == "false") return v.kind == K::kBool && !v.b;
   if (name == "mapping") return v.is_mapping();
+  // Python's meanings: a mapping has a length and items, so it is a sequence (as in the
+  // peer) and iterable (the peer says not).
   if (name == "sequence" || name == "iterable")
-    return v.is_array() || v.is_string() || (name == "iterable" && v.is_mapping());
+    return v.is_array() || v.is_string() || v.is_mapping();
   if (name == "callable") return v.kind == K::kFunction;
   if (name == "odd" || name == "even") {
     if (v.kind != K::kInt) return error("'" + name + "' test needs an integer");

@@ -15,8 +15,16 @@ namespace {
 // real templates within 2 * kMaxNesting; this bound holds whatever the tree looks like.
 constexpr int kMaxEvalDepth = 4 * kMaxNesting;
 
+// Macro calls (and calls of a call block's `caller`) nest at most this deep: a macro calling
+// itself fails with an error naming this limit long before the stack could overflow.
+constexpr int kMaxCallDepth = 64;
+
 // Variables innermost last, frames marked by where they start. Scopes hold a handful of names,
 // so scanning them beats a map per frame, which allocated on every loop iteration.
+//
+// A macro sees its own frames and the frames that enclosed its definition, not its caller's
+// (lexical scope, as in Jinja): a call opens a barrier above which its frames lie, and below
+// which only the first `visible_end` variables (those of the defining frames) can be seen.
 class Scope {
  public:
   Scope() { push(); }
@@ -25,11 +33,30 @@ class Scope {
     vars_.erase(vars_.begin() + static_cast<std::ptrdiff_t>(starts_.back()), vars_.end());
     starts_.pop_back();
   }
+  size_t frames() const { return starts_.size(); }
+  // Opens a call of something defined when `def_frames` frames were open.
+  void push_call(size_t def_frames) {
+    const size_t visible = def_frames < starts_.size() ? starts_[def_frames] : vars_.size();
+    barriers_.push_back({vars_.size(), visible});
+    push();
+  }
+  void pop_call() {
+    pop();
+    barriers_.pop_back();
+  }
   Value lookup(const std::string& n) const {
-    for (auto it = vars_.rbegin(); it != vars_.rend(); ++it) {
-      if (it->first == n) return it->second;
+    size_t end = vars_.size();
+    size_t k = barriers_.size();  // barriers at or above k are behind us
+    for (;;) {
+      const size_t lo = k > 0 ? barriers_[k - 1].start : 0;
+      for (size_t i = end; i > lo; --i) {
+        if (vars_[i - 1].first == n) return vars_[i - 1].second;
+      }
+      if (k == 0) return Value::undefined();
+      end = std::min(lo, barriers_[k - 1].visible_end);
+      --k;
+      while (k > 0 && barriers_[k - 1].start >= end) --k;
     }
-    return Value::undefined();
   }
   void set(const std::string& n, Value v) {
     for (size_t i = starts_.back(); i < vars_.size(); ++i) {
@@ -42,8 +69,13 @@ class Scope {
   }
 
  private:
+  struct Barrier {
+    size_t start;        // the call's first variable
+    size_t visible_end;  // variables below `start` that the call sees: [0, visible_end)
+  };
   std::vector<std::pair<std::string, Value>> vars_;
   std::vector<size_t> starts_;
+  std::vector<Barrier> barriers_;
 };
 
 enum class Flow { kNormal, kBreak, kContinue };
@@ -118,6 +150,18 @@ class Interpreter {
         }
         return ns.set(st.targets[1], std::move(v));
       }
+      case Stmt::Kind::kSetBlock: {
+        std::string text;
+        Flow inner = Flow::kNormal;
+        MX_RETURN_IF_ERROR(exec(st.body, &text, &inner));
+        scope_.set(st.targets[0], Value::string(std::move(text)));
+        return Status::ok();
+      }
+      case Stmt::Kind::kMacro:
+        scope_.set(st.targets[0], macro(st));
+        return Status::ok();
+      case Stmt::Kind::kCallBlock:
+        return exec_call_block(st, out);
       case Stmt::Kind::kFor:
         return exec_for(st, out, flow);
       case Stmt::Kind::kBreak:
@@ -128,6 +172,81 @@ class Interpreter {
         return Status::ok();
     }
     return Status::ok();
+  }
+
+  // A macro (or a call block's caller) as a function of the scope it is defined in. Values
+  // live no longer than the render, and the tree outlives it, so `this` and `st` stay valid.
+  Value macro(const Stmt& st) {
+    const size_t def_frames = scope_.frames();
+    return Value::function([this, &st, def_frames](std::vector<Value>& args, Kwargs& kw) {
+      return call_macro(st, def_frames, args, kw);
+    });
+  }
+
+  Result<Value> call_macro(const Stmt& st, size_t def_frames, std::vector<Value>& args,
+                           Kwargs& kw) {
+    Nest calls(&calls_);
+    if (calls.depth() > kMaxCallDepth) {
+      return error("macro call depth limit: more than " + std::to_string(kMaxCallDepth) +
+                   " nested macro calls ('" + st.targets[0] + "' calls itself?)");
+    }
+    Nest nest(&depth_);
+    MX_RETURN_IF_ERROR(check_depth(nest));
+    scope_.push_call(def_frames);
+    std::string out;
+    Status s = bind_params(st, args, kw);
+    Flow flow = Flow::kNormal;
+    if (s.is_ok()) s = exec(st.body, &out, &flow);
+    scope_.pop_call();
+    MX_RETURN_IF_ERROR(s);
+    return Value::string(std::move(out));
+  }
+
+  // Binds a call's arguments in the call's frame as Jinja does: positional first, then by
+  // name, then defaults, which are evaluated last and may use the parameters before them.
+  Status bind_params(const Stmt& st, std::vector<Value>& args, Kwargs& kw) {
+    const std::string what = st.kind == Stmt::Kind::kMacro ? "macro '" + st.targets[0] + "'"
+                                                           : "the caller of a call block";
+    if (args.size() > st.params.size()) {
+      return error(what + " takes not more than " + std::to_string(st.params.size()) +
+                   " argument(s)");
+    }
+    std::vector<bool> bound(st.params.size(), false);
+    for (size_t i = 0; i < args.size(); ++i) {
+      scope_.set(st.params[i].first, std::move(args[i]));
+      bound[i] = true;
+    }
+    for (auto& [k, v] : kw) {
+      size_t i = 0;
+      while (i < st.params.size() && st.params[i].first != k) ++i;
+      if (i == st.params.size() && k != "caller")
+        return error(what + " takes no keyword argument '" + k + "'");
+      if (i < st.params.size() && bound[i])
+        return error(what + " got multiple values for argument '" + k + "'");
+      if (i < st.params.size()) bound[i] = true;
+      scope_.set(k, std::move(v));
+    }
+    for (size_t i = 0; i < st.params.size(); ++i) {
+      if (!bound[i]) scope_.set(st.params[i].first, Value::undefined());
+    }
+    for (size_t i = 0; i < st.params.size(); ++i) {
+      if (bound[i] || !st.params[i].second) continue;
+      MX_ASSIGN_OR_RETURN(Value v, eval(*st.params[i].second));
+      scope_.set(st.params[i].first, std::move(v));
+    }
+    return Status::ok();
+  }
+
+  // {% call(params) m(args) %}body{% endcall %}: m(args, caller=<body as a macro>).
+  Status exec_call_block(const Stmt& st, std::string* out) {
+    const Expr& call = *st.expr;
+    MX_ASSIGN_OR_RETURN(Value fn, eval(*call.args[0]));
+    MX_ASSIGN_OR_RETURN(auto a, eval_args(call, 1));
+    if (fn.kind != Value::Kind::kFunction) return error("'{% call %}' of something not callable");
+    a.second.emplace_back("caller", macro(st));
+    MX_ASSIGN_OR_RETURN(Value v, (*fn.fn)(a.first, a.second));
+    MX_RETURN_IF_ERROR(budget_.built(v));
+    return emit(v.is_string() ? v.s : v.to_string(), out);
   }
 
   // What a for loop walks: a list as it is (lists never change, so sharing is safe and a long
@@ -375,6 +494,7 @@ class Interpreter {
   Budget budget_;
   Scope scope_;
   int depth_ = 0;
+  int calls_ = 0;  // macro calls under way
 };
 
 Result<Value> Interpreter::binary(const Expr& e) {

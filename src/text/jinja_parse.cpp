@@ -159,6 +159,7 @@ class ExprParser {
     }
     return false;
   }
+  bool peek_op(const char* o) const { return t_[p_].type == Tok::kOp && t_[p_].text == o; }
   bool accept_op(const char* o) {
     if (t_[p_].type == Tok::kOp && t_[p_].text == o) {
       ++p_;
@@ -586,6 +587,8 @@ class StmtParser {
         MX_RETURN_IF_ERROR(parse_for(ep, out));
       } else if (kw == "set") {
         MX_RETURN_IF_ERROR(parse_set(ep, out));
+      } else if (kw == "macro" || kw == "call") {
+        MX_RETURN_IF_ERROR(parse_macro(kw, ep, out));
       } else if (kw == "break" || kw == "continue") {
         auto st = std::make_unique<Stmt>();
         st->kind = kw == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;
@@ -665,15 +668,70 @@ class StmtParser {
       st->targets.push_back(attr);
       st->set_attr = true;
     }
-    if (!ep.accept_op("=")) return invalid_argument("chat template: block 'set' is not supported");
+    if (ep.at_end() && !st->set_attr) {  // {% set name %}...{% endset %}
+      Nest nest(&nest_);
+      if (nest_ > kMaxNesting) return too_deep();
+      st->kind = Stmt::Kind::kSetBlock;
+      MX_ASSIGN_OR_RETURN(std::string end, body(&st->body, {"endset"}));
+      (void)end;
+      ++i_;
+      out->push_back(std::move(st));
+      return Status::ok();
+    }
+    if (!ep.accept_op("=")) return invalid_argument("chat template: expected '=' in a set");
     MX_ASSIGN_OR_RETURN(st->expr, ep.parse_all());
+    out->push_back(std::move(st));
+    return Status::ok();
+  }
+  // "(a, b=default, ...)" after the opening parenthesis: a macro's or a caller's parameters.
+  static Status parse_params(ExprParser& ep, Stmt* st) {
+    while (!ep.accept_op(")")) {
+      MX_ASSIGN_OR_RETURN(std::string name, ep.name());
+      for (const auto& [n, d] : st->params) {
+        if (n == name) return invalid_argument("chat template: duplicate parameter '" + name + "'");
+      }
+      ExprPtr def;
+      if (ep.accept_op("=")) {
+        MX_ASSIGN_OR_RETURN(def, ep.ternary());
+      }
+      st->params.emplace_back(std::move(name), std::move(def));
+      if (!ep.accept_op(",") && !ep.peek_op(")"))
+        return invalid_argument("chat template: expected ',' or ')' in a parameter list");
+    }
+    return Status::ok();
+  }
+  // {% macro name(params) %}...{% endmacro %} and {% call(params) macro(args) %}...{% endcall %}.
+  Status parse_macro(const std::string& kw, ExprParser& ep, Body* out) {
+    Nest nest(&nest_);
+    if (nest_ > kMaxNesting) return too_deep();
+    auto st = std::make_unique<Stmt>();
+    const bool call = kw == "call";
+    st->kind = call ? Stmt::Kind::kCallBlock : Stmt::Kind::kMacro;
+    if (call) {
+      st->targets.push_back("caller");
+      if (ep.accept_op("(")) MX_RETURN_IF_ERROR(parse_params(ep, st.get()));
+      MX_ASSIGN_OR_RETURN(st->expr, ep.parse_all());
+      if (st->expr->kind != Expr::Kind::kCall)
+        return invalid_argument("chat template: '{% call %}' needs a macro call");
+    } else {
+      MX_ASSIGN_OR_RETURN(std::string name, ep.name());
+      st->targets.push_back(name);
+      if (!ep.accept_op("("))
+        return invalid_argument("chat template: expected '(' after macro '" + name + "'");
+      MX_RETURN_IF_ERROR(parse_params(ep, st.get()));
+      if (!ep.at_end())
+        return invalid_argument("chat template: unexpected tokens after macro '" + name + "'");
+    }
+    MX_ASSIGN_OR_RETURN(std::string end, body(&st->body, {call ? "endcall" : "endmacro"}));
+    (void)end;
+    ++i_;
     out->push_back(std::move(st));
     return Status::ok();
   }
 
   static Status too_deep() {
     return invalid_argument("chat template: block nesting depth limit: more than " +
-                            std::to_string(kMaxNesting) + " levels of if/for");
+                            std::to_string(kMaxNesting) + " levels of blocks");
   }
 
   std::vector<Segment> segs_;
