@@ -4,16 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "core/mapped_file.h"
-#include "test_util.h"
+#include "node_peer.h"
 #include "text/chat_template.h"
 
 namespace mx::test {
@@ -24,17 +19,7 @@ using TemplateCase = std::pair<std::string, nlohmann::ordered_json>;  // templat
 inline nlohmann::ordered_json peer_render(const std::vector<TemplateCase>& cases) {
   nlohmann::ordered_json in = nlohmann::ordered_json::array();
   for (const auto& [t, ctx] : cases) in.push_back({{"template", t}, {"context", ctx}});
-  const std::string dir = temp_dir("tmpl");
-  std::ofstream(dir + "/cases.json") << in.dump();
-  const std::string cmd = "node " + source_dir() + "/tests/peers/render.mjs " + dir +
-                          "/cases.json " + dir + "/out.json";
-  nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  if (std::system(cmd.c_str()) == 0) {
-    auto text = read_text_file(dir + "/out.json");
-    if (text.is_ok()) out = nlohmann::ordered_json::parse(*text);
-  }
-  std::filesystem::remove_all(dir);
-  return out;
+  return run_node_peer("render.mjs", in);
 }
 
 struct PeerAgreement {

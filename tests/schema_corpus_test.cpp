@@ -10,6 +10,7 @@
 #include <random>
 
 #include "core/mapped_file.h"
+#include "node_peer.h"
 #include "test_util.h"
 #include "text/grammar.h"
 #include "text/tokenizer.h"
@@ -83,8 +84,8 @@ std::string draw(const std::shared_ptr<const Grammar>& g, std::mt19937& rng) {
 TEST(SchemaCorpus, CompilesAndDrawsDocumentsAjvAccepts) {
   ASSERT_NE(qwen3().vocab, nullptr) << "no Qwen3 tokenizer: run scripts/install-deps.sh";
   std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(test::source_dir() +
-                                                           "/tests/data/schemas")) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(test::source_dir() + "/tests/data/schemas")) {
     if (e.path().extension() == ".json") files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
@@ -111,14 +112,7 @@ TEST(SchemaCorpus, CompilesAndDrawsDocumentsAjvAccepts) {
     cases.push_back({{"file", f.filename().string()}, {"schema", schema}, {"docs", docs}});
   }
   EXPECT_GE(drawn, static_cast<int>(files.size()) * 5) << unfinished << " walks did not end";
-  const std::string dir = test::temp_dir("schemas");
-  std::ofstream(dir + "/cases.json") << cases.dump();
-  const std::string cmd = "node " + test::source_dir() + "/tests/peers/validate.mjs " + dir +
-                          "/cases.json " + dir + "/out.json";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  auto out_text = read_text_file(dir + "/out.json");
-  ASSERT_TRUE(out_text.is_ok());
-  const OJson out = OJson::parse(*out_text);
+  const OJson out = test::run_node_peer("validate.mjs", cases);
   ASSERT_EQ(out.size(), cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     for (size_t d = 0; d < out[i].size(); ++d) {

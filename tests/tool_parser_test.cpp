@@ -13,6 +13,7 @@
 #include <random>
 
 #include "core/mapped_file.h"
+#include "node_peer.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_parser.h"
 #include "test_util.h"
@@ -573,14 +574,7 @@ TEST(ToolMessages, RealTemplatesMatchHuggingFaceJinja) {
   OJson cases = OJson::array();
   for (const std::string& t : templates)
     for (const OJson& c : contexts) cases.push_back({{"template", t}, {"context", c}});
-  const std::string dir = test::temp_dir("tools");
-  std::ofstream(dir + "/cases.json") << cases.dump();
-  const std::string cmd = "node " + test::source_dir() + "/tests/peers/render.mjs " + dir +
-                          "/cases.json " + dir + "/out.json";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  auto out_text = read_text_file(dir + "/out.json");
-  ASSERT_TRUE(out_text.is_ok());
-  const OJson out = OJson::parse(*out_text);
+  const OJson out = test::run_node_peer("render.mjs", cases);
   ASSERT_EQ(out.size(), cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     ASSERT_TRUE(out[i].contains("text")) << i << ": " << out[i].dump();
@@ -592,7 +586,6 @@ TEST(ToolMessages, RealTemplatesMatchHuggingFaceJinja) {
     // Decoded arguments are re-serialized by the template, not pasted as the client sent them.
     EXPECT_EQ(got->find("{\"city\":\"Paris\""), std::string::npos) << i;
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

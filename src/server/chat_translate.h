@@ -37,6 +37,11 @@ class ChatTranslator {
 std::shared_ptr<HttpExchange> translating_exchange(std::shared_ptr<HttpExchange> inner,
                                                    std::shared_ptr<ChatTranslator> t);
 
+// A request the translation refuses: "FIELD: why", the field first, as both APIs report it.
+inline Status translate_error(const std::string& field, const std::string& why) {
+  return invalid_argument(field + ": " + why);
+}
+
 // One server-sent event with an event name (both APIs name theirs).
 std::string sse_event(const std::string& name, const OJson& data);
 

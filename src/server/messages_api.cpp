@@ -11,21 +11,17 @@
 namespace mx {
 namespace {
 
-Status field_error(const std::string& field, const std::string& why) {
-  return invalid_argument(field + ": " + why);
-}
-
 // The text of a string or a list of text blocks.
 Result<std::string> block_text(const OJson& content, const std::string& field) {
   if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) return field_error(field, "must be a string or a list of blocks");
+  if (!content.is_array()) return translate_error(field, "must be a string or a list of blocks");
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const OJson& b = content[i];
     const std::string at = field + "[" + std::to_string(i) + "]";
     if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") ||
         !b["text"].is_string()) {
-      return field_error(at, "expected a text block {\"type\": \"text\", \"text\": ...}");
+      return translate_error(at, "expected a text block {\"type\": \"text\", \"text\": ...}");
     }
     text += b["text"].get<std::string>();
   }
@@ -46,7 +42,7 @@ Status user_blocks(const OJson& content, const std::string& field, OJson* chat) 
       text += b["text"].get<std::string>();
     } else if (type == "tool_result") {
       if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string()) {
-        return field_error(at + ".tool_use_id", "must be a string");
+        return translate_error(at + ".tool_use_id", "must be a string");
       }
       std::string result;
       if (b.contains("content")) {
@@ -54,9 +50,9 @@ Status user_blocks(const OJson& content, const std::string& field, OJson* chat) 
       }
       chat->push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", result}});
     } else if (type == "image" || type == "document") {
-      return field_error(at, "'" + type + "' blocks are not supported by this model");
+      return translate_error(at, "'" + type + "' blocks are not supported by this model");
     } else {
-      return field_error(at, "unknown or malformed block type '" + type + "'");
+      return translate_error(at, "unknown or malformed block type '" + type + "'");
     }
   }
   if (!text.empty()) chat->push_back({{"role", "user"}, {"content", text}});
@@ -85,13 +81,13 @@ Status assistant_blocks(const OJson& content, const std::string& field, OJson* c
     } else if (type == "tool_use") {
       if (!b.contains("name") || !b["name"].is_string() || !b.contains("input") ||
           !b["input"].is_object()) {
-        return field_error(at, "a tool_use block needs a string 'name' and an object 'input'");
+        return translate_error(at, "a tool_use block needs a string 'name' and an object 'input'");
       }
       calls.push_back({{"id", b.value("id", random_id("toolu_"))},
                        {"type", "function"},
                        {"function", {{"name", b["name"]}, {"arguments", b["input"].dump()}}}});
     } else {
-      return field_error(at, "unknown or malformed block type '" + type + "'");
+      return translate_error(at, "unknown or malformed block type '" + type + "'");
     }
   }
   m["content"] = text;
@@ -102,17 +98,17 @@ Status assistant_blocks(const OJson& content, const std::string& field, OJson* c
 }
 
 Result<OJson> translate_tools(const OJson& tools) {
-  if (!tools.is_array()) return field_error("tools", "must be a list");
+  if (!tools.is_array()) return translate_error("tools", "must be a list");
   OJson out = OJson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const OJson& t = tools[i];
     const std::string at = "tools[" + std::to_string(i) + "]";
     if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) {
-      return field_error(at + ".name", "must be a string");
+      return translate_error(at + ".name", "must be a string");
     }
     if (t.contains("type") && t["type"] != "custom") {
-      return field_error(at + ".type", "server tools ('" + t["type"].dump() +
-                                           "') are not supported; give name and input_schema");
+      return translate_error(at + ".type", "server tools ('" + t["type"].dump() +
+                                               "') are not supported; give name and input_schema");
     }
     OJson fn = {{"name", t["name"]}};
     if (t.contains("description")) fn["description"] = t["description"];
@@ -133,7 +129,8 @@ Status translate_tool_choice(const OJson& tc, OJson* chat) {
   } else if (type == "tool" && tc.contains("name") && tc["name"].is_string()) {
     (*chat)["tool_choice"] = {{"type", "function"}, {"function", {{"name", tc["name"]}}}};
   } else {
-    return field_error("tool_choice", "must be {\"type\": auto, any, none, or tool with a name}");
+    return translate_error("tool_choice",
+                           "must be {\"type\": auto, any, none, or tool with a name}");
   }
   if (tc.value("disable_parallel_tool_use", false)) (*chat)["parallel_tool_calls"] = false;
   return Status::ok();
@@ -146,14 +143,14 @@ Status translate_messages(const OJson& body, OJson* chat) {
     msgs.push_back({{"role", "system"}, {"content", sys}});
   }
   if (!body.contains("messages") || !body["messages"].is_array()) {
-    return field_error("messages", "a list of messages is required");
+    return translate_error("messages", "a list of messages is required");
   }
   for (size_t i = 0; i < body["messages"].size(); ++i) {
     const OJson& m = body["messages"][i];
     const std::string at = "messages[" + std::to_string(i) + "]";
     if (!m.is_object() || !m.contains("content") ||
         !(m["content"].is_string() || m["content"].is_array())) {
-      return field_error(at + ".content", "must be a string or a list of blocks");
+      return translate_error(at + ".content", "must be a string or a list of blocks");
     }
     const std::string role = m.value("role", "");
     if (role == "user") {
@@ -161,7 +158,7 @@ Status translate_messages(const OJson& body, OJson* chat) {
     } else if (role == "assistant") {
       MX_RETURN_IF_ERROR(assistant_blocks(m["content"], at + ".content", &msgs));
     } else {
-      return field_error(at + ".role", "must be user or assistant");
+      return translate_error(at + ".role", "must be user or assistant");
     }
   }
   (*chat)["messages"] = std::move(msgs);
@@ -357,11 +354,11 @@ class MessagesTranslator : public ChatTranslator {
 Result<OJson> messages_to_chat(const OJson& body) {
   OJson chat = OJson::object();
   if (!body.contains("model") || !body["model"].is_string()) {
-    return field_error("model", "a string is required");
+    return translate_error("model", "a string is required");
   }
   chat["model"] = body["model"];
   if (!body.contains("max_tokens") || !body["max_tokens"].is_number_integer()) {
-    return field_error("max_tokens", "an integer is required");
+    return translate_error("max_tokens", "an integer is required");
   }
   chat["max_tokens"] = body["max_tokens"];
   MX_RETURN_IF_ERROR(translate_messages(body, &chat));

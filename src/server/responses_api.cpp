@@ -12,13 +12,9 @@
 namespace mx {
 namespace {
 
-Status field_error(const std::string& field, const std::string& why) {
-  return invalid_argument(field + ": " + why);
-}
-
 Result<std::string> parts_text(const OJson& content, const std::string& field) {
   if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) return field_error(field, "must be a string or a list of parts");
+  if (!content.is_array()) return translate_error(field, "must be a string or a list of parts");
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const OJson& p = content[i];
@@ -28,9 +24,9 @@ Result<std::string> parts_text(const OJson& content, const std::string& field) {
         p["text"].is_string()) {
       text += p["text"].get<std::string>();
     } else if (type == "input_image" || type == "input_file" || type == "input_audio") {
-      return field_error(at, "'" + type + "' parts are not supported by this model");
+      return translate_error(at, "'" + type + "' parts are not supported by this model");
     } else {
-      return field_error(at, "unknown or malformed part type '" + type + "'");
+      return translate_error(at, "unknown or malformed part type '" + type + "'");
     }
   }
   return text;
@@ -51,25 +47,25 @@ void add_call(const OJson& item, OJson* msgs) {
 }
 
 Status input_item(const OJson& item, const std::string& at, OJson* msgs) {
-  if (!item.is_object()) return field_error(at, "must be an object");
+  if (!item.is_object()) return translate_error(at, "must be an object");
   const std::string type = item.value("type", "message");
   if (type == "message") {
     const std::string role = item.value("role", "");
     if (role != "user" && role != "assistant" && role != "system" && role != "developer") {
-      return field_error(at + ".role", "must be user, assistant, system or developer");
+      return translate_error(at + ".role", "must be user, assistant, system or developer");
     }
-    if (!item.contains("content")) return field_error(at + ".content", "is required");
+    if (!item.contains("content")) return translate_error(at + ".content", "is required");
     MX_ASSIGN_OR_RETURN(const std::string text, parts_text(item["content"], at + ".content"));
     msgs->push_back({{"role", role == "developer" ? "system" : role}, {"content", text}});
   } else if (type == "function_call") {
     if (!item.contains("name") || !item["name"].is_string() || !item.contains("arguments") ||
         !item["arguments"].is_string()) {
-      return field_error(at, "a function_call needs a string 'name' and string 'arguments'");
+      return translate_error(at, "a function_call needs a string 'name' and string 'arguments'");
     }
     add_call(item, msgs);
   } else if (type == "function_call_output") {
     if (!item.contains("call_id") || !item["call_id"].is_string()) {
-      return field_error(at + ".call_id", "must be a string");
+      return translate_error(at + ".call_id", "must be a string");
     }
     std::string out;
     if (item.contains("output")) {
@@ -79,22 +75,22 @@ Status input_item(const OJson& item, const std::string& at, OJson* msgs) {
   } else if (type == "reasoning") {
     return Status::ok();  // the model's own earlier thoughts; templates drop them
   } else {
-    return field_error(at + ".type", "item type '" + type + "' is not supported");
+    return translate_error(at + ".type", "item type '" + type + "' is not supported");
   }
   return Status::ok();
 }
 
 Result<OJson> translate_tools(const OJson& tools) {
-  if (!tools.is_array()) return field_error("tools", "must be a list");
+  if (!tools.is_array()) return translate_error("tools", "must be a list");
   OJson out = OJson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const OJson& t = tools[i];
     const std::string at = "tools[" + std::to_string(i) + "]";
     if (!t.is_object() || t.value("type", "") != "function") {
-      return field_error(at + ".type", "only function tools are supported");
+      return translate_error(at + ".type", "only function tools are supported");
     }
     if (!t.contains("name") || !t["name"].is_string()) {
-      return field_error(at + ".name", "must be a string");
+      return translate_error(at + ".name", "must be a string");
     }
     OJson fn = {{"name", t["name"]}};
     if (t.contains("description") && t["description"].is_string()) {
@@ -113,7 +109,7 @@ Result<OJson> translate_tool_choice(const OJson& tc) {
   if (tc.is_object() && tc.value("type", "") == "function" && tc.contains("name")) {
     return OJson{{"type", "function"}, {"function", {{"name", tc["name"]}}}};
   }
-  return field_error("tool_choice", "must be none, auto, required or {type: function, name}");
+  return translate_error("tool_choice", "must be none, auto, required or {type: function, name}");
 }
 
 Result<OJson> translate_format(const OJson& text) {
@@ -127,8 +123,8 @@ Result<OJson> translate_format(const OJson& text) {
     if (f.contains("strict")) js["strict"] = f["strict"];
     return OJson{{"type", "json_schema"}, {"json_schema", std::move(js)}};
   }
-  return field_error("text.format",
-                     "must be {type: text, json_object, or json_schema with schema}");
+  return translate_error("text.format",
+                         "must be {type: text, json_object, or json_schema with schema}");
 }
 
 Status translate_input(const OJson& body, ResponseStore& store, OJson* history) {
@@ -137,12 +133,12 @@ Status translate_input(const OJson& body, ResponseStore& store, OJson* history) 
     std::optional<OJson> old;
     if (prev.is_string()) old = store.get(prev.get<std::string>());
     if (!old) {
-      return field_error("previous_response_id",
-                         "no stored response " + prev.dump() + " (expired or never stored)");
+      return translate_error("previous_response_id",
+                             "no stored response " + prev.dump() + " (expired or never stored)");
     }
     *history = std::move(*old);
   }
-  if (!body.contains("input")) return field_error("input", "is required");
+  if (!body.contains("input")) return translate_error("input", "is required");
   const OJson& input = body["input"];
   if (input.is_string()) {
     history->push_back({{"role", "user"}, {"content", input}});
@@ -151,7 +147,7 @@ Status translate_input(const OJson& body, ResponseStore& store, OJson* history) 
       MX_RETURN_IF_ERROR(input_item(input[i], "input[" + std::to_string(i) + "]", history));
     }
   } else {
-    return field_error("input", "must be a string or a list of items");
+    return translate_error("input", "must be a string or a list of items");
   }
   return Status::ok();
 }
@@ -427,7 +423,7 @@ class ResponsesTranslator : public ChatTranslator {
 Result<ResponsesRequest> responses_to_chat(const OJson& body, ResponseStore& store) {
   ResponsesRequest r;
   if (!body.contains("model") || !body["model"].is_string()) {
-    return field_error("model", "a string is required");
+    return translate_error("model", "a string is required");
   }
   OJson history = OJson::array();
   MX_RETURN_IF_ERROR(translate_input(body, store, &history));
@@ -435,7 +431,7 @@ Result<ResponsesRequest> responses_to_chat(const OJson& body, ResponseStore& sto
   if (body.contains("instructions") && body["instructions"].is_string()) {
     msgs.push_back({{"role", "system"}, {"content", body["instructions"]}});
   } else if (body.contains("instructions") && !body["instructions"].is_null()) {
-    return field_error("instructions", "must be a string");
+    return translate_error("instructions", "must be a string");
   }
   for (const OJson& m : history) msgs.push_back(m);
   OJson chat = {{"model", body["model"]}, {"messages", std::move(msgs)}};
