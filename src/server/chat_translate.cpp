@@ -1,5 +1,6 @@
 #include "server/chat_translate.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
@@ -15,6 +16,30 @@ std::string random_id(const char* prefix) {
 
 std::string sse_event(const std::string& name, const OJson& data) {
   return "event: " + name + "\ndata: " + data.dump() + "\n\n";
+}
+
+Result<std::string> joined_text(const OJson& content, const std::string& field,
+                                std::initializer_list<std::string_view> text_types,
+                                std::initializer_list<std::string_view> refused) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return translate_error(field, "must be a string or a list of parts");
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const OJson& p = content[i];
+    const std::string at = field + "[" + std::to_string(i) + "]";
+    const std::string type = p.is_object() ? p.value("type", "") : "";
+    auto among = [&](std::initializer_list<std::string_view> l) {
+      return std::find(l.begin(), l.end(), type) != l.end();
+    };
+    if (among(text_types) && p.contains("text") && p["text"].is_string()) {
+      text += p["text"].get<std::string>();
+    } else if (among(refused)) {
+      return translate_error(at, "'" + type + "' parts are not supported by this model");
+    } else {
+      return translate_error(at, "unknown or malformed part type '" + type + "'");
+    }
+  }
+  return text;
 }
 
 namespace {

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <chrono>
+#include <initializer_list>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "server/http_server.h"
@@ -41,6 +43,13 @@ std::shared_ptr<HttpExchange> translating_exchange(std::shared_ptr<HttpExchange>
 inline Status translate_error(const std::string& field, const std::string& why) {
   return invalid_argument(field + ": " + why);
 }
+
+// The text of a string, or of a list of parts whose type is one of `text_types` (their
+// "text" fields joined); a part of a `refused` type is named as unsupported, any other as
+// unknown.
+Result<std::string> joined_text(const OJson& content, const std::string& field,
+                                std::initializer_list<std::string_view> text_types,
+                                std::initializer_list<std::string_view> refused);
 
 // One server-sent event with an event name (both APIs name theirs).
 std::string sse_event(const std::string& name, const OJson& data);

@@ -13,19 +13,7 @@ namespace {
 
 // The text of a string or a list of text blocks.
 Result<std::string> block_text(const OJson& content, const std::string& field) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) return translate_error(field, "must be a string or a list of blocks");
-  std::string text;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const OJson& b = content[i];
-    const std::string at = field + "[" + std::to_string(i) + "]";
-    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") ||
-        !b["text"].is_string()) {
-      return translate_error(at, "expected a text block {\"type\": \"text\", \"text\": ...}");
-    }
-    text += b["text"].get<std::string>();
-  }
-  return text;
+  return joined_text(content, field, {"text"}, {"image", "document"});
 }
 
 Status user_blocks(const OJson& content, const std::string& field, OJson* chat) {

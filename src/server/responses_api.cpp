@@ -13,23 +13,8 @@ namespace mx {
 namespace {
 
 Result<std::string> parts_text(const OJson& content, const std::string& field) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) return translate_error(field, "must be a string or a list of parts");
-  std::string text;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const OJson& p = content[i];
-    const std::string at = field + "[" + std::to_string(i) + "]";
-    const std::string type = p.is_object() ? p.value("type", "") : "";
-    if ((type == "input_text" || type == "output_text" || type == "text") && p.contains("text") &&
-        p["text"].is_string()) {
-      text += p["text"].get<std::string>();
-    } else if (type == "input_image" || type == "input_file" || type == "input_audio") {
-      return translate_error(at, "'" + type + "' parts are not supported by this model");
-    } else {
-      return translate_error(at, "unknown or malformed part type '" + type + "'");
-    }
-  }
-  return text;
+  return joined_text(content, field, {"input_text", "output_text", "text"},
+                     {"input_image", "input_file", "input_audio"});
 }
 
 // A function_call item joins the assistant message just before it, as chat writes calls.
