@@ -16,7 +16,9 @@
 // recursion inside one rule, uncertain tokens are the few that close two nested values and
 // go on.
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <climits>
 #include <cstring>
 #include <string_view>
 #include <unordered_map>
@@ -44,10 +46,12 @@ struct TokenVocab::Impl {
   std::vector<int32_t> tok_begin;
   std::vector<int32_t> toks;
   int32_t max_depth = 0;
-  // The height of node i's subtree when every byte below it is plain text (printable ASCII
-  // but quote and backslash), else -1: inside a string such a subtree needs no walk when its
-  // start state cannot die within that many plain bytes.
-  std::vector<int16_t> plain_height;
+  // Text below node i: the UTF-8 decoder state after its bytes (a Utf8 value), and the height
+  // of its subtree when every path below it goes on as well-formed UTF-8 of plain characters
+  // (no control character, quote or backslash), else -1. Inside a string such a subtree needs
+  // no walk when its start state survives any such text that long.
+  std::vector<uint8_t> utf8_state;
+  std::vector<int16_t> text_height;
 };
 
 namespace {
@@ -55,7 +59,55 @@ namespace {
 std::atomic<uint64_t> g_vocab_serial{1};
 
 bool is_plain(uint8_t b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
-constexpr int32_t kMaxPlainHeight = 64;
+constexpr int32_t kMaxTextHeight = 64;
+
+// The well-formed UTF-8 decoder (RFC 3629: no overlongs, surrogates or code points past
+// U+10FFFF), over plain characters: at a character boundary, or expecting continuation bytes
+// (the range of the next one restricted after E0, ED, F0 and F4).
+enum Utf8 : uint8_t {
+  kBoundary,
+  kCont1,
+  kCont2,
+  kContE0,
+  kContED,
+  kCont3,
+  kContF0,
+  kContF4,
+  kUtf8States,
+  kInvalid = kUtf8States
+};
+
+uint8_t utf8_next(uint8_t q, uint8_t b) {
+  const bool cont = b >= 0x80 && b <= 0xBF;
+  switch (q) {
+    case kBoundary:
+      if (b < 0x80) return is_plain(b) ? kBoundary : kInvalid;
+      if (b >= 0xC2 && b <= 0xDF) return kCont1;
+      if (b == 0xE0) return kContE0;
+      if (b == 0xED) return kContED;
+      if (b >= 0xE1 && b <= 0xEF) return kCont2;
+      if (b == 0xF0) return kContF0;
+      if (b == 0xF4) return kContF4;
+      if (b >= 0xF1 && b <= 0xF3) return kCont3;
+      return kInvalid;
+    case kCont1:
+      return cont ? kBoundary : kInvalid;
+    case kCont2:
+      return cont ? kCont1 : kInvalid;
+    case kContE0:
+      return b >= 0xA0 && b <= 0xBF ? kCont1 : kInvalid;
+    case kContED:
+      return b >= 0x80 && b <= 0x9F ? kCont1 : kInvalid;
+    case kCont3:
+      return cont ? kCont2 : kInvalid;
+    case kContF0:
+      return b >= 0x90 && b <= 0xBF ? kCont2 : kInvalid;
+    case kContF4:
+      return b >= 0x80 && b <= 0x8F ? kCont2 : kInvalid;
+    default:
+      return kInvalid;
+  }
+}
 
 void build_trie(TokenVocab::Impl& v) {
   std::vector<int32_t> ids;
@@ -95,18 +147,23 @@ void build_trie(TokenVocab::Impl& v) {
     }
     open.push_back(i);
   }
-  v.plain_height.assign(n, 0);
+  v.utf8_state.assign(n, kInvalid);
+  std::vector<uint8_t> at_depth(v.max_depth + 1, kBoundary);
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t d = v.node_depth[i];
+    const uint8_t up = at_depth[d - 1];
+    v.utf8_state[i] = up == kInvalid ? uint8_t{kInvalid} : utf8_next(up, v.node_byte[i]);
+    at_depth[d] = v.utf8_state[i];
+  }
+  v.text_height.assign(n, 0);
   for (int32_t i = n - 1; i >= 0; --i) {
     int32_t h = 0;
     for (int32_t c = i + 1; c < v.node_end[i] && h >= 0; c = v.node_end[c]) {
-      if (!is_plain(v.node_byte[c]) || v.plain_height[c] < 0) {
-        h = -1;
-      } else {
-        h = std::max<int32_t>(h, v.plain_height[c] + 1);
-      }
+      h = v.utf8_state[c] == kInvalid || v.text_height[c] < 0
+              ? -1
+              : std::max<int32_t>(h, v.text_height[c] + 1);
     }
-    v.plain_height[i] = static_cast<int16_t>(std::min<int32_t>(h, kMaxPlainHeight));
-    if (h > kMaxPlainHeight) v.plain_height[i] = -1;
+    v.text_height[i] = static_cast<int16_t>(h > kMaxTextHeight ? -1 : h);
   }
 }
 
@@ -224,6 +281,21 @@ class WalkAutomaton {
     const int32_t below = parent_state < 0 ? kNoParent : pool_.intern(parent_state, kNoParent);
     tmp_.frontier.push_back(pool_.intern(state, below));
     intern(tmp_);
+    // Bytes that no edge of the grammar and no step of the UTF-8 decoder tell apart behave
+    // alike everywhere: one representative per run between cut points is enough.
+    std::array<bool, 257> cut{};
+    for (const grammar::ByteEdge& e : g.byte_edges) {
+      cut[e.lo] = true;
+      cut[e.hi + 1] = true;
+    }
+    for (int b : {0x20, 0x22, 0x23, 0x5C, 0x5D, 0x7F, 0x80, 0x90, 0xA0, 0xC0, 0xC2, 0xE0, 0xE1,
+                  0xED, 0xEE, 0xF0, 0xF1, 0xF4, 0xF5}) {
+      cut[b] = true;
+    }
+    cut[0] = true;
+    for (int b = 0; b < 256; ++b) {
+      if (cut[b]) reps_.push_back(static_cast<uint8_t>(b));
+    }
   }
 
   int32_t next(int32_t s, uint8_t byte) {
@@ -245,38 +317,48 @@ class WalkAutomaton {
   bool alive(int32_t s) const { return !states_[s].frontier.empty(); }
   bool end(int32_t s) const { return states_[s].end; }
 
-  // Every state that plain bytes lead to from `s` within `depth` steps is alive. Plain bytes
-  // mostly share their targets (one inside a string), so the recursion runs over the
-  // distinct ones; each (state, depth) is decided once.
-  bool plain_safe(int32_t s, int32_t depth) {
+  // Every state that plain UTF-8 text leads to from walk state `s`, the decoder being in
+  // `q`, within `depth` bytes is alive. Such bytes mostly share their targets (inside a string,
+  // one per decoder state), so the recursion runs over the distinct (target, decoder state)
+  // pairs; each (state, q, depth) is decided once.
+  bool text_safe(int32_t s, uint8_t q, int32_t depth) {
     if (!alive(s)) return false;
     if (depth == 0) return true;
-    const uint64_t key = (static_cast<uint64_t>(s) << 8) | static_cast<uint64_t>(depth);
-    if (auto it = safe_.find(key); it != safe_.end()) return it->second;
+    // Safe to a depth is safe to every smaller one, unsafe to every larger one.
+    Known& k = known_[(static_cast<uint64_t>(s) << 8) | q];
+    if (depth <= k.safe) return true;
+    if (depth >= k.unsafe) return false;
     bool ok = true;
-    for (int32_t t : plain_targets(s)) {
-      if (!plain_safe(t, depth - 1)) {
+    for (const auto& [t, tq] : text_targets(s, q)) {
+      if (!text_safe(t, tq, depth - 1)) {
         ok = false;
         break;
       }
     }
-    safe_.emplace(key, ok);
+    Known& after = known_[(static_cast<uint64_t>(s) << 8) | q];  // the map may have grown
+    if (ok) {
+      after.safe = std::max(after.safe, depth);
+    } else {
+      after.unsafe = std::min(after.unsafe, depth);
+    }
     return ok;
   }
 
  private:
   static constexpr int32_t kDenseStates = 4096;
 
-  const std::vector<int32_t>& plain_targets(int32_t s) {
-    auto it = plain_targets_.find(s);
-    if (it != plain_targets_.end()) return it->second;
-    std::vector<int32_t> ts;
-    for (int b = 0x20; b < 0x7F; ++b) {
-      if (!is_plain(static_cast<uint8_t>(b))) continue;
-      const int32_t t = next(s, static_cast<uint8_t>(b));
+  const std::vector<std::pair<int32_t, uint8_t>>& text_targets(int32_t s, uint8_t q) {
+    const uint64_t key = (static_cast<uint64_t>(s) << 8) | q;
+    auto it = text_targets_.find(key);
+    if (it != text_targets_.end()) return it->second;
+    std::vector<std::pair<int32_t, uint8_t>> ts;
+    for (const uint8_t b : reps_) {
+      const uint8_t tq = utf8_next(q, b);
+      if (tq == kInvalid) continue;
+      const std::pair<int32_t, uint8_t> t{next(s, b), tq};
       if (std::find(ts.begin(), ts.end(), t) == ts.end()) ts.push_back(t);
     }
-    return plain_targets_.emplace(s, std::move(ts)).first->second;
+    return text_targets_.emplace(key, std::move(ts)).first->second;
   }
 
   int32_t compute(int32_t s, uint8_t byte) {
@@ -304,8 +386,12 @@ class WalkAutomaton {
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<int32_t> dense_;
   std::unordered_map<uint64_t, int32_t> sparse_;
-  std::unordered_map<uint64_t, bool> safe_;
-  std::unordered_map<int32_t, std::vector<int32_t>> plain_targets_;
+  struct Known {
+    int32_t safe = 0, unsafe = INT32_MAX;
+  };
+  std::unordered_map<uint64_t, Known> known_;
+  std::unordered_map<uint64_t, std::vector<std::pair<int32_t, uint8_t>>> text_targets_;
+  std::vector<uint8_t> reps_;  // one byte of each class the grammar and UTF-8 treat alike
 };
 
 // The trie walk from `state` with the frame `parent_state` (-1: none) below it (see the top
@@ -332,7 +418,7 @@ std::unique_ptr<PositionMasks> compute_masks(const Grammar& g, const TokenVocab:
       masks->uncertain.insert(masks->uncertain.end(), v.toks.begin() + v.tok_begin[i],
                               v.toks.begin() + v.tok_begin[i + 1]);
     }
-    if (alive && v.plain_height[i] > 0 && walk.plain_safe(cur, v.plain_height[i])) {
+    if (alive && v.text_height[i] > 0 && walk.text_safe(cur, v.utf8_state[i], v.text_height[i])) {
       // The whole subtree stays alive: accept it without walking it.
       accepted.insert(accepted.end(), v.toks.begin() + v.tok_begin[i + 1],
                       v.toks.begin() + v.tok_begin[v.node_end[i]]);
