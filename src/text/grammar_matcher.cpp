@@ -52,6 +52,10 @@ struct TokenVocab::Impl {
   // no walk when its start state survives any such text that long.
   std::vector<uint8_t> utf8_state;
   std::vector<int16_t> text_height;
+  // text_bits[L]: the tokens of at most L bytes (L <= kMaxTextHeight) that are plain text
+  // from a character boundary (whole or ending inside a character): what a string-body
+  // position that survives L bytes of any text accepts.
+  std::vector<std::vector<uint32_t>> text_bits;
 };
 
 namespace {
@@ -164,6 +168,19 @@ void build_trie(TokenVocab::Impl& v) {
               : std::max<int32_t>(h, v.text_height[c] + 1);
     }
     v.text_height[i] = static_cast<int16_t>(h > kMaxTextHeight ? -1 : h);
+  }
+  v.text_bits.assign(kMaxTextHeight + 1,
+                     std::vector<uint32_t>((static_cast<size_t>(v.size) + 31) / 32, 0));
+  for (int32_t i = 0; i < n; ++i) {
+    if (v.utf8_state[i] == kInvalid || v.node_depth[i] > kMaxTextHeight) continue;
+    for (int32_t k = v.tok_begin[i]; k < v.tok_begin[i + 1]; ++k) {
+      v.text_bits[v.node_depth[i]][v.toks[k] >> 5] |= 1u << (v.toks[k] & 31);
+    }
+  }
+  for (int32_t len = 1; len <= kMaxTextHeight; ++len) {
+    for (size_t w = 0; w < v.text_bits[len].size(); ++w) {
+      v.text_bits[len][w] |= v.text_bits[len - 1][w];
+    }
   }
 }
 
@@ -405,9 +422,28 @@ std::unique_ptr<PositionMasks> compute_masks(const Grammar& g, const TokenVocab:
   std::vector<uint8_t> left(v.max_depth + 1, 0);  // left the rule before this depth
   std::vector<int32_t> accepted;
   auto masks = std::make_unique<PositionMasks>();
+  // A string body at a character boundary takes plain text as far as it survives any text
+  // (to its maxLength, say): those tokens come from the vocabulary's bitset, and only the
+  // subtrees that hold something else, or reach further, are walked.
+  int32_t text_depth = 0;
+  for (int32_t lo = 1, hi = kMaxTextHeight; lo <= hi;) {
+    const int32_t mid = (lo + hi) / 2;
+    if (walk.text_safe(0, kBoundary, mid)) {
+      text_depth = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const bool all_text = text_depth > 0;
   const int32_t n = static_cast<int32_t>(v.node_byte.size());
   for (int32_t i = 0; i < n;) {
     const int32_t d = v.node_depth[i];
+    if (all_text && v.utf8_state[i] != kInvalid && v.text_height[i] >= 0 &&
+        d + v.text_height[i] <= text_depth) {
+      i = v.node_end[i];
+      continue;
+    }
     const int32_t cur = level[d] = walk.next(level[d - 1], v.node_byte[i]);
     left[d] = !root && (left[d - 1] || (d > 1 && walk.end(level[d - 1])));
     const bool alive = walk.alive(cur);
@@ -437,8 +473,12 @@ std::unique_ptr<PositionMasks> compute_masks(const Grammar& g, const TokenVocab:
   }
   // A bitset when the list would be longer than the bitset's words.
   const size_t words = (static_cast<size_t>(v.size) + 31) / 32;
-  if (accepted.size() > words) {
-    masks->bits.assign(words, 0);
+  if (all_text || accepted.size() > words) {
+    if (all_text) {
+      masks->bits = v.text_bits[text_depth];
+    } else {
+      masks->bits.assign(words, 0);
+    }
     for (int32_t t : accepted) masks->bits[t >> 5] |= 1u << (t & 31);
   } else {
     masks->list = std::move(accepted);
