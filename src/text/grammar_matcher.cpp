@@ -184,7 +184,10 @@ void build_trie(TokenVocab::Impl& v) {
   }
 }
 
-constexpr int32_t kNoParent = -1;  // below the bottom frame: the grammar's (or a walk's) end
+constexpr int32_t kNoParent = -1;
+// A walk automaton kept between positions is dropped past this many states.
+constexpr size_t kMaxKeptWalkStates =
+    1 << 16;  // below the bottom frame: the grammar's (or a walk's) end
 
 // Parser stacks as interned (state, parent) nodes. Nodes made while trying a token are
 // dropped again by truncate(), so that checks do not grow the pool.
@@ -294,10 +297,8 @@ class Stepper {
 // where it started), so most of its steps are a table lookup.
 class WalkAutomaton {
  public:
-  WalkAutomaton(const Grammar& g, int32_t state, int32_t parent_state) : stepper_(g, pool_) {
-    const int32_t below = parent_state < 0 ? kNoParent : pool_.intern(parent_state, kNoParent);
-    tmp_.frontier.push_back(pool_.intern(state, below));
-    intern(tmp_);
+  WalkAutomaton(const Grammar& g, int32_t parent_state) : stepper_(g, pool_) {
+    below_ = parent_state < 0 ? kNoParent : pool_.intern(parent_state, kNoParent);
     // Bytes that no edge of the grammar and no step of the UTF-8 decoder tell apart behave
     // alike everywhere: one representative per run between cut points is enough.
     std::array<bool, 257> cut{};
@@ -314,6 +315,15 @@ class WalkAutomaton {
       if (cut[b]) reps_.push_back(static_cast<uint8_t>(b));
     }
   }
+
+  // The walk state of a position whose top state is `state` (the frame below is this
+  // automaton's).
+  int32_t start(int32_t state) {
+    tmp_.frontier.assign(1, pool_.intern(state, below_));
+    tmp_.end = false;
+    return intern(tmp_);
+  }
+  size_t states() const { return states_.size(); }
 
   int32_t next(int32_t s, uint8_t byte) {
     if (s < kDenseStates) {
@@ -408,17 +418,19 @@ class WalkAutomaton {
   };
   std::unordered_map<uint64_t, Known> known_;
   std::unordered_map<uint64_t, std::vector<std::pair<int32_t, uint8_t>>> text_targets_;
-  std::vector<uint8_t> reps_;  // one byte of each class the grammar and UTF-8 treat alike
+  std::vector<uint8_t> reps_;
+  int32_t below_ = kNoParent;  // one byte of each class the grammar and UTF-8 treat alike
 };
 
 // The trie walk from `state` with the frame `parent_state` (-1: none) below it (see the top
 // of the file).
 std::unique_ptr<PositionMasks> compute_masks(const Grammar& g, const TokenVocab::Impl& v,
-                                             int32_t state, int32_t parent_state) {
-  WalkAutomaton walk(g, state, parent_state);
+                                             WalkAutomaton& walk, int32_t state,
+                                             int32_t parent_state) {
+  const int32_t start = walk.start(state);
   // Below a frame of the root rule nothing lies, so leaving it early is a rejection.
   const bool root = g.state_rule[parent_state < 0 ? state : parent_state] == g.root_rule;
-  std::vector<int32_t> level(v.max_depth + 1, 0);
+  std::vector<int32_t> level(v.max_depth + 1, start);
   std::vector<uint8_t> left(v.max_depth + 1, 0);  // left the rule before this depth
   std::vector<int32_t> accepted;
   auto masks = std::make_unique<PositionMasks>();
@@ -428,7 +440,7 @@ std::unique_ptr<PositionMasks> compute_masks(const Grammar& g, const TokenVocab:
   int32_t text_depth = 0;
   for (int32_t lo = 1, hi = kMaxTextHeight; lo <= hi;) {
     const int32_t mid = (lo + hi) / 2;
-    if (walk.text_safe(0, kBoundary, mid)) {
+    if (walk.text_safe(start, kBoundary, mid)) {
       text_depth = mid;
       lo = mid + 1;
     } else {
@@ -546,7 +558,13 @@ struct GrammarMatcher::Impl {
     const uint64_t key = (v.serial << 40) | pos;
     const PositionMasks* m = g->find_masks(key);
     if (m == nullptr) {
-      m = g->insert_masks(key, compute_masks(*g, v, pool.state(node), parent_state));
+      // One walk automaton per frame below, kept for the request: the positions of one
+      // value (a bounded string's counter, say) meet the same walk states again.
+      std::unique_ptr<WalkAutomaton>& walk = walks[parent_state];
+      if (!walk || walk->states() > kMaxKeptWalkStates) {
+        walk = std::make_unique<WalkAutomaton>(*g, parent_state);
+      }
+      m = g->insert_masks(key, compute_masks(*g, v, *walk, pool.state(node), parent_state));
     }
     masks.emplace(pos, m);
     return *m;
@@ -607,6 +625,7 @@ struct GrammarMatcher::Impl {
   bool done = false;  // a stop token was accepted: nothing more comes
   // Positions met so far (see masks_of), from the grammar's cache.
   std::unordered_map<uint64_t, const PositionMasks*> masks;
+  std::unordered_map<int32_t, std::unique_ptr<WalkAutomaton>> walks;
   std::vector<const PositionMasks*> tops;
 };
 
