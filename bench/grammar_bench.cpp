@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 
 #include "text/grammar.h"
 #include "text/tokenizer.h"
@@ -258,6 +259,86 @@ void BM_SchemaCorpusCompile(benchmark::State& state) {
   state.SetLabel("slowest " + corpus[worst].first);
 }
 BENCHMARK(BM_SchemaCorpusCompile)->Unit(benchmark::kMillisecond);
+
+// A document of `g` as token ids: a seeded walk over its masks, pulled towards closing
+// tokens so that strings and containers end (as schema_corpus_test draws them).
+std::vector<int32_t> draw(const Vocab& v, const std::shared_ptr<const Grammar>& g, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  GrammarMatcher m(g, v.vocab);
+  std::vector<uint32_t> mask((v.vocab->size() + 31) / 32);
+  std::vector<int32_t> ids;
+  for (int step = 0; step < 2000; ++step) {
+    if (m.must_end() || (m.can_end() && u(rng) < 0.5)) return ids;
+    m.fill_mask(mask.data());
+    std::vector<int32_t> pick, closers;
+    for (int32_t t = 0; t < v.vocab->size(); ++t) {
+      if (!((mask[t >> 5] >> (t & 31)) & 1) || v.tokenizer->is_special(t)) continue;
+      pick.push_back(t);
+      const std::string b = v.tokenizer->token_bytes(t);
+      if (b == "\"" || b == "]" || b == "}") closers.push_back(t);
+    }
+    if (!closers.empty() && u(rng) < 0.3) pick.swap(closers);
+    if (pick.empty()) return m.can_end() ? ids : std::vector<int32_t>{};
+    const int32_t t = pick[std::uniform_int_distribution<size_t>(0, pick.size() - 1)(rng)];
+    m.accept(t);
+    ids.push_back(t);
+  }
+  return {};
+}
+
+// The schema corpus cold: per schema, a drawn document replayed against a freshly compiled
+// grammar, so that every position is met for the first time. The mean over all tokens, and
+// the schema whose tokens cost most on average.
+void BM_SchemaCorpusMaskCold(benchmark::State& state) {
+  const Vocab& v = qwen3();
+  if (!v.error.empty()) {
+    state.SkipWithError(v.error.c_str());
+    return;
+  }
+  std::vector<std::pair<std::string, json>> corpus;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(MX_SOURCE_DIR) + "/tests/data/schemas")) {
+    std::ifstream in(e.path());
+    corpus.emplace_back(e.path().filename().string(), json::parse(in));
+  }
+  std::sort(corpus.begin(), corpus.end());
+  std::vector<std::vector<int32_t>> docs;
+  for (size_t i = 0; i < corpus.size(); ++i) {
+    auto g = grammar_from_json_schema(corpus[i].second);
+    docs.push_back(g.is_ok() ? draw(v, *g, static_cast<uint32_t>(i)) : std::vector<int32_t>{});
+  }
+  std::vector<uint32_t> mask((v.vocab->size() + 31) / 32);
+  double total = 0, tokens = 0, worst = 0;
+  std::string worst_name;
+  for (auto _ : state) {
+    double iteration = 0;
+    for (size_t i = 0; i < corpus.size(); ++i) {
+      if (docs[i].empty()) continue;
+      auto g = grammar_from_json_schema(corpus[i].second);
+      std::vector<double> per_token;
+      std::string error;
+      if (!g.is_ok() || !replay(v, *g, docs[i], mask, per_token, &error)) {
+        state.SkipWithError((corpus[i].first + ": " + error).c_str());
+        return;
+      }
+      const double t = sum(per_token);
+      iteration += t;
+      total += t;
+      tokens += static_cast<double>(docs[i].size());
+      if (t / static_cast<double>(docs[i].size()) > worst) {
+        worst = t / static_cast<double>(docs[i].size());
+        worst_name = corpus[i].first;
+      }
+    }
+    state.SetIterationTime(iteration);
+  }
+  state.counters["tokens"] = tokens / static_cast<double>(state.iterations());
+  state.counters["us_per_token"] = total / tokens * 1e6;
+  state.counters["worst_schema_us_per_token"] = worst * 1e6;
+  state.SetLabel("slowest " + worst_name);
+}
+BENCHMARK(BM_SchemaCorpusMaskCold)->UseManualTime()->Iterations(2)->Unit(benchmark::kMillisecond);
 
 void all_cases(benchmark::internal::Benchmark* b) {
   for (int i = 0; i < 5; ++i) b->Arg(i);
