@@ -184,10 +184,9 @@ void build_trie(TokenVocab::Impl& v) {
   }
 }
 
-constexpr int32_t kNoParent = -1;
+constexpr int32_t kNoParent = -1;  // below the bottom frame: the grammar's (or a walk's) end
 // A walk automaton kept between positions is dropped past this many states.
-constexpr size_t kMaxKeptWalkStates =
-    1 << 16;  // below the bottom frame: the grammar's (or a walk's) end
+constexpr size_t kMaxKeptWalkStates = 1 << 16;
 
 // Parser stacks as interned (state, parent) nodes. Nodes made while trying a token are
 // dropped again by truncate(), so that checks do not grow the pool.
