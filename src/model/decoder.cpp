@@ -247,8 +247,7 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
   return Status::ok();
 }
 
-Status DecoderModel::forward_hidden(const std::vector<SeqSlice>& seqs, PagedKv& kv,
-                                    float* hidden) {
+Status DecoderModel::forward_hidden(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* hidden) {
   hidden_out_ = hidden;
   const Status st = forward_batch(seqs, kv, nullptr);
   hidden_out_ = nullptr;
