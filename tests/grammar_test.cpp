@@ -13,68 +13,13 @@
 #include <thread>
 #include <vector>
 
+#include "grammar_test_util.h"
 #include "text/grammar.h"
 
 namespace mx {
 namespace {
 
-using json = nlohmann::ordered_json;
-
-std::shared_ptr<const Grammar> must(Result<std::shared_ptr<const Grammar>> r) {
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-  return r.is_ok() ? *r : nullptr;
-}
-
-// Every byte as a token (id = byte), some multi-byte tokens, a stop token, a special token
-// and an empty token.
-struct SmallVocab {
-  std::vector<std::string> tokens;
-  int32_t stop = 0, special = 0, empty = 0;
-  std::shared_ptr<const TokenVocab> vocab;
-
-  explicit SmallVocab(std::vector<std::string> extra = {}) {
-    for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
-    for (const char* t : {"{\"", "\":", "\"}", "true", " \"", "\", \"", "null", "12", "\": ", "}}",
-                          "},", "\"]", "\xe6\x97", "\xa5\xe6", "<tool_call>", "\n{"}) {
-      tokens.emplace_back(t);
-    }
-    for (auto& t : extra) tokens.push_back(std::move(t));
-    stop = static_cast<int32_t>(tokens.size());
-    tokens.emplace_back("<|im_end|>");
-    special = static_cast<int32_t>(tokens.size());
-    tokens.emplace_back("<|special|>");
-    empty = static_cast<int32_t>(tokens.size());
-    tokens.emplace_back("");
-    vocab = std::make_shared<TokenVocab>(tokens, std::vector<int32_t>{stop},
-                                         std::vector<int32_t>{stop, special});
-  }
-  int32_t id_of(const std::string& s) const {
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (tokens[i] == s) return static_cast<int32_t>(i);
-    }
-    return -1;
-  }
-};
-
-const SmallVocab& small_vocab() {
-  static const SmallVocab v;
-  return v;
-}
-
-enum class Verdict { kComplete, kPrefix, kReject };
-
-// Feeds `text` one byte token at a time.
-Verdict feed(const std::shared_ptr<const Grammar>& g, const std::string& text) {
-  GrammarMatcher m(g, small_vocab().vocab);
-  for (unsigned char c : text) {
-    if (!m.accept(c)) return Verdict::kReject;
-  }
-  return m.can_end() ? Verdict::kComplete : Verdict::kPrefix;
-}
-
-Verdict feed_schema(const json& schema, const std::string& text) {
-  return feed(must(grammar_from_json_schema(schema)), text);
-}
+using namespace grammar_test;
 
 // --- PCRE2 oracle ---------------------------------------------------------------------
 
@@ -317,123 +262,6 @@ TEST(GrammarSchema, IntegerBoundsAndNumbers) {
   EXPECT_EQ(feed_schema(num, "1e1000"), Verdict::kReject);
 }
 
-// Decimal text of up to 3 + 4 digits: the double it reads as orders it exactly, so the
-// oracle compares doubles.
-struct NumberCase {
-  std::string text;
-  double value;
-  bool has_point;
-  bool negative_zero;
-};
-
-NumberCase random_number(std::mt19937& rng) {
-  std::uniform_int_distribution<int> d(0, 9), len(0, 3), flen(0, 4), coin(0, 1);
-  std::string t = coin(rng) ? "-" : "";
-  const int n = len(rng);
-  std::string whole = n == 0 ? "0" : std::string(1, static_cast<char>('1' + d(rng) % 9));
-  for (int i = 1; i < n; ++i) whole += static_cast<char>('0' + d(rng));
-  t += whole;
-  const int f = flen(rng);
-  if (f > 0) t += ".";
-  for (int i = 0; i < f; ++i) t += static_cast<char>('0' + d(rng));
-  const double v = std::stod(t);
-  return {t, v, f > 0, t[0] == '-' && v == 0};
-}
-
-TEST(GrammarSchema, NumberRangesAgreeWithArithmetic) {
-  const double ends[] = {-120.5, -12, -3.25, -1, -0.05, 0, 0.25, 0.5, 1, 7.125, 10, 99.99, 250};
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int> pick(0, 13), coin(0, 1);
-  int checked = 0;
-  for (int c = 0; c < 300; ++c) {
-    const bool integer = coin(rng);
-    json s = {{"type", integer ? "integer" : "number"}};
-    const int a = pick(rng), z = pick(rng);  // 13: no bound
-    std::optional<double> lo, hi;
-    bool lo_x = coin(rng), hi_x = coin(rng);
-    if (a < 13) {
-      lo = ends[a];
-      s[lo_x ? "exclusiveMinimum" : "minimum"] = *lo;
-    }
-    if (z < 13) {
-      hi = ends[z];
-      s[hi_x ? "exclusiveMaximum" : "maximum"] = *hi;
-    }
-    auto in = [&](double v) {
-      return (!lo || (lo_x ? v > *lo : v >= *lo)) && (!hi || (hi_x ? v < *hi : v <= *hi));
-    };
-    auto r = grammar_from_json_schema(s);
-    bool any = false;
-    for (double v = -130; v <= 260; v += 0.0625)
-      any = any || (in(v) && (!integer || v == std::floor(v)));
-    if (!r.is_ok()) {
-      EXPECT_FALSE(any) << s.dump() << ": " << r.status().to_string();
-      continue;
-    }
-    for (int k = 0; k < 60; ++k) {
-      const NumberCase n = random_number(rng);
-      if (n.negative_zero) continue;
-      const bool want = in(n.value) && !(integer && n.has_point);
-      EXPECT_EQ(feed(*r, n.text) == Verdict::kComplete, want) << s.dump() << " " << n.text;
-      ++checked;
-    }
-    // The bounds themselves, written plainly.
-    for (const auto& e : {lo, hi}) {
-      if (!e) continue;
-      json v = *e;
-      const std::string text = v.dump();
-      if (integer && text.find('.') != std::string::npos) continue;
-      EXPECT_EQ(feed(*r, text) == Verdict::kComplete, in(*e)) << s.dump() << " " << text;
-    }
-  }
-  EXPECT_GT(checked, 5000);
-}
-
-void expect_error(const json& schema, const std::string& needle);
-
-TEST(GrammarSchema, AllOfMergesAndFormatsHold) {
-  const json merged = json::parse(R"({"$defs":{"Base":{"type":"object","properties":{
-    "id":{"type":"integer","minimum":0}},"required":["id"]}},
-    "allOf":[{"$ref":"#/$defs/Base"},{"properties":{"id":{"maximum":9},"tag":{"type":"string"}},
-             "required":["tag"]}]})");
-  EXPECT_EQ(feed_schema(merged, R"({"id": 5, "tag": "x"})"), Verdict::kComplete);
-  EXPECT_EQ(feed_schema(merged, R"({"id": 10, "tag": "x"})"), Verdict::kReject);  // both bounds
-  EXPECT_NE(feed_schema(merged, R"({"id": 5})"), Verdict::kComplete);             // tag required
-  expect_error(json::parse(R"({"allOf":[{"type":"string"},{"type":"integer"}]})"), "types");
-  const json date = {{"type", "string"}, {"format", "date"}};
-  EXPECT_EQ(feed_schema(date, "\"2026-12-05\""), Verdict::kComplete);
-  EXPECT_EQ(feed_schema(date, "\"2026-13-05\""), Verdict::kReject);
-  const json ip = {{"type", "string"}, {"format", "ipv4"}};
-  EXPECT_EQ(feed_schema(ip, "\"10.0.255.1\""), Verdict::kComplete);
-  EXPECT_EQ(feed_schema(ip, "\"256.0.0.1\""), Verdict::kReject);
-  const json nullable = {{"type", "integer"}, {"nullable", true}};
-  EXPECT_EQ(feed_schema(nullable, "null"), Verdict::kComplete);
-  const json url = {{"type", "string"}, {"format", "uri"}, {"maxLength", 2083}};
-  EXPECT_EQ(feed_schema(url, "\"https://example.com/a/b?q=1\""), Verdict::kComplete);
-  expect_error({{"type", "string"}, {"format", "uri"}, {"maxLength", 20}}, "maxLength");
-  const json names = json::parse(
-      R"({"type":"object","propertyNames":{"pattern":"^[a-z]+$"},"additionalProperties":true})");
-  EXPECT_EQ(feed_schema(names, R"({"ab": 1})"), Verdict::kComplete);
-  EXPECT_EQ(feed_schema(names, R"({"A")"), Verdict::kReject);
-}
-
-TEST(GrammarSchema, GeneratorBoundsCompileSmall) {
-  // Zod 4 writes these for every z.number().int(); OpenAPI 3.0 writes boolean exclusives.
-  const json safe = {
-      {"type", "integer"}, {"minimum", -9007199254740991LL}, {"maximum", 9007199254740991LL}};
-  EXPECT_EQ(feed_schema(safe, "9007199254740991"), Verdict::kComplete);
-  EXPECT_EQ(feed_schema(safe, "-9007199254740991"), Verdict::kComplete);
-  EXPECT_EQ(feed_schema(safe, "9007199254740992"), Verdict::kReject);
-  EXPECT_EQ(feed_schema(safe, "0"), Verdict::kComplete);
-  EXPECT_EQ(feed_schema(safe, "-0"), Verdict::kReject);
-  const json oa = {{"type", "number"}, {"minimum", 0}, {"exclusiveMinimum", true}};
-  EXPECT_NE(feed_schema(oa, "0"), Verdict::kComplete);
-  EXPECT_NE(feed_schema(oa, "0.000"), Verdict::kComplete);
-  EXPECT_EQ(feed_schema(oa, "0.001"), Verdict::kComplete);
-  const json huge = {{"type", "number"}, {"maximum", 1e300}};
-  EXPECT_EQ(feed_schema(huge, "-5.5e3"), Verdict::kComplete);  // a dropped bound keeps exponents
-}
-
 const json kS2 = json::parse(
     R"({"anyOf":[{"type":"string","minLength":2,"maxLength":4},{"const":{"x":[1,2]}},
                  {"type":"null"}]})");
@@ -489,12 +317,6 @@ TEST(GrammarSchema, AdditionalPropertiesAndAnyJson) {
             Verdict::kComplete);
   EXPECT_EQ(feed(obj, deep + "{"), Verdict::kReject);
   EXPECT_EQ(feed(obj, deep + "1" + close), Verdict::kComplete);
-}
-
-void expect_error(const json& schema, const std::string& needle) {
-  auto r = grammar_from_json_schema(schema);
-  ASSERT_FALSE(r.is_ok()) << schema.dump();
-  EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
 }
 
 TEST(GrammarSchema, ErrorsNameTheCause) {
