@@ -42,6 +42,46 @@ Result<std::string> joined_text(const OJson& content, const std::string& field,
   return text;
 }
 
+Result<OJson> tool_result_message(const OJson& item, const char* id_key, const char* content_key,
+                                  const std::string& at,
+                                  std::initializer_list<std::string_view> text_types,
+                                  std::initializer_list<std::string_view> refused) {
+  if (!item.contains(id_key) || !item[id_key].is_string()) {
+    return translate_error(at + "." + id_key, "must be a string");
+  }
+  std::string text;
+  if (item.contains(content_key)) {
+    MX_ASSIGN_OR_RETURN(
+        text, joined_text(item[content_key], at + "." + content_key, text_types, refused));
+  }
+  return OJson{{"role", "tool"}, {"tool_call_id", item[id_key]}, {"content", text}};
+}
+
+Result<OJson> chat_tools(
+    const OJson& tools, const char* params_key,
+    const std::function<Status(const OJson&, const std::string&)>& check_type) {
+  if (!tools.is_array()) return translate_error("tools", "must be a list");
+  OJson out = OJson::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const OJson& t = tools[i];
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object()) return translate_error(at, "must be an object");
+    MX_RETURN_IF_ERROR(check_type(t, at));
+    if (!t.contains("name") || !t["name"].is_string()) {
+      return translate_error(at + ".name", "must be a string");
+    }
+    OJson fn = {{"name", t["name"]}};
+    if (t.contains("description") && t["description"].is_string()) {
+      fn["description"] = t["description"];
+    }
+    fn["parameters"] = t.contains(params_key) && t[params_key].is_object()
+                           ? t[params_key]
+                           : OJson{{"type", "object"}};
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return out;
+}
+
 namespace {
 
 // Parses the chat job's server-sent events as they arrive (a write may end mid-event) and

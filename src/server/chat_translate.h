@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <initializer_list>
 #include <list>
 #include <memory>
@@ -50,6 +51,19 @@ inline Status translate_error(const std::string& field, const std::string& why) 
 Result<std::string> joined_text(const OJson& content, const std::string& field,
                                 std::initializer_list<std::string_view> text_types,
                                 std::initializer_list<std::string_view> refused);
+
+// A tool result as a chat "tool" message: `item[id_key]` (a string) names the call it answers,
+// `item[content_key]` (optional) is read by joined_text with the given part types.
+Result<OJson> tool_result_message(const OJson& item, const char* id_key, const char* content_key,
+                                  const std::string& at,
+                                  std::initializer_list<std::string_view> text_types,
+                                  std::initializer_list<std::string_view> refused);
+
+// A list of tools as chat function tools: each entry is an object that `check_type` accepts,
+// with a string "name", an optional "description" and its parameters' schema under
+// `params_key` ({"type": "object"} when absent).
+Result<OJson> chat_tools(const OJson& tools, const char* params_key,
+                         const std::function<Status(const OJson&, const std::string&)>& check_type);
 
 // One server-sent event with an event name (both APIs name theirs).
 std::string sse_event(const std::string& name, const OJson& data);

@@ -29,14 +29,9 @@ Status user_blocks(const OJson& content, const std::string& field, OJson* chat) 
     if (type == "text" && b.contains("text") && b["text"].is_string()) {
       text += b["text"].get<std::string>();
     } else if (type == "tool_result") {
-      if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string()) {
-        return translate_error(at + ".tool_use_id", "must be a string");
-      }
-      std::string result;
-      if (b.contains("content")) {
-        MX_ASSIGN_OR_RETURN(result, block_text(b["content"], at + ".content"));
-      }
-      chat->push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", result}});
+      MX_ASSIGN_OR_RETURN(OJson m, tool_result_message(b, "tool_use_id", "content", at, {"text"},
+                                                       {"image", "document"}));
+      chat->push_back(std::move(m));
     } else if (type == "image" || type == "document") {
       return translate_error(at, "'" + type + "' blocks are not supported by this model");
     } else {
@@ -86,24 +81,13 @@ Status assistant_blocks(const OJson& content, const std::string& field, OJson* c
 }
 
 Result<OJson> translate_tools(const OJson& tools) {
-  if (!tools.is_array()) return translate_error("tools", "must be a list");
-  OJson out = OJson::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const OJson& t = tools[i];
-    const std::string at = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) {
-      return translate_error(at + ".name", "must be a string");
-    }
+  return chat_tools(tools, "input_schema", [](const OJson& t, const std::string& at) {
     if (t.contains("type") && t["type"] != "custom") {
       return translate_error(at + ".type", "server tools ('" + t["type"].dump() +
                                                "') are not supported; give name and input_schema");
     }
-    OJson fn = {{"name", t["name"]}};
-    if (t.contains("description")) fn["description"] = t["description"];
-    fn["parameters"] = t.value("input_schema", OJson{{"type", "object"}});
-    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
-  }
-  return out;
+    return Status::ok();
+  });
 }
 
 Status translate_tool_choice(const OJson& tc, OJson* chat) {

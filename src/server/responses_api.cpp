@@ -49,14 +49,10 @@ Status input_item(const OJson& item, const std::string& at, OJson* msgs) {
     }
     add_call(item, msgs);
   } else if (type == "function_call_output") {
-    if (!item.contains("call_id") || !item["call_id"].is_string()) {
-      return translate_error(at + ".call_id", "must be a string");
-    }
-    std::string out;
-    if (item.contains("output")) {
-      MX_ASSIGN_OR_RETURN(out, parts_text(item["output"], at + ".output"));
-    }
-    msgs->push_back({{"role", "tool"}, {"tool_call_id", item["call_id"]}, {"content", out}});
+    MX_ASSIGN_OR_RETURN(OJson m, tool_result_message(item, "call_id", "output", at,
+                                                     {"input_text", "output_text", "text"},
+                                                     {"input_image", "input_file", "input_audio"}));
+    msgs->push_back(std::move(m));
   } else if (type == "reasoning") {
     return Status::ok();  // the model's own earlier thoughts; templates drop them
   } else {
@@ -66,27 +62,12 @@ Status input_item(const OJson& item, const std::string& at, OJson* msgs) {
 }
 
 Result<OJson> translate_tools(const OJson& tools) {
-  if (!tools.is_array()) return translate_error("tools", "must be a list");
-  OJson out = OJson::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const OJson& t = tools[i];
-    const std::string at = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || t.value("type", "") != "function") {
+  return chat_tools(tools, "parameters", [](const OJson& t, const std::string& at) {
+    if (t.value("type", "") != "function") {
       return translate_error(at + ".type", "only function tools are supported");
     }
-    if (!t.contains("name") || !t["name"].is_string()) {
-      return translate_error(at + ".name", "must be a string");
-    }
-    OJson fn = {{"name", t["name"]}};
-    if (t.contains("description") && t["description"].is_string()) {
-      fn["description"] = t["description"];
-    }
-    fn["parameters"] = t.contains("parameters") && t["parameters"].is_object()
-                           ? t["parameters"]
-                           : OJson{{"type", "object"}};
-    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
-  }
-  return out;
+    return Status::ok();
+  });
 }
 
 Result<OJson> translate_tool_choice(const OJson& tc) {
