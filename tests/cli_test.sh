@@ -124,7 +124,8 @@ python3 -c "import json;d=json.load(open('$tmp/g16.json'));assert d['decode_tok_
 check "run gguf --gguf-dequant bf16" $?
 printf 'Hello there\n' | "$bin" chat -m "$gguf/tiny-qwen3-moe-allmoe.Q8_0.gguf" --seed 3 -n 8 --no-think >"$tmp/chat" 2>&1
 check "chat gguf: the file's chat template" $?
-# Peak RSS on the default path: the blocks stay as stored (mapped), so the run adds at most
+# Peak RSS on the default path: the blocks stay as stored (mapped) or move into the kernels'
+# panels, each tensor's mapped pages released once it is repacked, so the run adds at most
 # 1.2x the file to what the process holds without a model (the tokenizer command on the same
 # file), plus 2 MiB for KV and workspace.
 # (Not under the sanitizers, whose shadow memory and quarantine are not the engine's.)

@@ -159,31 +159,42 @@ void check_case(const Case& c) {
     }
   }
   const int64_t ldy = c.n + 3;
-  const std::vector<std::pair<int64_t, int64_t>> ranges = {{0, c.n}, {c.n / 2, c.n}};
+  // Runs columns [nb, ne) from weights `wp` (rows, or panels of `panel` rows) and checks them.
+  auto run_and_check = [&](const GgmlDotKernels& kern, const uint8_t* wp, int panel, int64_t nb,
+                           int64_t ne) {
+    std::vector<float> y(static_cast<size_t>(c.m * ldy), std::nanf(""));
+    GgmlDotArgs args{c.type, wp, row_bytes, xq.data(), stride, y.data(), c.m, c.k, ldy};
+    args.panel = panel;
+    kern.gemm(args, nb, ne);
+    int failures = 0;
+    for (int64_t i = 0; i < c.m && failures < 4; ++i) {
+      for (int64_t r = 0; r < ldy && failures < 4; ++r) {
+        const float got = y[i * ldy + r];
+        if (r < nb || r >= ne) {
+          failures += !std::isnan(got);
+          EXPECT_TRUE(std::isnan(got)) << "wrote y[" << i << "," << r << "]";
+          continue;
+        }
+        const double want = exact[i * c.n + r];
+        const double tol = 0x1p-16 * mag[i * c.n + r] + 1e-30;
+        const bool ok = std::fabs(got - want) <= tol;
+        failures += !ok;
+        EXPECT_TRUE(ok) << "y[" << i << "," << r << "] = " << got << ", exact " << want
+                        << ", tolerance " << tol;
+      }
+    }
+  };
   for (const GgmlDotKernels* kern : variants()) {
     SCOPED_TRACE(std::string("isa=") + std::string(isa_name(kern->isa)));
-    for (const auto& [nb, ne] : ranges) {
-      std::vector<float> y(static_cast<size_t>(c.m * ldy), std::nanf(""));
-      const GgmlDotArgs args{c.type,   w.data(), row_bytes, xq.data(), stride,
-                             y.data(), c.m,      c.k,       ldy};
-      kern->gemm(args, nb, ne);
-      int failures = 0;
-      for (int64_t i = 0; i < c.m && failures < 4; ++i) {
-        for (int64_t r = 0; r < ldy && failures < 4; ++r) {
-          const float got = y[i * ldy + r];
-          if (r < nb || r >= ne) {
-            failures += !std::isnan(got);
-            EXPECT_TRUE(std::isnan(got)) << "wrote y[" << i << "," << r << "]";
-            continue;
-          }
-          const double want = exact[i * c.n + r];
-          const double tol = 0x1p-16 * mag[i * c.n + r] + 1e-30;
-          const bool ok = std::fabs(got - want) <= tol;
-          failures += !ok;
-          EXPECT_TRUE(ok) << "y[" << i << "," << r << "] = " << got << ", exact " << want
-                          << ", tolerance " << tol;
-        }
-      }
+    for (int64_t nb : {int64_t{0}, c.n / 2}) run_and_check(*kern, w.data(), 0, nb, c.n);
+    const int panel = kern->panel_rows(c.type);
+    if (panel == 0) continue;
+    SCOPED_TRACE("panels of " + std::to_string(panel));
+    std::vector<uint8_t> packed(static_cast<size_t>(ggml_panel_bytes(c.type, panel, c.n, c.k)),
+                                0xA5);
+    kern->repack(c.type, w.data(), row_bytes, c.n, c.k, packed.data());
+    for (int64_t nb : {int64_t{0}, c.n / 2}) {
+      run_and_check(*kern, packed.data(), panel, nb, c.n);
     }
   }
 }
@@ -199,6 +210,21 @@ TEST(GgmlDot, EveryVariantOnOddShapesMatchesTheDequantizedProduct) {
         for (int64_t k : {b, 3 * b, b == 32 ? 11 * b : 2 * b}) check_case({t, m, n, k, seed++});
       }
     }
+  }
+}
+
+// Types some table reads as panels: whole panels, a partial last one, a column range starting
+// inside a panel, and a k past the super-blocks a panel kernel sums in one pass.
+TEST(GgmlDot, PanelsOnOddShapesMatchTheDequantizedProduct) {
+  uint32_t seed = 7;
+  for (GgmlType t : kTypes) {
+    bool any = false;
+    for (const GgmlDotKernels* kern : variants()) any |= kern->panel_rows(t) != 0;
+    if (!any) continue;
+    for (int64_t m : {1, 3, 8, 9, 17}) {
+      for (int64_t n : {16, 37}) check_case({t, m, n, 512, seed++});
+    }
+    check_case({t, 9, 33, 130 * 256, seed++});
   }
 }
 

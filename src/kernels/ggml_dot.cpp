@@ -125,9 +125,16 @@ void gemm_reference(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end) {
 
 }  // namespace
 
-const GgmlDotKernels kScalarGgmlDot = {IsaLevel::kScalar, quantize_reference, gemm_reference};
+int no_panels(GgmlType) { return 0; }
+
+const GgmlDotKernels kScalarGgmlDot = {IsaLevel::kScalar, quantize_reference, gemm_reference,
+                                       no_panels, nullptr};
 
 }  // namespace ggml_dot_detail
+
+int64_t ggml_panel_bytes(GgmlType t, int panel, int64_t n, int64_t k) {
+  return (n + panel - 1) / panel * panel * ggml_row_bytes(t, k);
+}
 
 namespace {
 constexpr IsaTable<GgmlDotKernels> kGgmlDotKernelsTable{&ggml_dot_detail::kScalarGgmlDot,

@@ -51,6 +51,9 @@ struct GgmlDotArgs {
   int64_t xq_stride;
   float* y;  // [m, n], row stride ldy
   int64_t m, k, ldy;
+  // Nonzero: `w` holds the table's panels of this many rows (repack); row_bytes stays the
+  // stored rows' size.
+  int panel = 0;
 };
 
 struct GgmlDotKernels {
@@ -59,7 +62,17 @@ struct GgmlDotKernels {
   void (*quantize)(GgmlActType a, const float* x, int64_t k, uint8_t* row);
   // Columns [n_begin, n_end) of y.
   void (*gemm)(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end);
+  // Rows of type t that gemm reads interleaved as one panel (ik_llama.cpp's row-interleaved
+  // layouts), repacked once at load; 0 where it reads the rows as stored.
+  int (*panel_rows)(GgmlType t);
+  // Rows [0, n) of k values, row_bytes apart, into ggml_panel_bytes(t, panel_rows(t), n, k)
+  // bytes of panels at `out`; the last panel's rows past n are zero. Only where panel_rows(t).
+  void (*repack)(GgmlType t, const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
+                 uint8_t* out);
 };
+
+// Bytes of the panels holding n rows: the rows' own bytes, n rounded up to whole panels.
+int64_t ggml_panel_bytes(GgmlType t, int panel, int64_t n, int64_t k);
 
 const GgmlDotKernels* ggml_dot_kernels_for(IsaLevel level);
 const GgmlDotKernels& ggml_dot_kernels();
@@ -68,6 +81,14 @@ namespace ggml_dot_detail {
 extern const GgmlDotKernels kScalarGgmlDot;
 extern const GgmlDotKernels kAvx2GgmlDot;
 extern const GgmlDotKernels kAvx512GgmlDot;
+
+// The AVX-512 table's panels (ggml_panel_avx512.cpp): Q4_K and IQ4_XS in sixteen rows.
+int panel_rows_avx512(GgmlType t);
+void repack_avx512(GgmlType t, const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
+                   uint8_t* out);
+void gemm_panels_avx512(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end);
+// No panels: every type read as stored.
+int no_panels(GgmlType t);
 
 // Where the parts of a quantized row start.
 struct ActRowView {

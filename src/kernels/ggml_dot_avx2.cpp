@@ -3,6 +3,6 @@
 
 namespace mx::ggml_dot_detail {
 
-const GgmlDotKernels kAvx2GgmlDot = {IsaLevel::kAvx2, quantize_simd, gemm_simd};
+const GgmlDotKernels kAvx2GgmlDot = {IsaLevel::kAvx2, quantize_simd, gemm_simd, no_panels, nullptr};
 
 }  // namespace mx::ggml_dot_detail

@@ -270,6 +270,10 @@ RowDot row_dot_512(GgmlType t) {
 }
 
 void gemm_avx512(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end) {
+  if (a.panel != 0) {
+    gemm_panels_avx512(a, n_begin, n_end);
+    return;
+  }
   const RowDot fns[kMaxRows512] = {row_dot_512<1>(a.type), row_dot_512<2>(a.type),
                                    row_dot_512<3>(a.type), row_dot_512<4>(a.type),
                                    row_dot_512<5>(a.type), row_dot_512<6>(a.type),
@@ -279,6 +283,7 @@ void gemm_avx512(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end) {
 
 }  // namespace
 
-const GgmlDotKernels kAvx512GgmlDot = {IsaLevel::kAvx512, quantize_simd, gemm_avx512};
+const GgmlDotKernels kAvx512GgmlDot = {IsaLevel::kAvx512, quantize_simd, gemm_avx512,
+                                       panel_rows_avx512, repack_avx512};
 
 }  // namespace mx::ggml_dot_detail

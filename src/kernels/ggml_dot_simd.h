@@ -570,7 +570,7 @@ void quantize_simd_q8_k(const float* x, int64_t k, uint8_t* row) {
   }
 }
 
-void quantize_simd(GgmlActType a, const float* x, int64_t k, uint8_t* row) {
+[[maybe_unused]] void quantize_simd(GgmlActType a, const float* x, int64_t k, uint8_t* row) {
   if (a == GgmlActType::kQ8_0) {
     quantize_simd_q8_0(x, k, row);
   } else {

@@ -86,6 +86,7 @@ struct Segment {
   int64_t row_bytes;
   int64_t col0, cols;  // output columns [col0, col0 + cols)
   bool int_dot;        // quantized activations against integer dot products
+  int panel;           // GgmlWeight::panel
 };
 
 // Columns per parallel work item: whole groups of the kernel's rows.
@@ -96,7 +97,8 @@ void run_segment(const Segment& s, const Acts& x, int64_t m, int64_t k, float* y
                  int64_t c0, int64_t c1) {
   if (s.int_dot) {
     const auto t = static_cast<int>(ggml_act_type(s.type));
-    const GgmlDotArgs a{s.type, s.w, s.row_bytes, x.q[t], x.qstride[t], y + s.col0, m, k, ldy};
+    GgmlDotArgs a{s.type, s.w, s.row_bytes, x.q[t], x.qstride[t], y + s.col0, m, k, ldy};
+    a.panel = s.panel;
     ggml_dot_kernels().gemm(a, c0, c1);
     return;
   }
@@ -132,7 +134,8 @@ std::vector<Segment> segments_of(const std::vector<GgmlWeight>& parts, GgmlActiv
   int64_t col = 0;
   for (const GgmlWeight& p : parts) {
     const bool int_dot = act == GgmlActivations::kNative && ggml_has_int_dot(p.type);
-    segs.push_back({p.type, p.rows.data_as<uint8_t>(), p.rows.dim(1), col, p.out, int_dot});
+    segs.push_back({p.type, p.rows.data_as<uint8_t>(), ggml_row_bytes(p.type, p.in), col, p.out,
+                    int_dot, p.panel});
     col += p.out;
   }
   return segs;
@@ -164,11 +167,31 @@ std::string type_names(const std::vector<GgmlWeight>& parts) {
 
 std::string act_suffix(GgmlActivations act) { return act == GgmlActivations::kF32 ? ",f32" : ""; }
 
+// The kernel table's panels in place of the stored rows, where it reads this type's rows
+// interleaved; the mapped rows' pages are released, so the weights are held once.
+std::vector<GgmlWeight> for_kernels(std::vector<GgmlWeight> parts, GgmlActivations act) {
+  const GgmlDotKernels& kern = ggml_dot_kernels();
+  for (GgmlWeight& p : parts) {
+    if (act != GgmlActivations::kNative || !ggml_has_int_dot(p.type) || p.panel != 0) continue;
+    const int panel = kern.panel_rows(p.type);
+    if (panel == 0) continue;
+    const int64_t rb = ggml_row_bytes(p.type, p.in);
+    Tensor packed =
+        Tensor::empty(DType::kU8, {ggml_panel_bytes(p.type, panel, p.out, p.in) / rb, rb});
+    kern.repack(p.type, p.rows.data_as<uint8_t>(), p.rows.dim(1), p.out, p.in,
+                packed.mutable_data_as<uint8_t>());
+    p.rows.release_mapped_pages();
+    p.rows = std::move(packed);
+    p.panel = panel;
+  }
+  return parts;
+}
+
 class GgmlLinear final : public Linear {
  public:
   GgmlLinear(std::vector<GgmlWeight> parts, int64_t in, int64_t out, GgmlActivations act)
       : Linear(in, out),
-        parts_(std::move(parts)),
+        parts_(for_kernels(std::move(parts), act)),
         segs_(segments_of(parts_, act)),
         needs_(needs_of(segs_)),
         act_(act) {}
@@ -198,6 +221,8 @@ class GgmlExpertBank final : public ExpertBank {
         w2_(std::move(w2)),
         act_(act) {
     for (size_t e = 0; e < w13_.size(); ++e) {
+      w13_[e] = for_kernels(std::move(w13_[e]), act);
+      w2_[e] = std::move(for_kernels({std::move(w2_[e])}, act)[0]);
       seg13_.push_back(segments_of(w13_[e], act));
       seg2_.push_back(segments_of({w2_[e]}, act)[0]);
       needs13_ |= needs_of(seg13_.back());

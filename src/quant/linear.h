@@ -173,6 +173,9 @@ struct GgmlWeight {
   GgmlType type = GgmlType::kF32;
   Tensor rows;
   int64_t out = 0, in = 0;
+  // Nonzero once the kernel table has repacked `rows` into its panels of this many rows
+  // (kernels/ggml_dot.h); rows then holds out rounded up to whole panels.
+  int panel = 0;
 };
 // How activations meet weights kept in ggml blocks. kNative: each activation row is quantized
 // once to the weight type's dot-product type (Q8_0, Q8_K) and blocks run integer dot

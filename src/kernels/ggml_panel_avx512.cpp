@@ -1,0 +1,508 @@
+// Row-interleaved panels for the AVX-512 VNNI table: sixteen weight rows of a type repacked at
+// load so that one 512-bit register holds four consecutive weights of each of the sixteen rows.
+// One vpdpbusd then multiplies a broadcast group of four activation codes into all sixteen output
+// columns, so no horizontal sum is ever taken and the per-block scales scale sixteen columns a
+// vector operation: against the row kernels (one register per 64 weights of one row, one FP32
+// conversion and FMA per 64 products), a 32-value sub-block costs eight vpdpbusd, one conversion
+// and one FMA per activation row for 512 products.
+//
+// Q4_K panel, per super-block (2304 bytes, sixteen rows' 144 each; rows past n are zero):
+//   [0, 32)      d of row r at 2r (FP16)           [32, 64)  dmin of row r at 32 + 2r
+//   [64, 192)    sub-block j, row r at 64 + 16j + r: low four bits of scale | of min << 4
+//   [192, 256)   sub-blocks 2p and 2p + 1, row r at 192 + 16p + r: the high two bits of scale
+//                2p (bits 0-1), min 2p (2-3), scale 2p + 1 (4-5), min 2p + 1 (6-7)
+//   [256, 2304)  sub-block j's 256 bytes at 256 + 256j, in four registers u: bytes 4r..4r + 3 of
+//                register u hold weights 32j + 4u + t (low nibble) and 32j + 16 + 4u + t (high
+//                nibble) of row r, t = 0..3.
+// IQ4_XS and Q6_K panels keep the same nibble planes, Q8_0 panels its codes four to a lane;
+// their layouts are at their repack functions. Signed weights are stored offset to unsigned
+// bytes (w + 128, Q6_K's codes as stored), and the offset times each block's activation sum
+// starts the block's integer sum, negated: exact, with no FP32 correction term.
+#include <utility>
+
+#include "kernels/ggml_dot_simd.h"
+
+namespace mx::ggml_dot_detail {
+namespace {
+
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+
+constexpr int64_t kPanelBlock = 16 * 144;  // bytes of a panel's super-block, Q4_K
+constexpr int64_t kIq4PanelBlock = 16 * 136;
+constexpr int64_t kQ6kPanelBlock = 16 * 210;
+constexpr int64_t kQ8PanelBlock = 16 * 34;
+// int32s of per-block activation terms one pass keeps on the stack (16 KiB): k is walked in
+// chunks of blocks whose terms fit.
+constexpr int64_t kPreInts = 4096;
+
+// Weight i (0..255) of a Q4_K or IQ4_XS super-block's 128 nibble bytes.
+inline int k4_nibble(const uint8_t* qs, int i) {
+  return (qs[32 * (i / 64) + i % 32] >> (i % 64 >= 32 ? 4 : 0)) & 0x0F;
+}
+inline int xs_nibble(const uint8_t* qs, int i) {
+  return (qs[16 * (i / 32) + i % 16] >> (i % 32 >= 16 ? 4 : 0)) & 0x0F;
+}
+
+// Row r's 256 weights into the nibble planes of a panel super-block starting at `q`.
+template <class Nibble>
+void put_nibbles(uint8_t* q, int r, const uint8_t* qs, Nibble nibble) {
+  for (int j = 0; j < 8; ++j) {
+    for (int u = 0; u < 4; ++u) {
+      for (int t = 0; t < 4; ++t) {
+        const int lo = 32 * j + 4 * u + t;
+        q[256 * j + 64 * u + 4 * r + t] =
+            static_cast<uint8_t>(nibble(qs, lo) | nibble(qs, lo + 16) << 4);
+      }
+    }
+  }
+}
+
+void repack_q4_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+  const int64_t nsb = k / 256;
+  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
+    for (int64_t b = 0; b < nsb; ++b) {
+      uint8_t* o = out + (p * nsb + b) * kPanelBlock;
+      std::memset(o, 0, kPanelBlock);
+      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
+        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * 144;
+        std::memcpy(o + 2 * r, blk, 2);
+        std::memcpy(o + 32 + 2 * r, blk + 2, 2);
+        uint8_t sc[8], m[8];
+        ggml_detail::unpack_k4_scales(blk + 4, sc, m);
+        for (int j = 0; j < 8; ++j) {
+          o[64 + 16 * j + r] = static_cast<uint8_t>((sc[j] & 15) | (m[j] & 15) << 4);
+          o[192 + 16 * (j / 2) + r] |=
+              static_cast<uint8_t>(((sc[j] >> 4) | (m[j] >> 4) << 2) << (4 * (j & 1)));
+        }
+        put_nibbles(o + 256, r, blk + 16, k4_nibble);
+      }
+    }
+  }
+}
+
+// IQ4_XS panel, per super-block (2176 bytes): d of row r at 2r; the scales' low nibbles, sub-blocks
+// 2p and 2p + 1 of row r at 32 + 16p + r (low, high nibble); their high two bits, sub-blocks
+// 4q..4q + 3 of row r at 96 + 16q + r (two bits each, in order); the nibble planes at 128.
+void repack_iq4_xs(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+  const int64_t nsb = k / 256;
+  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
+    for (int64_t b = 0; b < nsb; ++b) {
+      uint8_t* o = out + (p * nsb + b) * kIq4PanelBlock;
+      std::memset(o, 0, kIq4PanelBlock);
+      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
+        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * 136;
+        std::memcpy(o + 2 * r, blk, 2);
+        uint16_t sh;
+        std::memcpy(&sh, blk + 2, 2);
+        for (int j = 0; j < 8; ++j) {
+          const int lo = (blk[4 + j / 2] >> (4 * (j % 2))) & 15, hi = (sh >> (2 * j)) & 3;
+          o[32 + 16 * (j / 2) + r] |= static_cast<uint8_t>(lo << (4 * (j % 2)));
+          o[96 + 16 * (j / 4) + r] |= static_cast<uint8_t>(hi << (2 * (j % 4)));
+        }
+        put_nibbles(o + 128, r, blk + 8, xs_nibble);
+      }
+    }
+  }
+}
+
+// Q6_K panel, per super-block (3360 bytes): d of row r at 2r; the int8 scale of group g (16
+// values) of row r at 32 + 16g + r; the low nibbles as Q4_K's planes at 288; then per sub-block j
+// two registers at 2336 + 128j whose bytes 4r + t hold, in bits 2u..2u + 1 of register h, the
+// high two bits of the weight that nibble register 4h + u holds there.
+inline int q6_low(const uint8_t* ql, int i) {
+  return (ql[64 * (i / 128) + 32 * ((i % 128) / 32 % 2) + i % 32] >> (4 * ((i % 128) / 64))) & 15;
+}
+inline int q6_high(const uint8_t* qh, int i) {
+  return (qh[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+}
+
+void repack_q6_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+  const int64_t nsb = k / 256;
+  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
+    for (int64_t b = 0; b < nsb; ++b) {
+      uint8_t* o = out + (p * nsb + b) * kQ6kPanelBlock;
+      std::memset(o, 0, kQ6kPanelBlock);
+      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
+        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * 210;
+        std::memcpy(o + 2 * r, blk + 208, 2);
+        for (int g = 0; g < 16; ++g) o[32 + 16 * g + r] = blk[192 + g];
+        put_nibbles(o + 288, r, blk, q6_low);
+        for (int j = 0; j < 8; ++j) {
+          for (int v = 0; v < 8; ++v) {
+            for (int t = 0; t < 4; ++t) {
+              const int i = 32 * j + (v < 4 ? 4 * v : 16 + 4 * (v - 4)) + t;
+              o[2336 + 128 * j + 64 * (v / 4) + 4 * r + t] |=
+                  static_cast<uint8_t>(q6_high(blk + 128, i) << (2 * (v % 4)));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Q8_0 panel, per block of 32 (544 bytes): d of row r at 2r; then eight registers v whose bytes
+// 4r + t hold code 4v + t of row r plus 128.
+void repack_q8_0(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+  const int64_t nb = k / 32;
+  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* o = out + (p * nb + b) * kQ8PanelBlock;
+      std::memset(o, 0, kQ8PanelBlock);
+      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
+        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * 34;
+        std::memcpy(o + 2 * r, blk, 2);
+        for (int i = 0; i < 32; ++i) o[32 + 64 * (i / 4) + 4 * r + i % 4] = blk[2 + i] ^ 0x80;
+      }
+    }
+  }
+}
+
+// Sixteen int32 lanes of plane bytes at p (one per row).
+inline __m512i plane(const uint8_t* p) { return _mm512_cvtepu8_epi32(load128(p)); }
+inline __m512i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// ---- Per-block activation terms, rows x nb x `per` int32s from block b0 on ----
+
+// Q4_K: each pair of sub-blocks' activation sums as the int16 halves of an int32, what
+// vpdpwssd multiplies against the mins' pairs.
+void pre_q4_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int16_t* s = x[r].sums + 16 * (b0 + b);
+      for (int p = 0; p < 4; ++p) {
+        const int lo = s[4 * p] + s[4 * p + 1], hi = s[4 * p + 2] + s[4 * p + 3];
+        out[(r * nb + b) * 4 + p] =
+            static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
+                                 static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16);
+      }
+    }
+  }
+}
+// IQ4_XS: -128 times each sub-block's activation sum (the grid's offset).
+void pre_iq4_xs(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int16_t* s = x[r].sums + 16 * (b0 + b);
+      for (int j = 0; j < 8; ++j) out[(r * nb + b) * 8 + j] = -128 * (s[2 * j] + s[2 * j + 1]);
+    }
+  }
+}
+// Q6_K: -32 times each group of 16's activation sum (the codes' offset).
+void pre_q6_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int16_t* s = x[r].sums + 16 * (b0 + b);
+      for (int g = 0; g < 16; ++g) out[(r * nb + b) * 16 + g] = -32 * s[g];
+    }
+  }
+}
+// Q8_0: -128 times each block's activation sum.
+void pre_q8_0(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int8_t* c = x[r].codes + 32 * (b0 + b);
+      int sum = 0;
+      for (int i = 0; i < 32; ++i) sum += c[i];
+      out[r * nb + b] = -128 * sum;
+    }
+  }
+}
+
+// ---- Kernels: R activation rows against one panel over blocks [b0, b0 + nb) ----
+
+// Sub-block j's sixteen rows of 32 weights as eight registers of unsigned bytes: four loads,
+// each split into its low and high nibbles.
+inline void nibbles(const uint8_t* q, __m512i w[8]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int u = 0; u < 4; ++u) {
+    const __m512i v = load512(q + 64 * u);
+    w[u] = _mm512_and_si512(v, m4);
+    w[u + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  }
+}
+
+// Eight registers' dot products against an activation row's 32 codes at xc, in two chains (the
+// first 16 values, the last 16) that start at sa and sb.
+inline void sub_dots(const __m512i w[8], const int8_t* xc, __m512i sa, __m512i sb, __m512i* a,
+                     __m512i* b) {
+  *a = sa;
+  *b = sb;
+  for (int u = 0; u < 4; ++u) {
+    *a = _mm512_dpbusd_epi32(*a, w[u], bcast32(xc + 4 * u));
+    *b = _mm512_dpbusd_epi32(*b, w[u + 4], bcast32(xc + 16 + 4 * u));
+  }
+}
+inline __m512i sub_dot(const __m512i w[8], const int8_t* xc, __m512i start) {
+  __m512i a, b;
+  sub_dots(w, xc, start, _mm512_setzero_si512(), &a, &b);
+  return _mm512_add_epi32(a, b);
+}
+inline __m512 scaled_acc(int j, __m512i dot, __m512 scale, __m512 acc) {
+  return j == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(dot), scale)
+                : _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+}
+
+// Q4_K: per super-block, sum_j d sc_j dot_j - dmin sum_j m_j bsum_j, times the row's dx.
+template <int R>
+struct Q4kPanel {
+  static void run(const uint8_t* pan, const ActRowView* x, const int32_t* pre, int64_t b0,
+                  int64_t nb, __m512* tot) {
+    alignas(64) float dsc[8][16];
+    alignas(64) int32_t mins[4][16];
+    const __m512i m4 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      const int64_t b = b0 + bi;
+      const uint8_t* blk = pan + b * kPanelBlock;
+      const __m512 d = _mm512_cvtph_ps(load256(blk)), dmin = _mm512_cvtph_ps(load256(blk + 32));
+      __m512i mv[8];
+      for (int j = 0; j < 8; ++j) {
+        const __m512i lo = plane(blk + 64 + 16 * j);
+        const __m512i hi = _mm512_srli_epi32(plane(blk + 192 + 16 * (j / 2)), 4 * (j & 1));
+        const __m512i sc = _mm512_or_si512(_mm512_and_si512(lo, m4),
+                                           _mm512_slli_epi32(_mm512_and_si512(hi, m3), 4));
+        mv[j] =
+            _mm512_or_si512(_mm512_srli_epi32(lo, 4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hi, 2), m3), 4));
+        _mm512_store_ps(dsc[j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+      }
+      for (int p = 0; p < 4; ++p) {
+        _mm512_store_si512(mins[p],
+                           _mm512_or_si512(mv[2 * p], _mm512_slli_epi32(mv[2 * p + 1], 16)));
+      }
+      __m512 acc[R];
+      for (int j = 0; j < 8; ++j) {
+        __m512i w[8];
+        nibbles(blk + 256 + 256 * j, w);
+        const __m512 scale = _mm512_load_ps(dsc[j]);
+        for (int r = 0; r < R; ++r) {
+          const __m512i dot = sub_dot(w, x[r].codes + 256 * b + 32 * j, _mm512_setzero_si512());
+          acc[r] = scaled_acc(j, dot, scale, acc[r]);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const int32_t* pr = pre + (r * nb + bi) * 4;
+        __m512i ms = _mm512_setzero_si512();
+        for (int p = 0; p < 4; ++p) {
+          ms = _mm512_dpwssd_epi32(ms, _mm512_load_si512(mins[p]), bcast32(pr + p));
+        }
+        acc[r] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(ms), acc[r]);
+        tot[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r].d[b]), acc[r], tot[r]);
+      }
+    }
+  }
+};
+
+// IQ4_XS: the grid's values offset by 128 to unsigned bytes; the biased scales in FP32 with d.
+template <int R>
+struct Iq4XsPanel {
+  static void run(const uint8_t* pan, const ActRowView* x, const int32_t* pre, int64_t b0,
+                  int64_t nb, __m512* tot) {
+    alignas(64) float dsc[8][16];
+    const __m512i grid = _mm512_xor_si512(
+        _mm512_maskz_broadcast_i32x4(0xFFFF, load128(kGgmlIq4Values)), _mm512_set1_epi8(-128));
+    const __m512i m4 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      const int64_t b = b0 + bi;
+      const uint8_t* blk = pan + b * kIq4PanelBlock;
+      const __m512 d = _mm512_cvtph_ps(load256(blk));
+      for (int j = 0; j < 8; ++j) {
+        const __m512i lo =
+            _mm512_and_si512(_mm512_srli_epi32(plane(blk + 32 + 16 * (j / 2)), 4 * (j % 2)), m4);
+        const __m512i hi =
+            _mm512_and_si512(_mm512_srli_epi32(plane(blk + 96 + 16 * (j / 4)), 2 * (j % 4)), m3);
+        const __m512i sc =
+            _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+        _mm512_store_ps(dsc[j], _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+      }
+      __m512 acc[R];
+      for (int j = 0; j < 8; ++j) {
+        __m512i w[8];
+        nibbles(blk + 128 + 256 * j, w);
+        for (int u = 0; u < 8; ++u) w[u] = _mm512_shuffle_epi8(grid, w[u]);
+        const __m512 scale = _mm512_load_ps(dsc[j]);
+        for (int r = 0; r < R; ++r) {
+          const __m512i start = bcast32(pre + (r * nb + bi) * 8 + j);
+          acc[r] = scaled_acc(j, sub_dot(w, x[r].codes + 256 * b + 32 * j, start), scale, acc[r]);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        tot[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r].d[b]), acc[r], tot[r]);
+      }
+    }
+  }
+};
+
+// Q6_K: the six-bit codes as unsigned bytes (low nibble | high bits << 4), each group of 16's
+// sum started at -32 times its activation sum and scaled by d times its int8 scale.
+template <int R>
+struct Q6kPanel {
+  static void run(const uint8_t* pan, const ActRowView* x, const int32_t* pre, int64_t b0,
+                  int64_t nb, __m512* tot) {
+    alignas(64) float dsc[16][16];
+    const __m512i m30 = _mm512_set1_epi8(0x30);
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      const int64_t b = b0 + bi;
+      const uint8_t* blk = pan + b * kQ6kPanelBlock;
+      const __m512 d = _mm512_cvtph_ps(load256(blk));
+      for (int g = 0; g < 16; ++g) {
+        const __m512i sc = _mm512_cvtepi8_epi32(load128(blk + 32 + 16 * g));
+        _mm512_store_ps(dsc[g], _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+      }
+      __m512 acc[R];
+      for (int j = 0; j < 8; ++j) {
+        __m512i w[8];
+        nibbles(blk + 288 + 256 * j, w);
+        for (int h = 0; h < 2; ++h) {
+          const __m512i hv = load512(blk + 2336 + 128 * j + 64 * h);
+          const __m512i f[4] = {_mm512_slli_epi16(hv, 4), _mm512_slli_epi16(hv, 2), hv,
+                                _mm512_srli_epi16(hv, 2)};
+          for (int u = 0; u < 4; ++u) {
+            w[4 * h + u] = _mm512_or_si512(w[4 * h + u], _mm512_and_si512(f[u], m30));
+          }
+        }
+        const __m512 sa = _mm512_load_ps(dsc[2 * j]), sb = _mm512_load_ps(dsc[2 * j + 1]);
+        for (int r = 0; r < R; ++r) {
+          const int32_t* pr = pre + (r * nb + bi) * 16 + 2 * j;
+          __m512i da, db;
+          sub_dots(w, x[r].codes + 256 * b + 32 * j, bcast32(pr), bcast32(pr + 1), &da, &db);
+          acc[r] = scaled_acc(j, da, sa, acc[r]);
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(db), sb, acc[r]);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        tot[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r].d[b]), acc[r], tot[r]);
+      }
+    }
+  }
+};
+
+// Q8_0: per block of 32, the offset codes' sum started at -128 times the activation sum, times
+// the rows' d and the activation's.
+template <int R>
+struct Q80Panel {
+  static void run(const uint8_t* pan, const ActRowView* x, const int32_t* pre, int64_t b0,
+                  int64_t nb, __m512* tot) {
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      const int64_t b = b0 + bi;
+      const uint8_t* blk = pan + b * kQ8PanelBlock;
+      const __m512 dw = _mm512_cvtph_ps(load256(blk));
+      __m512i w[8];
+      for (int v = 0; v < 8; ++v) w[v] = load512(blk + 32 + 64 * v);
+      for (int r = 0; r < R; ++r) {
+        const __m512i dot = sub_dot(w, x[r].codes + 32 * b, bcast32(pre + r * nb + bi));
+        tot[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                 _mm512_mul_ps(dw, _mm512_set1_ps(x[r].d[b])), tot[r]);
+      }
+    }
+  }
+};
+
+using PanelFn = void (*)(const uint8_t*, const ActRowView*, const int32_t*, int64_t, int64_t,
+                         __m512*);
+
+// Kernels by row count (R = index + 1); a plain array, since std::array of a type naming __m512
+// drops its alignment attribute.
+struct PanelFns {
+  PanelFn f[kMaxRows512];
+};
+
+struct PanelType {
+  int64_t values;  // weights per block along k
+  int64_t bytes;   // bytes of one block of a panel
+  int64_t per;     // activation terms per row and block
+  GgmlActType act;
+  void (*pre)(const ActRowView*, int, int64_t, int64_t, int32_t*);
+  void (*repack)(const uint8_t*, int64_t, int64_t, int64_t, uint8_t*);
+  PanelFns fns;
+};
+
+template <template <int> class K, int... R>
+constexpr PanelFns fns_of(std::integer_sequence<int, R...>) {
+  return {{K<R + 1>::run...}};
+}
+constexpr auto kRowCounts = std::make_integer_sequence<int, kMaxRows512>{};
+
+const PanelType* panel_type(GgmlType t) {
+  static const PanelType kQ4k{
+      256, kPanelBlock, 4, GgmlActType::kQ8_K, pre_q4_k, repack_q4_k, fns_of<Q4kPanel>(kRowCounts)};
+  static const PanelType kIq4Xs{256,
+                                kIq4PanelBlock,
+                                8,
+                                GgmlActType::kQ8_K,
+                                pre_iq4_xs,
+                                repack_iq4_xs,
+                                fns_of<Iq4XsPanel>(kRowCounts)};
+  static const PanelType kQ6k{256,
+                              kQ6kPanelBlock,
+                              16,
+                              GgmlActType::kQ8_K,
+                              pre_q6_k,
+                              repack_q6_k,
+                              fns_of<Q6kPanel>(kRowCounts)};
+  static const PanelType kQ80{32,
+                              kQ8PanelBlock,
+                              1,
+                              GgmlActType::kQ8_0,
+                              pre_q8_0,
+                              repack_q8_0,
+                              fns_of<Q80Panel>(kRowCounts)};
+  switch (t) {
+    case GgmlType::kQ4_K:
+      return &kQ4k;
+    case GgmlType::kIQ4_XS:
+      return &kIq4Xs;
+    case GgmlType::kQ6_K:
+      return &kQ6k;
+    case GgmlType::kQ8_0:
+      return &kQ80;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
+int panel_rows_avx512(GgmlType t) { return panel_type(t) != nullptr ? 16 : 0; }
+
+void repack_avx512(GgmlType t, const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
+                   uint8_t* out) {
+  panel_type(t)->repack(rows, row_bytes, n, k, out);
+}
+
+// Columns [n_begin, n_end) of y, eight activation rows a pass over the panels that hold them
+// (a panel only partly inside is computed whole and stored masked); k is walked in chunks of
+// blocks whose activation terms fit the stack, the columns accumulating in y after the first.
+void gemm_panels_avx512(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end) {
+  constexpr int kR = kMaxRows512;
+  const PanelType& pt = *panel_type(a.type);
+  const int64_t nblk = a.k / pt.values, chunk = kPreInts / (kR * pt.per);
+  alignas(64) int32_t pre[kPreInts];
+  for (int64_t i0 = 0; i0 < a.m; i0 += kR) {
+    const int rows = static_cast<int>(std::min<int64_t>(kR, a.m - i0));
+    ActRowView x[kR];
+    for (int r = 0; r < rows; ++r) x[r] = act_row_view(pt.act, a.xq + (i0 + r) * a.xq_stride, a.k);
+    for (int64_t b0 = 0; b0 < nblk; b0 += chunk) {
+      const int64_t nb = std::min(chunk, nblk - b0);
+      pt.pre(x, rows, b0, nb, pre);
+      for (int64_t n0 = n_begin / 16 * 16; n0 < n_end; n0 += 16) {
+        const int64_t lo = std::max<int64_t>(n_begin - n0, 0),
+                      hi = std::min<int64_t>(n_end - n0, 16);
+        const auto mask = static_cast<__mmask16>((0xFFFFu >> (16 - hi)) & (0xFFFFu << lo));
+        float* y0 = a.y + i0 * a.ldy + n0;
+        __m512 tot[kR];
+        for (int r = 0; r < rows; ++r) {
+          tot[r] = b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y0 + r * a.ldy);
+        }
+        pt.fns.f[rows - 1](a.w + n0 / 16 * nblk * pt.bytes, x, pre, b0, nb, tot);
+        for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(y0 + r * a.ldy, mask, tot[r]);
+      }
+    }
+  }
+}
+
+}  // namespace mx::ggml_dot_detail
