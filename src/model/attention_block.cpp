@@ -151,7 +151,7 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
   const KvDtype dtype = kv.dtype();
   const std::vector<RowRun> runs = row_runs(ctx, group);
   const auto n_items = static_cast<int64_t>(runs.size()) * nkv;
-  ctx.pool->parallel_for(n_items, [&](int64_t b, int64_t e, int) {
+  ctx.exec.pool()->parallel_for(n_items, [&](int64_t b, int64_t e, int) {
     // Kept by each thread at its largest, so that a prefill's layers do not map and fault in
     // a fresh megabyte per call.
     thread_local std::vector<float> scratch;
@@ -218,23 +218,23 @@ void attention_forward(const AttentionBlock& attn, int64_t li, ForwardContext& c
   const ModelConfig& c = ctx.config;
   const int64_t d = c.head_dim, nq = c.num_heads, nkv = c.num_kv_heads, n = ctx.rows;
   const int64_t qw = (attn.output_gate ? 2 : 1) * nq * d, qkv_w = qw + 2 * nkv * d;
-  float* qkv = ctx.ws.floats(kWsQkv, n * qkv_w);
+  float* qkv = ctx.exec.workspace().floats(kWsQkv, n * qkv_w);
   PhaseTimer t_qkv(ctx.profile, Phase::kQkv);
-  attn.qkv->forward(h, n, qkv, ctx.pool);
+  attn.qkv->forward(h, n, qkv, ctx.exec);
   t_qkv.stop();
   QkvLayout l{qkv, qkv_w, qw, qkv, qkv_w, d, nq, nkv, c.rotary_dim};
   std::vector<float> qbuf, gate;
   if (attn.output_gate) split_gated_queries(&l, n, &qbuf, &gate);
   PhaseTimer t_attn(ctx.profile, Phase::kAttention);
   store_keys_values(attn, li, ctx, l);
-  float* out = ctx.ws.floats(kWsAttention, n * nq * d);
+  float* out = ctx.exec.workspace().floats(kWsAttention, n * nq * d);
   attend(li, ctx, l, out);
   if (attn.output_gate) {
     for (int64_t i = 0; i < n * nq * d; ++i) out[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
   }
   t_attn.stop();
   PhaseTimer t_o(ctx.profile, Phase::kOProj);
-  attn.o->forward(out, n, h, ctx.pool);
+  attn.o->forward(out, n, h, ctx.exec);
 }
 
 }  // namespace mx

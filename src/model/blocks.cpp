@@ -15,7 +15,7 @@ void dense_mlp_apply(const DenseMlp& mlp, ForwardContext& ctx, float* h) {
   const int64_t n = ctx.rows, width = mlp.down->in_features();
   std::vector<float>& tmp = ctx.scratch;
   tmp.resize(static_cast<size_t>(n * 2 * width));
-  mlp.gate_up->forward(h, n, tmp.data(), ctx.pool);
+  mlp.gate_up->forward(h, n, tmp.data(), ctx.exec);
   for (int64_t t = 0; t < n; ++t) {
     swiglu(tmp.data() + t * 2 * width, tmp.data() + t * 2 * width + width, width,
            tmp.data() + t * 2 * width);
@@ -23,7 +23,7 @@ void dense_mlp_apply(const DenseMlp& mlp, ForwardContext& ctx, float* h) {
     std::memmove(tmp.data() + t * width, tmp.data() + t * 2 * width,
                  static_cast<size_t>(width) * sizeof(float));
   }
-  mlp.down->forward(tmp.data(), n, h, ctx.pool);
+  mlp.down->forward(tmp.data(), n, h, ctx.exec);
 }
 
 void prenorm_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,

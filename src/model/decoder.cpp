@@ -188,15 +188,15 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
   bool has_prefill = false;
   for (const SeqSlice& sq : seqs) has_prefill = has_prefill || sq.count > 1;
   PhaseTimer t_embed(profile_, Phase::kEmbed);
-  float* x = workspace_.floats(kWsResidual, n * hid);
-  float* h = workspace_.floats(kWsNormed, n * hid);
+  float* x = exec_->workspace().floats(kWsResidual, n * hid);
+  float* h = exec_->workspace().floats(kWsNormed, n * hid);
   for (int64_t r = 0, sidx = 0; sidx < static_cast<int64_t>(seqs.size()); ++sidx) {
     for (int64_t i = 0; i < seqs[sidx].count; ++i, ++r)
       embed.row(seqs[sidx].tokens[i], x + r * hid);
   }
   // Rotary angles once per row for every layer: sin and cos cost more than the rotations.
   std::vector<int64_t> row_pos(static_cast<size_t>(n));
-  float* rope = workspace_.floats(kWsRope, n * rot);
+  float* rope = exec_->workspace().floats(kWsRope, n * rot);
   for (int64_t t = 0, r = 0; t < static_cast<int64_t>(seqs.size()); ++t) {
     for (int64_t i = 0; i < seqs[t].count; ++i, ++r) {
       row_pos[r] = seqs[t].start + i;
@@ -206,7 +206,7 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
   }
   t_embed.stop();
   ForwardContext ctx{c,
-                     pool_.get(),
+                     *exec_,
                      profile_,
                      scale_rule_,
                      fused_dispatch_,
@@ -220,8 +220,7 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
                      *dispatcher_,
                      has_prefill,
                      steps_++,
-                     {},
-                     workspace_};
+                     {}};
   const LayerForward layer_forward = arch_impl(c.arch)->forward;
   for (int64_t li = 0; li < c.num_layers; ++li) {
     layer_forward(layers[static_cast<size_t>(li)], li, ctx, x, h);
@@ -238,11 +237,11 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
     return Status::ok();
   }
   if (head_comm == nullptr) {
-    lm_head->forward(h, rows, logits, pool_.get());
+    lm_head->forward(h, rows, logits, *exec_);
     return Status::ok();
   }
   std::vector<float> mine(static_cast<size_t>(rows * (head_end - head_begin)));
-  lm_head->forward(h, rows, mine.data(), pool_.get());
+  lm_head->forward(h, rows, mine.data(), *exec_);
   gather_logits(mine, rows, logits);
   return Status::ok();
 }
@@ -359,6 +358,7 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   m->scale_rule_ = options.scale_rule;
   m->kv_dtype_ = options.kv_dtype;
   m->pool_ = std::make_unique<ThreadPool>(std::max(1, options.threads));
+  m->exec_ = std::make_unique<ExecContext>(m->pool_.get());
   const ArchImpl* arch = arch_impl(config.arch);
   if (arch == nullptr) {
     return unimplemented(dir + ": architecture " + config.hf_class + " has no implementation");

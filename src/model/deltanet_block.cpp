@@ -59,8 +59,6 @@ Result<Tensor> f32_param(const WeightLoader& w, const std::string& name, const S
   return as_f32(t, name);
 }
 
-int num_threads(const ThreadPool* pool) { return pool != nullptr ? pool->num_threads() : 1; }
-
 // fn(begin, end, thread) over [0, n) on the pool's threads, or on this one without a pool.
 template <typename Fn>
 void for_ranges(ThreadPool* pool, int64_t n, Fn&& fn) {
@@ -89,7 +87,7 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
   // Channels are independent: threads split them in runs of 64 (whole vectors at every
   // width), each run with the operations it has alone.
   constexpr int64_t kRun = 64;
-  for_ranges(ctx.pool, (d.conv + kRun - 1) / kRun, [&](int64_t b, int64_t e, int) {
+  for_ranges(ctx.exec.pool(), (d.conv + kRun - 1) / kRun, [&](int64_t b, int64_t e, int) {
     const int64_t c0 = b * kRun, c1 = std::min(d.conv, e * kRun);
     k.conv_silu({x + c0, dn.conv_w.data_as<float>() + c0 * d.kernel, conv_state + c0, x + c0, t,
                  c1 - c0, d.kernel, ld, ld, d.conv});
@@ -109,10 +107,10 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
                         t,  d.nk,      d.nv,          d.dk, d.dv, ld,    ld,
                         ld, d.nv,      d.value};
   const int64_t per_thread = delta_rule_chunked_scratch_floats(t, d.nv, d.dk, d.dv);
-  if (t > 1) scratch.resize(static_cast<size_t>(per_thread * num_threads(ctx.pool)));
+  if (t > 1) scratch.resize(static_cast<size_t>(per_thread * ctx.exec.num_threads()));
   // Value heads are independent: threads split them, and every head runs the same operations
   // whatever the split. Each runs alone, reading the key head its order gives it.
-  for_ranges(ctx.pool, d.nv, [&](int64_t h0, int64_t h1, int thread) {
+  for_ranges(ctx.exec.pool(), d.nv, [&](int64_t h0, int64_t h1, int thread) {
     // With strongly negative log decays (seen on synthetic weights) the chunk's decay
     // products fall below FP32's normal range; flushing them keeps the delta rule at its
     // normal speed (prefill of the 35B-A3B shape: 4.3x on an Intel Xeon), and a term that
@@ -210,8 +208,8 @@ void deltanet_forward(const DeltaNetBlock& dn, int64_t li, ForwardContext& ctx, 
   std::vector<float> proj(static_cast<size_t>(n * ld)), ba(static_cast<size_t>(n * 2 * d.nv));
   std::vector<float> o(static_cast<size_t>(n * d.value)), gates, scratch;
   PhaseTimer t_proj(ctx.profile, Phase::kDnProj);
-  dn.qkvz->forward(h, n, proj.data(), ctx.pool);
-  dn.ba->forward(h, n, ba.data(), ctx.pool);
+  dn.qkvz->forward(h, n, proj.data(), ctx.exec);
+  dn.ba->forward(h, n, ba.data(), ctx.exec);
   t_proj.stop();
   int64_t r0 = 0;
   for (const SeqSlice& sq : ctx.seqs) {
@@ -227,7 +225,7 @@ void deltanet_forward(const DeltaNetBlock& dn, int64_t li, ForwardContext& ctx, 
   }
   t_norm.stop();
   PhaseTimer t_out(ctx.profile, Phase::kDnProj);
-  dn.out->forward(o.data(), n, h, ctx.pool);
+  dn.out->forward(o.data(), n, h, ctx.exec);
 }
 
 }  // namespace mx

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "core/exec_context.h"
 #include "core/huge_pages.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
-#include "core/workspace.h"
 #include "formats/ggml_types.h"
 #include "loader/model_config.h"
 #include "model/profile.h"
@@ -278,8 +278,9 @@ class DecoderModel {
   friend Result<std::unique_ptr<DecoderModel>> load_model(const std::string&, const LoadOptions&);
   std::vector<RouterTrace> router_trace_;
   std::vector<float> inv_freq_;
-  // Activations of a forward pass, kept from step to step (model/blocks.h names the slots).
-  Workspace workspace_;
+  // What every forward lends its layers: pool_, the activations' workspace (model/blocks.h and
+  // quant/linear.h name the slots) and the threads' arenas, kept from step to step.
+  std::unique_ptr<ExecContext> exec_;
   std::unique_ptr<MoeDispatcher> dispatcher_;
   StepHook step_hook_;
   float* hidden_out_ = nullptr;  // set by forward_hidden for its pass

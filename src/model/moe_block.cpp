@@ -14,7 +14,7 @@ void shared_expert_forward(const MoeBlock& m, ForwardContext& ctx, const float* 
   PhaseTimer t(ctx.profile, Phase::kSharedExpert);
   const int64_t n = ctx.rows, hid = ctx.config.hidden_size;
   std::vector<float> out(h, h + n * hid), gate(static_cast<size_t>(n));
-  m.shared_gate->forward(h, n, gate.data(), ctx.pool);
+  m.shared_gate->forward(h, n, gate.data(), ctx.exec);
   dense_mlp_apply(*m.shared, ctx, out.data());
   for (int64_t r = 0; r < n; ++r) {
     const float g = 1.0f / (1.0f + std::exp(-gate[static_cast<size_t>(r)]));
@@ -29,7 +29,7 @@ void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float
   ForwardProfile* prof = ctx.profile;
   std::vector<float> probs(static_cast<size_t>(n * ne));
   PhaseTimer t_router(prof, Phase::kRouter);
-  m.router->forward(h, n, probs.data(), ctx.pool);
+  m.router->forward(h, n, probs.data(), ctx.exec);
   t_router.stop();
   std::vector<int32_t> ids(static_cast<size_t>(n * k));
   std::vector<float> wts(static_cast<size_t>(n * k));
@@ -42,7 +42,7 @@ void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float
   a.probs = probs.data();
   a.h = h;
   const int64_t hid = ctx.config.hidden_size;
-  float* y = ctx.ws.floats(kWsMoe, n * hid);
+  float* y = ctx.exec.workspace().floats(kWsMoe, n * hid);
   a.x = y;
   a.rows = n;
   a.hidden = hid;
@@ -50,7 +50,7 @@ void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float
   a.step = ctx.step;
   a.rule = ctx.scale_rule;
   a.fused = ctx.fused_dispatch;
-  a.pool = ctx.pool;
+  a.exec = &ctx.exec;
   a.ids = ids.data();
   a.wts = wts.data();
   a.times = prof ? &times : nullptr;

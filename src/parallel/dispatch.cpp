@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/check.h"
 #include "kernels/ops.h"
 
 namespace mx {
@@ -62,8 +63,9 @@ void route_top_k(float* probs, int64_t rows, int64_t experts, int64_t k, bool no
 }
 
 void run_experts(const MoeArgs& a, const ActRows& rows, const int64_t* offsets, float* outs) {
+  MX_CHECK(a.exec != nullptr);
   ExpertTimes et;
-  a.experts->run(rows, offsets, outs, a.pool, a.times ? &et : nullptr);
+  a.experts->run(rows, offsets, outs, *a.exec, a.times ? &et : nullptr);
   if (a.times) {
     a.times->gmm1 += et.gmm1;
     a.times->gmm2 += et.gmm2;

@@ -93,11 +93,11 @@ struct MoeArgs {
   bool has_prefill = false;  // the step holds prefill chunks (--ep-dispatch auto)
   uint64_t step = 0;         // the forward pass, for per-step counters
   ScaleRule rule = ScaleRule::kFloor;
-  bool fused = true;  // one process: quantize in the dispatch (off: FP32 rows to gmm1)
-  ThreadPool* pool = nullptr;
-  int32_t* ids = nullptr;     // [rows, top_k] out: the chosen experts
-  float* wts = nullptr;       // [rows, top_k] out: their weights
-  MoeTimes* times = nullptr;  // null: untimed
+  bool fused = true;            // one process: quantize in the dispatch (off: FP32 rows to gmm1)
+  ExecContext* exec = nullptr;  // the caller's; run_experts needs one
+  int32_t* ids = nullptr;       // [rows, top_k] out: the chosen experts
+  float* wts = nullptr;         // [rows, top_k] out: their weights
+  MoeTimes* times = nullptr;    // null: untimed
 };
 
 class MoeDispatcher {
