@@ -44,6 +44,17 @@ enum WorkspaceSlot : int {
   kWsQkv,
   kWsAttention,
   kWsMoe,
+  kWsGatedQueries,  // gated attention: the queries apart from their gates
+  kWsGates,
+  kWsRowRuns,  // attention's runs of rows
+};
+// Slots of each pool thread's arena, after the schemes'.
+enum ArenaSlot : int {
+  kArenaAttention = kQuantArenaSlots,  // scores of one attention call
+  kArenaKeyBlocks,                     // the paged blocks an attention call reads
+  kArenaValueBlocks,
+  kArenaKeyScales,
+  kArenaValueScales,
 };
 
 Status load_attention(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
