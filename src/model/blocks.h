@@ -47,6 +47,10 @@ enum WorkspaceSlot : int {
   kWsGatedQueries,  // gated attention: the queries apart from their gates
   kWsGates,
   kWsRowRuns,  // attention's runs of rows
+  kWsDnProj,   // DeltaNet: q, k, v and z of every row
+  kWsDnGateInputs,
+  kWsDnGates,  // one sequence's decays and betas
+  kWsDnOut,
 };
 // Slots of each pool thread's arena, after the schemes'.
 enum ArenaSlot : int {
@@ -55,6 +59,7 @@ enum ArenaSlot : int {
   kArenaValueBlocks,
   kArenaKeyScales,
   kArenaValueScales,
+  kArenaDeltaRule,  // one head's chunked delta rule
 };
 
 Status load_attention(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
