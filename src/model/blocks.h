@@ -30,9 +30,8 @@ struct ForwardContext {
   PagedKv& kv;
   int64_t rows;
   MoeDispatcher& dispatcher;
-  bool has_prefill;            // a slice holds more than one token
-  uint64_t step;               // forward passes of the model so far
-  std::vector<float> scratch;  // reused by blocks within the pass
+  bool has_prefill;  // a slice holds more than one token
+  uint64_t step;     // forward passes of the model so far
 };
 
 // Workspace slots of a forward pass, after the schemes' (quant/linear.h): each is used by one
@@ -51,6 +50,12 @@ enum WorkspaceSlot : int {
   kWsDnGateInputs,
   kWsDnGates,  // one sequence's decays and betas
   kWsDnOut,
+  kWsMlp,           // a dense MLP's gate/up rows
+  kWsRouterLogits,  // MoE: router logits, then probabilities
+  kWsRoutedExperts,
+  kWsRoutedWeights,
+  kWsSharedExpert,
+  kWsSharedGate,
 };
 // Slots of each pool thread's arena, after the schemes'.
 enum ArenaSlot : int {

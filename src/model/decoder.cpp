@@ -219,8 +219,7 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
                      n,
                      *dispatcher_,
                      has_prefill,
-                     steps_++,
-                     {}};
+                     steps_++};
   const LayerForward layer_forward = arch_impl(c.arch)->forward;
   for (int64_t li = 0; li < c.num_layers; ++li) {
     layer_forward(layers[static_cast<size_t>(li)], li, ctx, x, h);
