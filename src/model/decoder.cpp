@@ -143,11 +143,11 @@ Status DecoderModel::forward(const int32_t* tokens, int64_t n, KvCache& cache, b
   return Status::ok();
 }
 
-Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* logits) {
+Status DecoderModel::plan_rows(const std::vector<SeqSlice>& seqs, const PagedKv& kv) {
   const ModelConfig& c = config_;
-  const int64_t hid = c.hidden_size;
-  std::vector<int64_t> row_seq;
-  std::vector<int64_t> logit_rows;
+  // Members kept from step to step, so that the bookkeeping allocates nothing once warm.
+  row_seq_.clear();
+  logit_rows_.clear();
   for (size_t sidx = 0; sidx < seqs.size(); ++sidx) {
     const SeqSlice& sq = seqs[sidx];
     if (sq.count <= 0 || sq.start < 0) return invalid_argument("forward: empty sequence slice");
@@ -159,24 +159,33 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
       }
       const bool want = sq.logits == SeqSlice::Logits::kAll ||
                         (sq.logits == SeqSlice::Logits::kLast && i == sq.count - 1);
-      if (want) logit_rows.push_back(static_cast<int64_t>(row_seq.size()));
-      row_seq.push_back(static_cast<int64_t>(sidx));
+      if (want) logit_rows_.push_back(static_cast<int64_t>(row_seq_.size()));
+      row_seq_.push_back(static_cast<int64_t>(sidx));
     }
   }
-  const int64_t n = static_cast<int64_t>(row_seq.size());
-  if (n == 0) return invalid_argument("forward: no tokens");
+  if (row_seq_.empty()) return invalid_argument("forward: no tokens");
   if (kv.slot_bytes() > 0) {
     // Each sequence's recurrent state is read and written in place: one slot per sequence.
-    std::vector<char> taken(static_cast<size_t>(kv.slots()), 0);
+    slot_taken_.assign(static_cast<size_t>(kv.slots()), 0);
     for (const SeqSlice& sq : seqs) {
-      if (sq.slot < 0 || sq.slot >= kv.slots() || taken[static_cast<size_t>(sq.slot)]) {
+      if (sq.slot < 0 || sq.slot >= kv.slots() || slot_taken_[static_cast<size_t>(sq.slot)]) {
         return invalid_argument("forward: recurrent-state slot " + std::to_string(sq.slot) +
                                 " is out of range or used twice (" + std::to_string(kv.slots()) +
                                 " slots)");
       }
-      taken[static_cast<size_t>(sq.slot)] = 1;
+      slot_taken_[static_cast<size_t>(sq.slot)] = 1;
     }
   }
+  return Status::ok();
+}
+
+Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* logits) {
+  const ModelConfig& c = config_;
+  const int64_t hid = c.hidden_size;
+  MX_RETURN_IF_ERROR(plan_rows(seqs, kv));
+  const std::vector<int64_t>& row_seq = row_seq_;
+  const std::vector<int64_t>& logit_rows = logit_rows_;
+  const auto n = static_cast<int64_t>(row_seq.size());
   const int64_t rot = c.rotary_dim;
   if (inv_freq_.empty()) {
     inv_freq_.resize(static_cast<size_t>(rot / 2));
@@ -195,7 +204,8 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
       embed.row(seqs[sidx].tokens[i], x + r * hid);
   }
   // Rotary angles once per row for every layer: sin and cos cost more than the rotations.
-  std::vector<int64_t> row_pos(static_cast<size_t>(n));
+  std::vector<int64_t>& row_pos = row_pos_;
+  row_pos.resize(static_cast<size_t>(n));
   float* rope = exec_->workspace().floats(kWsRope, n * rot);
   for (int64_t t = 0, r = 0; t < static_cast<int64_t>(seqs.size()); ++t) {
     for (int64_t i = 0; i < seqs[t].count; ++i, ++r) {

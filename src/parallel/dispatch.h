@@ -124,8 +124,8 @@ void run_experts(const MoeArgs& a, const ActRows& rows, const int64_t* offsets, 
 void combine_order(const int32_t* ids, int64_t k, int64_t* order);
 
 // FP32 softmax over each row of probs, then the top k (highest first, ties to the lower id),
-// renormalized when `norm`.
+// renormalized when `norm`. order: scratch for `experts` ids.
 void route_top_k(float* probs, int64_t rows, int64_t experts, int64_t k, bool norm, int32_t* ids,
-                 float* wts);
+                 float* wts, int32_t* order);
 
 }  // namespace mx
