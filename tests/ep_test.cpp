@@ -208,7 +208,7 @@ class ScaleBank final : public ExpertBank {
   std::string scheme_name() const override { return "scale"; }
   uint64_t weight_bytes() const override { return 0; }
   Scheme input_scheme(DispatchMode) const override { return Scheme::kBf16; }
-  void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool*,
+  void run(const ActRows& rows, const int64_t* offsets, float* out, ExecContext&,
            ExpertTimes*) const override {
     for (int64_t e = 0; e < num_experts(); ++e) {
       for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
@@ -247,7 +247,9 @@ TEST(ExpertParallel, NormalModeRowsAreTheirBf16Rounding) {
         std::vector<float> probs = logits;
         std::vector<int32_t> my_ids(ids.size());
         std::vector<float> my_wts(ids.size());
+        ExecContext exec(nullptr);
         MoeArgs a;
+        a.exec = &exec;
         a.experts = &bank;
         a.num_experts = experts;
         a.top_k = k;

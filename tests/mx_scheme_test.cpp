@@ -88,6 +88,7 @@ void ref_matmul(const std::vector<float>& a, int64_t m, const Tensor& wd, std::v
 
 TEST(MxScheme, DenseMatmulMatchesTheReference) {
   ThreadPool pool(2);
+  ExecContext ctx(&pool);
   int cases = 0;
   for (Scheme s : kMxSchemes) {
     for (int64_t k : {32, 47, 240, 688, 2048}) {
@@ -108,7 +109,7 @@ TEST(MxScheme, DenseMatmulMatchesTheReference) {
         std::vector<double> yref, bound;
         ref_matmul(a, m, wd, &yref, &bound);
         std::vector<float> y(static_cast<size_t>(m * n));
-        lin->forward(x.data(), m, y.data(), &pool);
+        lin->forward(x.data(), m, y.data(), ctx);
         for (size_t i = 0; i < y.size(); ++i) {
           ASSERT_LE(std::fabs(y[i] - yref[i]), bound[i])
               << scheme_info(s).name << " m=" << m << " k=" << k << " element " << i;
@@ -122,6 +123,7 @@ TEST(MxScheme, DenseMatmulMatchesTheReference) {
 
 TEST(MxScheme, GroupedMatmulMatchesTheReference) {
   ThreadPool pool(2);
+  ExecContext ctx(&pool);
   const int64_t h = 240, inter = 47 * 2 + 2;  // I = 96: gmm2 has K = 96 (three blocks)
   const int64_t experts = 4;
   // Expert 1 receives no rows; expert 3 gets 17.
@@ -151,7 +153,7 @@ TEST(MxScheme, GroupedMatmulMatchesTheReference) {
     for (int64_t r = 0; r < rows; ++r)
       act_rows_quantize(x.data() + r * h, r, ScaleRule::kFloor, &in);
     std::vector<float> out(static_cast<size_t>(rows * h));
-    (*bank)->run(in, offsets.data(), out.data(), &pool);
+    (*bank)->run(in, offsets.data(), out.data(), ctx);
     EXPECT_EQ((*bank)->gmm1_quantize_passes(), 0u);
     for (int64_t e = 0; e < experts; ++e) {
       const int64_t n = offsets[e + 1] - offsets[e];
@@ -192,6 +194,7 @@ TEST(MxScheme, GroupedMatmulMatchesTheReference) {
 // tile holds (200).
 TEST(MxScheme, FusedGmm1EqualsTheUnfusedStepsBitForBit) {
   ThreadPool pool(2);
+  ExecContext serial(nullptr), pooled(&pool);
   const int64_t h = 240, experts = 3;
   const std::vector<int64_t> offsets = {0, 5, 5, 205};
   const int64_t rows = offsets.back();
@@ -218,26 +221,26 @@ TEST(MxScheme, FusedGmm1EqualsTheUnfusedStepsBitForBit) {
       in.resize(rows);
       for (int64_t r = 0; r < rows; ++r)
         act_rows_quantize(x.data() + r * h, r, ScaleRule::kFloor, &in);
-      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      for (ExecContext* c : {&serial, &pooled}) {
         std::vector<float> out(static_cast<size_t>(rows * h));
-        (*bank)->run(in, offsets.data(), out.data(), p);
+        (*bank)->run(in, offsets.data(), out.data(), *c);
         for (int64_t e = 0; e < experts; ++e) {
           const int64_t n = offsets[e + 1] - offsets[e];
           if (n == 0) continue;
           auto l13 = make_mx_linear(w13[static_cast<size_t>(e)], ScaleRule::kFloor);
           auto l2 = make_mx_linear(w2[static_cast<size_t>(e)], ScaleRule::kFloor);
           std::vector<float> gu(static_cast<size_t>(n * 2 * inter));
-          l13->forward(x.data() + offsets[e] * h, n, gu.data(), nullptr);
+          l13->forward(x.data() + offsets[e] * h, n, gu.data(), serial);
           std::vector<float> act(static_cast<size_t>(n * inter)), y(static_cast<size_t>(n * h));
           for (int64_t r = 0; r < n; ++r)
             swiglu(gu.data() + r * 2 * inter, gu.data() + r * 2 * inter + inter, inter,
                    act.data() + r * inter);
-          l2->forward(act.data(), n, y.data(), nullptr);
+          l2->forward(act.data(), n, y.data(), serial);
           for (int64_t q = 0; q < n * h; ++q) {
             ASSERT_EQ(std::bit_cast<uint32_t>(out[offsets[e] * h + q]),
                       std::bit_cast<uint32_t>(y[static_cast<size_t>(q)]))
                 << scheme_info(s).name << " I=" << inter << " expert " << e << " element " << q
-                << (p ? " (pool)" : "");
+                << (c->pool() ? " (pool)" : "");
           }
         }
         ++cases;
@@ -252,6 +255,7 @@ TEST(MxScheme, FusedGmm1EqualsTheUnfusedStepsBitForBit) {
 // rows check the pairing and the padding.
 TEST(Bf16Scheme, GroupedMatmulMatchesTheReference) {
   ThreadPool pool(2);
+  ExecContext ctx(&pool);
   const int64_t h = 37, inter = 41, experts = 4;
   const std::vector<int64_t> offsets = {0, 3, 3, 4, 21};
   std::vector<Tensor> g, u, d;
@@ -269,7 +273,7 @@ TEST(Bf16Scheme, GroupedMatmulMatchesTheReference) {
   in.resize(rows);
   std::copy(x.begin(), x.end(), in.f32.begin());
   std::vector<float> out(static_cast<size_t>(rows * h));
-  (*bank)->run(in, offsets.data(), out.data(), &pool);
+  (*bank)->run(in, offsets.data(), out.data(), ctx);
   auto w = [](const Tensor& t, int64_t i) {
     return bf16_to_float(float_to_bf16(t.data_as<float>()[i]));
   };

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 
 #include "formats/half.h"
 #include "formats/mx_block.h"
@@ -23,23 +24,22 @@ struct QkvLayout {
   int64_t d, nq, nkv, rot;
 };
 
-// With an output gate each query head is [query | gate]: the queries move to `qbuf` so that a
-// group's heads are contiguous for the attention kernel, the gates to `gate`.
-void split_gated_queries(QkvLayout* l, int64_t n, std::vector<float>* qbuf,
-                         std::vector<float>* gate) {
+// With an output gate each query head is [query | gate]: the queries move to a slot of their
+// own so that a group's heads are contiguous for the attention kernel, the gates to `gate`.
+void split_gated_queries(QkvLayout* l, int64_t n, Workspace& ws, float** gate) {
   const int64_t d = l->d, nq = l->nq;
-  qbuf->resize(static_cast<size_t>(n * nq * d));
-  gate->resize(qbuf->size());
+  float* q = ws.floats(kWsGatedQueries, n * nq * d);
+  float* g = ws.floats(kWsGates, n * nq * d);
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t hd = 0; hd < nq; ++hd) {
       const float* src = l->qkv + t * l->qkv_w + hd * 2 * d;
-      std::memcpy(qbuf->data() + (t * nq + hd) * d, src, sizeof(float) * static_cast<size_t>(d));
-      std::memcpy(gate->data() + (t * nq + hd) * d, src + d,
-                  sizeof(float) * static_cast<size_t>(d));
+      std::memcpy(q + (t * nq + hd) * d, src, sizeof(float) * static_cast<size_t>(d));
+      std::memcpy(g + (t * nq + hd) * d, src + d, sizeof(float) * static_cast<size_t>(d));
     }
   }
-  l->q = qbuf->data();
+  l->q = q;
   l->q_ld = nq * d;
+  *gate = g;
 }
 
 // One key or value row of an FP8 cache (model.h): its power-of-two scale by the MX floor
@@ -121,12 +121,14 @@ struct RowRun {
 
 constexpr int64_t kScratchFloats = int64_t{1} << 21;
 
-std::vector<RowRun> row_runs(const ForwardContext& ctx, int64_t group) {
-  std::vector<RowRun> runs;
+// The runs in ctx's slot kWsRowRuns, in row order.
+std::span<const RowRun> row_runs(ForwardContext& ctx, int64_t group) {
+  RowRun* runs = ctx.exec.workspace().get<RowRun>(kWsRowRuns, ctx.rows);
+  size_t count = 0;
   for (int64_t t = 0; t < ctx.rows; ++t) {
     const auto i = static_cast<size_t>(t);
-    if (!runs.empty()) {
-      RowRun& r = runs.back();
+    if (count > 0) {
+      RowRun& r = runs[count - 1];
       const auto last = static_cast<size_t>(r.end - 1);
       const int64_t rows = r.end - r.begin + 1;
       if (rows <= kAttentionMaxRows && rows * group * (ctx.row_pos[i] + 1) <= kScratchFloats &&
@@ -135,9 +137,9 @@ std::vector<RowRun> row_runs(const ForwardContext& ctx, int64_t group) {
         continue;
       }
     }
-    runs.push_back({t, t + 1});
+    runs[count++] = {t, t + 1};
   }
-  return runs;
+  return {runs, count};
 }
 
 // Causal attention: the token at position p sees positions 0 .. p of its own sequence. One
@@ -149,15 +151,12 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   PagedKv& kv = ctx.kv;
   const KvDtype dtype = kv.dtype();
-  const std::vector<RowRun> runs = row_runs(ctx, group);
+  const std::span<const RowRun> runs = row_runs(ctx, group);
   const auto n_items = static_cast<int64_t>(runs.size()) * nkv;
-  ctx.pool->parallel_for(n_items, [&](int64_t b, int64_t e, int) {
-    // Kept by each thread at its largest, so that a prefill's layers do not map and fault in
-    // a fresh megabyte per call.
-    thread_local std::vector<float> scratch;
-    std::vector<const float*> kb, vb, ksb, vsb;
-    std::vector<const uint16_t*> kb16, vb16;
-    std::vector<const uint8_t*> kb8, vb8;
+  ctx.exec.pool()->parallel_for(n_items, [&](int64_t b, int64_t e, int thread) {
+    // The thread's arena keeps the scores and block tables at their largest, so that a
+    // prefill's layers do not map and fault in a fresh megabyte per call.
+    Workspace& arena = ctx.exec.arena(thread);
     for (int64_t idx = b; idx < e; ++idx) {
       const RowRun& run = runs[static_cast<size_t>(idx / nkv)];
       const int64_t kvh = idx % nkv, rows = run.end - run.begin;
@@ -165,7 +164,8 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
       const int64_t max_len = len0 + rows - 1, nblk = (max_len + bs - 1) / bs;
       const SeqSlice& sq =
           ctx.seqs[static_cast<size_t>(ctx.row_seq[static_cast<size_t>(run.begin)])];
-      scratch.resize(static_cast<size_t>(attention_scratch_floats(rows, group, max_len, d)));
+      float* scratch =
+          arena.floats(kArenaAttention, attention_scratch_floats(rows, group, max_len, d));
       const int64_t h0 = kvh * group;
       const AttentionRows a{l.q + run.begin * l.q_ld + h0 * d,
                             l.q_ld,
@@ -178,35 +178,35 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
                             d,
                             d,
                             scale,
-                            scratch.data()};
+                            scratch};
       if (dtype == KvDtype::kFp8E4M3) {
-        kb8.resize(static_cast<size_t>(nblk));
-        vb8.resize(static_cast<size_t>(nblk));
-        ksb.resize(static_cast<size_t>(nblk));
-        vsb.resize(static_cast<size_t>(nblk));
+        auto* kb = arena.get<const uint8_t*>(kArenaKeyBlocks, nblk);
+        auto* vb = arena.get<const uint8_t*>(kArenaValueBlocks, nblk);
+        auto* ks = arena.get<const float*>(kArenaKeyScales, nblk);
+        auto* vs = arena.get<const float*>(kArenaValueScales, nblk);
         for (int64_t j = 0; j < nblk; ++j) {
-          kb8[j] = kv.k_fp8(li, sq.blocks[j]) + kvh * head_block;
-          vb8[j] = kv.v_fp8(li, sq.blocks[j]) + kvh * head_block;
-          ksb[j] = kv.k_scales(li, sq.blocks[j]) + kvh * bs;
-          vsb[j] = kv.v_scales(li, sq.blocks[j]) + kvh * bs;
+          kb[j] = kv.k_fp8(li, sq.blocks[j]) + kvh * head_block;
+          vb[j] = kv.v_fp8(li, sq.blocks[j]) + kvh * head_block;
+          ks[j] = kv.k_scales(li, sq.blocks[j]) + kvh * bs;
+          vs[j] = kv.v_scales(li, sq.blocks[j]) + kvh * bs;
         }
-        attention_group_paged_fp8(a, kb8.data(), vb8.data(), ksb.data(), vsb.data());
+        attention_group_paged_fp8(a, kb, vb, ks, vs);
       } else if (dtype == KvDtype::kBF16) {
-        kb16.resize(static_cast<size_t>(nblk));
-        vb16.resize(static_cast<size_t>(nblk));
+        auto* kb = arena.get<const uint16_t*>(kArenaKeyBlocks, nblk);
+        auto* vb = arena.get<const uint16_t*>(kArenaValueBlocks, nblk);
         for (int64_t j = 0; j < nblk; ++j) {
-          kb16[j] = kv.k_bf16(li, sq.blocks[j]) + kvh * head_block;
-          vb16[j] = kv.v_bf16(li, sq.blocks[j]) + kvh * head_block;
+          kb[j] = kv.k_bf16(li, sq.blocks[j]) + kvh * head_block;
+          vb[j] = kv.v_bf16(li, sq.blocks[j]) + kvh * head_block;
         }
-        attention_group_paged_bf16(a, kb16.data(), vb16.data());
+        attention_group_paged_bf16(a, kb, vb);
       } else {
-        kb.resize(static_cast<size_t>(nblk));
-        vb.resize(static_cast<size_t>(nblk));
+        auto* kb = arena.get<const float*>(kArenaKeyBlocks, nblk);
+        auto* vb = arena.get<const float*>(kArenaValueBlocks, nblk);
         for (int64_t j = 0; j < nblk; ++j) {
           kb[j] = kv.k(li, sq.blocks[j]) + kvh * head_block;
           vb[j] = kv.v(li, sq.blocks[j]) + kvh * head_block;
         }
-        attention_group_paged(a, kb.data(), vb.data());
+        attention_group_paged(a, kb, vb);
       }
     }
   });
@@ -218,23 +218,23 @@ void attention_forward(const AttentionBlock& attn, int64_t li, ForwardContext& c
   const ModelConfig& c = ctx.config;
   const int64_t d = c.head_dim, nq = c.num_heads, nkv = c.num_kv_heads, n = ctx.rows;
   const int64_t qw = (attn.output_gate ? 2 : 1) * nq * d, qkv_w = qw + 2 * nkv * d;
-  float* qkv = ctx.ws.floats(kWsQkv, n * qkv_w);
+  float* qkv = ctx.exec.workspace().floats(kWsQkv, n * qkv_w);
   PhaseTimer t_qkv(ctx.profile, Phase::kQkv);
-  attn.qkv->forward(h, n, qkv, ctx.pool);
+  attn.qkv->forward(h, n, qkv, ctx.exec);
   t_qkv.stop();
   QkvLayout l{qkv, qkv_w, qw, qkv, qkv_w, d, nq, nkv, c.rotary_dim};
-  std::vector<float> qbuf, gate;
-  if (attn.output_gate) split_gated_queries(&l, n, &qbuf, &gate);
+  float* gate = nullptr;
+  if (attn.output_gate) split_gated_queries(&l, n, ctx.exec.workspace(), &gate);
   PhaseTimer t_attn(ctx.profile, Phase::kAttention);
   store_keys_values(attn, li, ctx, l);
-  float* out = ctx.ws.floats(kWsAttention, n * nq * d);
+  float* out = ctx.exec.workspace().floats(kWsAttention, n * nq * d);
   attend(li, ctx, l, out);
   if (attn.output_gate) {
     for (int64_t i = 0; i < n * nq * d; ++i) out[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
   }
   t_attn.stop();
   PhaseTimer t_o(ctx.profile, Phase::kOProj);
-  attn.o->forward(out, n, h, ctx.pool);
+  attn.o->forward(out, n, h, ctx.exec);
 }
 
 }  // namespace mx

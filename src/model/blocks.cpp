@@ -13,17 +13,14 @@ void dense_mlp_forward(const DenseMlp& mlp, ForwardContext& ctx, float* h) {
 
 void dense_mlp_apply(const DenseMlp& mlp, ForwardContext& ctx, float* h) {
   const int64_t n = ctx.rows, width = mlp.down->in_features();
-  std::vector<float>& tmp = ctx.scratch;
-  tmp.resize(static_cast<size_t>(n * 2 * width));
-  mlp.gate_up->forward(h, n, tmp.data(), ctx.pool);
+  float* tmp = ctx.exec.workspace().floats(kWsMlp, n * 2 * width);
+  mlp.gate_up->forward(h, n, tmp, ctx.exec);
   for (int64_t t = 0; t < n; ++t) {
-    swiglu(tmp.data() + t * 2 * width, tmp.data() + t * 2 * width + width, width,
-           tmp.data() + t * 2 * width);
+    swiglu(tmp + t * 2 * width, tmp + t * 2 * width + width, width, tmp + t * 2 * width);
     // Compact the activations to [n, width] rows (in place, forward order is safe).
-    std::memmove(tmp.data() + t * width, tmp.data() + t * 2 * width,
-                 static_cast<size_t>(width) * sizeof(float));
+    std::memmove(tmp + t * width, tmp + t * 2 * width, static_cast<size_t>(width) * sizeof(float));
   }
-  mlp.down->forward(tmp.data(), n, h, ctx.pool);
+  mlp.down->forward(tmp, n, h, ctx.exec);
 }
 
 void prenorm_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/workspace.h"
+#include "core/exec_context.h"
 #include "model/model.h"
 #include "model/profile.h"
 #include "model/weights.h"
@@ -17,7 +17,8 @@ namespace mx {
 // row sits, its rotary angles, the KV cache, and the run-time switches of the model.
 struct ForwardContext {
   const ModelConfig& config;
-  ThreadPool* pool;
+  // The model's pool, workspace (slots below) and the threads' arenas, kept from step to step.
+  ExecContext& exec;
   ForwardProfile* profile;  // null: not profiling
   ScaleRule scale_rule;
   bool fused_dispatch;
@@ -29,15 +30,42 @@ struct ForwardContext {
   PagedKv& kv;
   int64_t rows;
   MoeDispatcher& dispatcher;
-  bool has_prefill;            // a slice holds more than one token
-  uint64_t step;               // forward passes of the model so far
-  std::vector<float> scratch;  // reused by blocks within the pass
-  // The model's buffers for this pass's activations, kept from step to step (slots below).
-  Workspace& ws;
+  bool has_prefill;  // a slice holds more than one token
+  uint64_t step;     // forward passes of the model so far
 };
 
-// Workspace slots of a forward pass: each is used by one block at a time.
-enum WorkspaceSlot : int { kWsResidual, kWsNormed, kWsRope, kWsQkv, kWsAttention, kWsMoe };
+// Workspace slots of a forward pass, after the schemes' (quant/linear.h): each is used by one
+// block at a time.
+enum WorkspaceSlot : int {
+  kWsResidual = kQuantWsSlots,
+  kWsNormed,
+  kWsRope,
+  kWsQkv,
+  kWsAttention,
+  kWsMoe,
+  kWsGatedQueries,  // gated attention: the queries apart from their gates
+  kWsGates,
+  kWsRowRuns,  // attention's runs of rows
+  kWsDnProj,   // DeltaNet: q, k, v and z of every row
+  kWsDnGateInputs,
+  kWsDnGates,  // one sequence's decays and betas
+  kWsDnOut,
+  kWsMlp,           // a dense MLP's gate/up rows
+  kWsRouterLogits,  // MoE: router logits, then probabilities
+  kWsRoutedExperts,
+  kWsRoutedWeights,
+  kWsSharedExpert,
+  kWsSharedGate,
+};
+// Slots of each pool thread's arena, after the schemes'.
+enum ArenaSlot : int {
+  kArenaAttention = kQuantArenaSlots,  // scores of one attention call
+  kArenaKeyBlocks,                     // the paged blocks an attention call reads
+  kArenaValueBlocks,
+  kArenaKeyScales,
+  kArenaValueScales,
+  kArenaDeltaRule,  // one head's chunked delta rule
+};
 
 Status load_attention(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,
                       AttentionBlock* out);

@@ -143,11 +143,11 @@ Status DecoderModel::forward(const int32_t* tokens, int64_t n, KvCache& cache, b
   return Status::ok();
 }
 
-Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* logits) {
+Status DecoderModel::plan_rows(const std::vector<SeqSlice>& seqs, const PagedKv& kv) {
   const ModelConfig& c = config_;
-  const int64_t hid = c.hidden_size;
-  std::vector<int64_t> row_seq;
-  std::vector<int64_t> logit_rows;
+  // Members kept from step to step, so that the bookkeeping allocates nothing once warm.
+  row_seq_.clear();
+  logit_rows_.clear();
   for (size_t sidx = 0; sidx < seqs.size(); ++sidx) {
     const SeqSlice& sq = seqs[sidx];
     if (sq.count <= 0 || sq.start < 0) return invalid_argument("forward: empty sequence slice");
@@ -159,24 +159,33 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
       }
       const bool want = sq.logits == SeqSlice::Logits::kAll ||
                         (sq.logits == SeqSlice::Logits::kLast && i == sq.count - 1);
-      if (want) logit_rows.push_back(static_cast<int64_t>(row_seq.size()));
-      row_seq.push_back(static_cast<int64_t>(sidx));
+      if (want) logit_rows_.push_back(static_cast<int64_t>(row_seq_.size()));
+      row_seq_.push_back(static_cast<int64_t>(sidx));
     }
   }
-  const int64_t n = static_cast<int64_t>(row_seq.size());
-  if (n == 0) return invalid_argument("forward: no tokens");
+  if (row_seq_.empty()) return invalid_argument("forward: no tokens");
   if (kv.slot_bytes() > 0) {
     // Each sequence's recurrent state is read and written in place: one slot per sequence.
-    std::vector<char> taken(static_cast<size_t>(kv.slots()), 0);
+    slot_taken_.assign(static_cast<size_t>(kv.slots()), 0);
     for (const SeqSlice& sq : seqs) {
-      if (sq.slot < 0 || sq.slot >= kv.slots() || taken[static_cast<size_t>(sq.slot)]) {
+      if (sq.slot < 0 || sq.slot >= kv.slots() || slot_taken_[static_cast<size_t>(sq.slot)]) {
         return invalid_argument("forward: recurrent-state slot " + std::to_string(sq.slot) +
                                 " is out of range or used twice (" + std::to_string(kv.slots()) +
                                 " slots)");
       }
-      taken[static_cast<size_t>(sq.slot)] = 1;
+      slot_taken_[static_cast<size_t>(sq.slot)] = 1;
     }
   }
+  return Status::ok();
+}
+
+Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* logits) {
+  const ModelConfig& c = config_;
+  const int64_t hid = c.hidden_size;
+  MX_RETURN_IF_ERROR(plan_rows(seqs, kv));
+  const std::vector<int64_t>& row_seq = row_seq_;
+  const std::vector<int64_t>& logit_rows = logit_rows_;
+  const auto n = static_cast<int64_t>(row_seq.size());
   const int64_t rot = c.rotary_dim;
   if (inv_freq_.empty()) {
     inv_freq_.resize(static_cast<size_t>(rot / 2));
@@ -188,15 +197,16 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
   bool has_prefill = false;
   for (const SeqSlice& sq : seqs) has_prefill = has_prefill || sq.count > 1;
   PhaseTimer t_embed(profile_, Phase::kEmbed);
-  float* x = workspace_.floats(kWsResidual, n * hid);
-  float* h = workspace_.floats(kWsNormed, n * hid);
+  float* x = exec_->workspace().floats(kWsResidual, n * hid);
+  float* h = exec_->workspace().floats(kWsNormed, n * hid);
   for (int64_t r = 0, sidx = 0; sidx < static_cast<int64_t>(seqs.size()); ++sidx) {
     for (int64_t i = 0; i < seqs[sidx].count; ++i, ++r)
       embed.row(seqs[sidx].tokens[i], x + r * hid);
   }
   // Rotary angles once per row for every layer: sin and cos cost more than the rotations.
-  std::vector<int64_t> row_pos(static_cast<size_t>(n));
-  float* rope = workspace_.floats(kWsRope, n * rot);
+  std::vector<int64_t>& row_pos = row_pos_;
+  row_pos.resize(static_cast<size_t>(n));
+  float* rope = exec_->workspace().floats(kWsRope, n * rot);
   for (int64_t t = 0, r = 0; t < static_cast<int64_t>(seqs.size()); ++t) {
     for (int64_t i = 0; i < seqs[t].count; ++i, ++r) {
       row_pos[r] = seqs[t].start + i;
@@ -206,7 +216,7 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
   }
   t_embed.stop();
   ForwardContext ctx{c,
-                     pool_.get(),
+                     *exec_,
                      profile_,
                      scale_rule_,
                      fused_dispatch_,
@@ -219,9 +229,7 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
                      n,
                      *dispatcher_,
                      has_prefill,
-                     steps_++,
-                     {},
-                     workspace_};
+                     steps_++};
   const LayerForward layer_forward = arch_impl(c.arch)->forward;
   for (int64_t li = 0; li < c.num_layers; ++li) {
     layer_forward(layers[static_cast<size_t>(li)], li, ctx, x, h);
@@ -238,11 +246,11 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
     return Status::ok();
   }
   if (head_comm == nullptr) {
-    lm_head->forward(h, rows, logits, pool_.get());
+    lm_head->forward(h, rows, logits, *exec_);
     return Status::ok();
   }
   std::vector<float> mine(static_cast<size_t>(rows * (head_end - head_begin)));
-  lm_head->forward(h, rows, mine.data(), pool_.get());
+  lm_head->forward(h, rows, mine.data(), *exec_);
   gather_logits(mine, rows, logits);
   return Status::ok();
 }
@@ -359,6 +367,7 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   m->scale_rule_ = options.scale_rule;
   m->kv_dtype_ = options.kv_dtype;
   m->pool_ = std::make_unique<ThreadPool>(std::max(1, options.threads));
+  m->exec_ = std::make_unique<ExecContext>(m->pool_.get());
   const ArchImpl* arch = arch_impl(config.arch);
   if (arch == nullptr) {
     return unimplemented(dir + ": architecture " + config.hf_class + " has no implementation");

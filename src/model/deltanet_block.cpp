@@ -59,8 +59,6 @@ Result<Tensor> f32_param(const WeightLoader& w, const std::string& name, const S
   return as_f32(t, name);
 }
 
-int num_threads(const ThreadPool* pool) { return pool != nullptr ? pool->num_threads() : 1; }
-
 // fn(begin, end, thread) over [0, n) on the pool's threads, or on this one without a pool.
 template <typename Fn>
 void for_ranges(ThreadPool* pool, int64_t n, Fn&& fn) {
@@ -74,7 +72,7 @@ void for_ranges(ThreadPool* pool, int64_t n, Fn&& fn) {
 // One sequence's rows [r0, r0 + count) through conv, norms, gates and the delta rule.
 void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, int64_t li,
                   const SeqSlice& sq, int64_t r0, float* proj, int64_t ld, const float* ba,
-                  float* o, std::vector<float>& gates, std::vector<float>& scratch) {
+                  float* o) {
   const DeltaNetKernels& k = deltanet_kernels();
   const int64_t t = sq.count;
   float* conv_state = ctx.kv.conv_state(li, sq.slot);
@@ -89,15 +87,14 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
   // Channels are independent: threads split them in runs of 64 (whole vectors at every
   // width), each run with the operations it has alone.
   constexpr int64_t kRun = 64;
-  for_ranges(ctx.pool, (d.conv + kRun - 1) / kRun, [&](int64_t b, int64_t e, int) {
+  for_ranges(ctx.exec.pool(), (d.conv + kRun - 1) / kRun, [&](int64_t b, int64_t e, int) {
     const int64_t c0 = b * kRun, c1 = std::min(d.conv, e * kRun);
     k.conv_silu({x + c0, dn.conv_w.data_as<float>() + c0 * d.kernel, conv_state + c0, x + c0, t,
                  c1 - c0, d.kernel, ld, ld, d.conv});
   });
   k.l2_norm(x, t, d.nk, d.dk, ld, 1.0f / std::sqrt(static_cast<float>(d.dk)));
   k.l2_norm(x + d.key, t, d.nk, d.dk, ld, 1.0f);
-  gates.resize(static_cast<size_t>(2 * t * d.nv));
-  float* g = gates.data();
+  float* g = ctx.exec.workspace().floats(kWsDnGates, 2 * t * d.nv);
   float* beta = g + t * d.nv;
   const float* brow = ba + r0 * 2 * d.nv;
   k.decay_gate(brow + d.nv, 2 * d.nv, dn.dt_bias.data_as<float>(), dn.a_log.data_as<float>(), t,
@@ -108,11 +105,10 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
   const DeltaRuleArgs a{x,  x + d.key, x + 2 * d.key, g,    beta, state, o + r0 * d.value,
                         t,  d.nk,      d.nv,          d.dk, d.dv, ld,    ld,
                         ld, d.nv,      d.value};
-  const int64_t per_thread = delta_rule_chunked_scratch_floats(t, d.nv, d.dk, d.dv);
-  if (t > 1) scratch.resize(static_cast<size_t>(per_thread * num_threads(ctx.pool)));
+  const int64_t scratch_floats = t > 1 ? delta_rule_chunked_scratch_floats(t, d.nv, d.dk, d.dv) : 0;
   // Value heads are independent: threads split them, and every head runs the same operations
   // whatever the split. Each runs alone, reading the key head its order gives it.
-  for_ranges(ctx.pool, d.nv, [&](int64_t h0, int64_t h1, int thread) {
+  for_ranges(ctx.exec.pool(), d.nv, [&](int64_t h0, int64_t h1, int thread) {
     // With strongly negative log decays (seen on synthetic weights) the chunk's decay
     // products fall below FP32's normal range; flushing them keeps the delta rule at its
     // normal speed (prefill of the 35B-A3B shape: 4.3x on an Intel Xeon), and a term that
@@ -133,7 +129,7 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
       if (t == 1) {
         k.delta_rule_recurrent(part);
       } else {
-        k.delta_rule_chunked(part, scratch.data() + thread * per_thread);
+        k.delta_rule_chunked(part, ctx.exec.arena(thread).floats(kArenaDeltaRule, scratch_floats));
       }
     }
   });
@@ -207,27 +203,31 @@ Status load_deltanet(const WeightLoader& w, const ModelConfig& c, const std::str
 void deltanet_forward(const DeltaNetBlock& dn, int64_t li, ForwardContext& ctx, float* h) {
   const Dims d = dims_of(ctx.config);
   const int64_t n = ctx.rows, ld = d.conv + d.value;
-  std::vector<float> proj(static_cast<size_t>(n * ld)), ba(static_cast<size_t>(n * 2 * d.nv));
-  std::vector<float> o(static_cast<size_t>(n * d.value)), gates, scratch;
+  Workspace& ws = ctx.exec.workspace();
+  // Every row of each is written before it is read: the projections fill proj and ba, and
+  // each sequence's delta rule its rows of o.
+  float* proj = ws.floats(kWsDnProj, n * ld);
+  float* ba = ws.floats(kWsDnGateInputs, n * 2 * d.nv);
+  float* o = ws.floats(kWsDnOut, n * d.value);
   PhaseTimer t_proj(ctx.profile, Phase::kDnProj);
-  dn.qkvz->forward(h, n, proj.data(), ctx.pool);
-  dn.ba->forward(h, n, ba.data(), ctx.pool);
+  dn.qkvz->forward(h, n, proj, ctx.exec);
+  dn.ba->forward(h, n, ba, ctx.exec);
   t_proj.stop();
   int64_t r0 = 0;
   for (const SeqSlice& sq : ctx.seqs) {
-    run_sequence(dn, d, ctx, li, sq, r0, proj.data(), ld, ba.data(), o.data(), gates, scratch);
+    run_sequence(dn, d, ctx, li, sq, r0, proj, ld, ba, o);
     r0 += sq.count;
   }
   PhaseTimer t_norm(ctx.profile, Phase::kDnNorm);
   const DeltaNetKernels& k = deltanet_kernels();
   for (int64_t r = 0; r < n; ++r) {
-    float* orow = o.data() + r * d.value;
-    k.gated_rms_norm(orow, proj.data() + r * ld + d.conv, dn.norm.data_as<float>(), d.nv, d.dv,
+    float* orow = o + r * d.value;
+    k.gated_rms_norm(orow, proj + r * ld + d.conv, dn.norm.data_as<float>(), d.nv, d.dv,
                      static_cast<float>(ctx.config.rms_norm_eps), orow);
   }
   t_norm.stop();
   PhaseTimer t_out(ctx.profile, Phase::kDnProj);
-  dn.out->forward(o.data(), n, h, ctx.pool);
+  dn.out->forward(o, n, h, ctx.exec);
 }
 
 }  // namespace mx

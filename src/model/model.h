@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "core/exec_context.h"
 #include "core/huge_pages.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
-#include "core/workspace.h"
 #include "formats/ggml_types.h"
 #include "loader/model_config.h"
 #include "model/profile.h"
@@ -275,11 +275,18 @@ class DecoderModel {
   ScaleRule scale_rule_ = ScaleRule::kFloor;
   KvDtype kv_dtype_ = KvDtype::kF32;
   void gather_logits(const std::vector<float>& mine, int64_t rows, float* logits);
+  // Each row's slice into row_seq_ and the rows that want logits into logit_rows_, after
+  // checking the tokens and the recurrent-state slots.
+  Status plan_rows(const std::vector<SeqSlice>& seqs, const PagedKv& kv);
   friend Result<std::unique_ptr<DecoderModel>> load_model(const std::string&, const LoadOptions&);
   std::vector<RouterTrace> router_trace_;
   std::vector<float> inv_freq_;
-  // Activations of a forward pass, kept from step to step (model/blocks.h names the slots).
-  Workspace workspace_;
+  // What every forward lends its layers: pool_, the activations' workspace (model/blocks.h and
+  // quant/linear.h name the slots) and the threads' arenas, kept from step to step.
+  std::unique_ptr<ExecContext> exec_;
+  // forward_batch's per-row bookkeeping (model/blocks.h's ForwardContext refers to it).
+  std::vector<int64_t> row_seq_, row_pos_, logit_rows_;
+  std::vector<char> slot_taken_;
   std::unique_ptr<MoeDispatcher> dispatcher_;
   StepHook step_hook_;
   float* hidden_out_ = nullptr;  // set by forward_hidden for its pass

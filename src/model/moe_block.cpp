@@ -2,6 +2,7 @@
 // format the expert kernel declares, the experts, the weighted combine), then the shared
 // expert.
 #include <cmath>
+#include <cstring>
 
 #include "kernels/ops.h"
 #include "model/blocks.h"
@@ -13,12 +14,15 @@ namespace {
 void shared_expert_forward(const MoeBlock& m, ForwardContext& ctx, const float* h, float* y) {
   PhaseTimer t(ctx.profile, Phase::kSharedExpert);
   const int64_t n = ctx.rows, hid = ctx.config.hidden_size;
-  std::vector<float> out(h, h + n * hid), gate(static_cast<size_t>(n));
-  m.shared_gate->forward(h, n, gate.data(), ctx.pool);
-  dense_mlp_apply(*m.shared, ctx, out.data());
+  Workspace& ws = ctx.exec.workspace();
+  float* out = ws.floats(kWsSharedExpert, n * hid);
+  float* gate = ws.floats(kWsSharedGate, n);
+  std::memcpy(out, h, static_cast<size_t>(n * hid) * sizeof(float));
+  m.shared_gate->forward(h, n, gate, ctx.exec);
+  dense_mlp_apply(*m.shared, ctx, out);
   for (int64_t r = 0; r < n; ++r) {
-    const float g = 1.0f / (1.0f + std::exp(-gate[static_cast<size_t>(r)]));
-    for (int64_t d = 0; d < hid; ++d) y[r * hid + d] += g * out[static_cast<size_t>(r * hid + d)];
+    const float g = 1.0f / (1.0f + std::exp(-gate[r]));
+    for (int64_t d = 0; d < hid; ++d) y[r * hid + d] += g * out[r * hid + d];
   }
 }
 
@@ -27,22 +31,23 @@ void shared_expert_forward(const MoeBlock& m, ForwardContext& ctx, const float* 
 void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float* h, float* x) {
   const int64_t n = ctx.rows, ne = m.num_experts, k = m.top_k;
   ForwardProfile* prof = ctx.profile;
-  std::vector<float> probs(static_cast<size_t>(n * ne));
+  Workspace& ws = ctx.exec.workspace();
+  float* probs = ws.floats(kWsRouterLogits, n * ne);
   PhaseTimer t_router(prof, Phase::kRouter);
-  m.router->forward(h, n, probs.data(), ctx.pool);
+  m.router->forward(h, n, probs, ctx.exec);
   t_router.stop();
-  std::vector<int32_t> ids(static_cast<size_t>(n * k));
-  std::vector<float> wts(static_cast<size_t>(n * k));
+  int32_t* ids = ws.get<int32_t>(kWsRoutedExperts, n * k);
+  float* wts = ws.floats(kWsRoutedWeights, n * k);
   MoeTimes times;
   MoeArgs a;
   a.experts = m.experts.get();
   a.num_experts = ne;
   a.top_k = k;
   a.norm_topk_prob = m.norm_topk_prob;
-  a.probs = probs.data();
+  a.probs = probs;
   a.h = h;
   const int64_t hid = ctx.config.hidden_size;
-  float* y = ctx.ws.floats(kWsMoe, n * hid);
+  float* y = ws.floats(kWsMoe, n * hid);
   a.x = y;
   a.rows = n;
   a.hidden = hid;
@@ -50,9 +55,9 @@ void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float
   a.step = ctx.step;
   a.rule = ctx.scale_rule;
   a.fused = ctx.fused_dispatch;
-  a.pool = ctx.pool;
-  a.ids = ids.data();
-  a.wts = wts.data();
+  a.exec = &ctx.exec;
+  a.ids = ids;
+  a.wts = wts;
   a.times = prof ? &times : nullptr;
   ctx.dispatcher.run(a);
   if (prof) {
@@ -64,7 +69,9 @@ void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float
     prof->add(Phase::kEpSkew, times.skew);
     prof->add(Phase::kEpExchange, times.exchange);
   }
-  if (ctx.router_trace) ctx.router_trace->push_back({li, std::move(ids), std::move(wts)});
+  if (ctx.router_trace) {
+    ctx.router_trace->push_back({li, {ids, ids + n * k}, {wts, wts + n * k}});
+  }
   if (m.shared) shared_expert_forward(m, ctx, h, y);
   for (int64_t i = 0; i < n * hid; ++i) x[i] += y[i];
 }

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <span>
 #include <vector>
 
+#include "core/check.h"
 #include "kernels/ops.h"
 
 namespace mx {
@@ -43,14 +45,13 @@ void combine_order(const int32_t* ids, int64_t k, int64_t* order) {
 }
 
 void route_top_k(float* probs, int64_t rows, int64_t experts, int64_t k, bool norm, int32_t* ids,
-                 float* wts) {
-  std::vector<int32_t> order(static_cast<size_t>(experts));
+                 float* wts, int32_t* order) {
   for (int64_t t = 0; t < rows; ++t) {
     float* p = probs + t * experts;
     softmax(p, experts);
-    std::iota(order.begin(), order.end(), 0);
+    std::iota(order, order + experts, 0);
     // Highest probability first; ties to the lower expert id.
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+    std::partial_sort(order, order + k, order + experts,
                       [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     float sum = 0.0f;
     for (int64_t j = 0; j < k; ++j) sum += p[order[j]];
@@ -62,8 +63,9 @@ void route_top_k(float* probs, int64_t rows, int64_t experts, int64_t k, bool no
 }
 
 void run_experts(const MoeArgs& a, const ActRows& rows, const int64_t* offsets, float* outs) {
+  MX_CHECK(a.exec != nullptr);
   ExpertTimes et;
-  a.experts->run(rows, offsets, outs, a.pool, a.times ? &et : nullptr);
+  a.experts->run(rows, offsets, outs, *a.exec, a.times ? &et : nullptr);
   if (a.times) {
     a.times->gmm1 += et.gmm1;
     a.times->gmm2 += et.gmm2;
@@ -79,20 +81,21 @@ class LocalDispatcher final : public MoeDispatcher {
     std::vector<float>& outs = outs_;
     const int64_t n = a.rows, hid = a.hidden, k = a.top_k, ne = a.num_experts;
     MoeClock clock(a.times);
-    route_top_k(a.probs, n, ne, k, a.norm_topk_prob, a.ids, a.wts);
+    order_.resize(static_cast<size_t>(ne));
+    route_top_k(a.probs, n, ne, k, a.norm_topk_prob, a.ids, a.wts, order_.data());
     clock.lap(&MoeTimes::route);
     // Rows sorted by expert, written straight into the format the expert kernel declares.
     // Each token row is quantized once, into its first slot, and copied to the rest: the
     // quantization is part of the permutation, not a pass of its own.
-    std::vector<int64_t> offsets(static_cast<size_t>(ne + 1), 0);
+    std::vector<int64_t>& offsets = offsets_;
+    offsets.assign(static_cast<size_t>(ne + 1), 0);
     for (int64_t i = 0; i < n * k; ++i) ++offsets[static_cast<size_t>(a.ids[i]) + 1];
     for (int64_t e = 0; e < ne; ++e) offsets[e + 1] += offsets[e];
-    std::vector<int64_t> slot(static_cast<size_t>(n * k));
-    {
-      std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
-      for (int64_t i = 0; i < n * k; ++i)
-        slot[static_cast<size_t>(i)] = fill[static_cast<size_t>(a.ids[i])]++;
-    }
+    std::vector<int64_t>& slot = slot_;
+    slot.resize(static_cast<size_t>(n * k));
+    fill_.assign(offsets.begin(), offsets.end() - 1);
+    for (int64_t i = 0; i < n * k; ++i)
+      slot[static_cast<size_t>(i)] = fill_[static_cast<size_t>(a.ids[i])]++;
     const Scheme decl = a.fused ? a.experts->input_scheme(DispatchMode::kLocal) : Scheme::kBf16;
     act_rows_init(decl, hid, a.rule, &rows);
     rows.resize(n * k);
@@ -102,17 +105,20 @@ class LocalDispatcher final : public MoeDispatcher {
       for (int64_t j = 1; j < k; ++j)
         act_rows_copy(rows, first, &rows, slot[static_cast<size_t>(t * k + j)]);
     }
-    outs.resize(static_cast<size_t>(n * k * hid));
+    // Grown only: every row is written by the bank before the combine reads it.
+    if (outs.size() < static_cast<size_t>(n * k * hid))
+      outs.resize(static_cast<size_t>(n * k * hid));
     clock.lap(&MoeTimes::dispatch);
     run_experts(a, rows, offsets.data(), outs.data());
     clock.skip();
     // The weighted un-permute back to token order.
-    std::vector<int64_t> order(static_cast<size_t>(k));
+    combine_order_.resize(static_cast<size_t>(k));
+    int64_t* order = combine_order_.data();
     for (int64_t t = 0; t < n; ++t) {
       float* dst = a.x + t * hid;
       std::fill(dst, dst + hid, 0.0f);
-      combine_order(a.ids + t * k, k, order.data());
-      for (int64_t j : order) {
+      combine_order(a.ids + t * k, k, order);
+      for (int64_t j : std::span<const int64_t>(order, static_cast<size_t>(k))) {
         const float wj = a.wts[t * k + j];
         const float* o = outs.data() + slot[static_cast<size_t>(t * k + j)] * hid;
         for (int64_t d = 0; d < hid; ++d) dst[d] += wj * o[d];
@@ -127,6 +133,9 @@ class LocalDispatcher final : public MoeDispatcher {
   // in page faults and zero-filling every layer (72 of 120 ms of dispatch per layer).
   ActRows rows_;
   std::vector<float> outs_;
+  // Routing's bookkeeping, kept likewise so that a step allocates nothing once warm.
+  std::vector<int32_t> order_;
+  std::vector<int64_t> offsets_, slot_, fill_, combine_order_;
 };
 
 }  // namespace

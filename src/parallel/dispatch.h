@@ -93,11 +93,11 @@ struct MoeArgs {
   bool has_prefill = false;  // the step holds prefill chunks (--ep-dispatch auto)
   uint64_t step = 0;         // the forward pass, for per-step counters
   ScaleRule rule = ScaleRule::kFloor;
-  bool fused = true;  // one process: quantize in the dispatch (off: FP32 rows to gmm1)
-  ThreadPool* pool = nullptr;
-  int32_t* ids = nullptr;     // [rows, top_k] out: the chosen experts
-  float* wts = nullptr;       // [rows, top_k] out: their weights
-  MoeTimes* times = nullptr;  // null: untimed
+  bool fused = true;            // one process: quantize in the dispatch (off: FP32 rows to gmm1)
+  ExecContext* exec = nullptr;  // the caller's; run_experts needs one
+  int32_t* ids = nullptr;       // [rows, top_k] out: the chosen experts
+  float* wts = nullptr;         // [rows, top_k] out: their weights
+  MoeTimes* times = nullptr;    // null: untimed
 };
 
 class MoeDispatcher {
@@ -124,8 +124,8 @@ void run_experts(const MoeArgs& a, const ActRows& rows, const int64_t* offsets, 
 void combine_order(const int32_t* ids, int64_t k, int64_t* order);
 
 // FP32 softmax over each row of probs, then the top k (highest first, ties to the lower id),
-// renormalized when `norm`.
+// renormalized when `norm`. order: scratch for `experts` ids.
 void route_top_k(float* probs, int64_t rows, int64_t experts, int64_t k, bool norm, int32_t* ids,
-                 float* wts);
+                 float* wts, int32_t* order);
 
 }  // namespace mx

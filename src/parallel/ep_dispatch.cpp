@@ -48,7 +48,9 @@ class EpDispatcher final : public MoeDispatcher {
 
   void run(const MoeArgs& a) override {
     MoeClock clock(a.times);
-    route_top_k(a.probs, a.rows, a.num_experts, a.top_k, a.norm_topk_prob, a.ids, a.wts);
+    route_order_.resize(static_cast<size_t>(a.num_experts));
+    route_top_k(a.probs, a.rows, a.num_experts, a.top_k, a.norm_topk_prob, a.ids, a.wts,
+                route_order_.data());
     clock.lap(&MoeTimes::route);
     const bool low_latency = choose_mode(a);
     const Scheme wire = a.experts->input_scheme(low_latency ? DispatchMode::kEpLowLatency
@@ -377,6 +379,7 @@ class EpDispatcher final : public MoeDispatcher {
   DispatchStats stats_;
   uint64_t last_fallback_step_ = 0;
   WireFormat wire_;
+  std::vector<int32_t> route_order_;
   std::vector<int> owner_;
   std::vector<int32_t> local_;
   int64_t max_local_ = 0;

@@ -41,8 +41,8 @@ class Bf16Linear final : public Linear {
   uint64_t weight_bytes() const override {
     return static_cast<uint64_t>(in_features() * out_features()) * 2;
   }
-  void forward(const float* x, int64_t m, float* y, ThreadPool* pool) const override {
-    gemm(x, m, in_features(), w_.data_as<uint16_t>(), out_features(), y, pool);
+  void forward(const float* x, int64_t m, float* y, ExecContext& ctx) const override {
+    gemm(x, m, in_features(), w_.data_as<uint16_t>(), out_features(), y, ctx.pool());
   }
 
  private:
@@ -83,16 +83,15 @@ class Bf16ExpertBank final : public ExpertBank {
     return static_cast<uint64_t>(num_experts() * 3 * inter() * hidden()) * 2;
   }
   Scheme input_scheme(DispatchMode) const override { return Scheme::kBf16; }
-  void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
+  void run(const ActRows& rows, const int64_t* offsets, float* out, ExecContext& ctx,
            ExpertTimes* times) const override {
     const int64_t h = hidden(), i = inter(), total = offsets[num_experts()];
     constexpr int64_t kP = kBf16PanelCols, kSpan = 6 * kP;  // columns per GEMM call
     SplitClock clock(times);
+    ThreadPool* pool = ctx.pool();
     int64_t max_rows = 0;
-    const std::vector<int64_t> active = active_experts(offsets, num_experts(), &max_rows);
-    const int threads = pool ? pool->num_threads() : 1;
-    std::vector<float> act(static_cast<size_t>(total * i));
-    std::vector<float> scratch(static_cast<size_t>(threads * max_rows * kSpan));
+    const std::span<const int64_t> active = active_experts(offsets, num_experts(), ctx, &max_rows);
+    float* act = ctx.workspace().floats(kWsBf16Act, total * i);
     const auto& kern = gemm_kernels();
     const uint16_t* w13 = w13_.data_as<uint16_t>();
     const uint16_t* w2 = w2_.data_as<uint16_t>();
@@ -100,7 +99,7 @@ class Bf16ExpertBank final : public ExpertBank {
         active, 2 * pairs_ * kP, pool, total * 2 * i * h,
         [&](int64_t e, int64_t c0, int64_t c1, int thread) {
           const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
-          float* gu = scratch.data() + thread * max_rows * kSpan;
+          float* gu = ctx.arena(thread).floats(kArenaBf16GateUp, max_rows * kSpan);
           for (int64_t q = c0; q < c1; q += kSpan) {
             const int64_t cols = std::min(kSpan, c1 - q);
             const GemmBf16Args a{
@@ -110,7 +109,7 @@ class Bf16ExpertBank final : public ExpertBank {
               const int64_t u0 = q / 2 + pair * kP, n = std::min(kP, i - u0);
               for (int64_t r = 0; r < m; ++r) {
                 const float* g = gu + r * kSpan + 2 * kP * pair;
-                swiglu(g, g + kP, n, act.data() + (r0 + r) * i + u0);
+                swiglu(g, g + kP, n, act + (r0 + r) * i + u0);
               }
             }
           }
@@ -121,7 +120,7 @@ class Bf16ExpertBank final : public ExpertBank {
         active, h, pool, total * h * i, [&](int64_t e, int64_t c0, int64_t c1, int) {
           const int64_t r0 = offsets[e];
           const GemmBf16Args a{
-              act.data() + r0 * i, w2 + e * stride2_, out + r0 * h, offsets[e + 1] - r0, i, i, h};
+              act + r0 * i, w2 + e * stride2_, out + r0 * h, offsets[e + 1] - r0, i, i, h};
           kern.bf16(a, c0, c1);
         });
     clock.lap(times ? &times->gmm2 : nullptr);

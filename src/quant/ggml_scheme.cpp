@@ -17,23 +17,9 @@
 namespace mx {
 namespace {
 
-// The calling thread's scratch for kGgmlGemmRows rows of k floats, 32-byte aligned.
-float* gemm_scratch(int64_t k) {
-  thread_local std::vector<float> buf;
-  const size_t need = static_cast<size_t>(kGgmlGemmRows * k + 8);
-  if (buf.size() < need) buf.resize(need);
-  auto p = reinterpret_cast<uintptr_t>(buf.data());
-  return reinterpret_cast<float*>((p + 31) & ~uintptr_t{31});
-}
-
-// The calling thread's buffer `slot` of at least `bytes`, 64-byte aligned: quantized rows
-// outlive the parallel loops that read them, and a step makes no allocation once warm.
-uint8_t* act_buffer(int slot, size_t bytes) {
-  thread_local std::vector<uint8_t> bufs[4];
-  std::vector<uint8_t>& b = bufs[slot];
-  if (b.size() < bytes + 64) b.resize(bytes + 64);
-  auto p = reinterpret_cast<uintptr_t>(b.data());
-  return reinterpret_cast<uint8_t*>((p + 63) & ~uintptr_t{63});
+// A thread's scratch for kGgmlGemmRows rows of k floats, from its arena.
+float* gemm_scratch(Workspace& arena, int64_t k) {
+  return arena.floats(kArenaGgmlGemm, kGgmlGemmRows * k);
 }
 
 // Activation rows as the segments read them: FP32, and quantized to each dot-product type a
@@ -54,9 +40,11 @@ struct Acts {
 };
 
 // m rows of x (k values, ldx apart) quantized once to every type in `needs` (a bit per
-// GgmlActType), into the calling thread's buffers `slot` and `slot + 1`.
+// GgmlActType), into ctx's buffers kWsGgmlActs + `slot` and + `slot + 1`: the rows outlive
+// the parallel loops that read them.
 Acts prepare(const float* x, int64_t m, int64_t k, int64_t ldx, unsigned needs, int slot,
-             ThreadPool* pool) {
+             ExecContext& ctx) {
+  ThreadPool* pool = ctx.pool();
   Acts a;
   a.x = x;
   a.ldx = ldx;
@@ -64,7 +52,7 @@ Acts prepare(const float* x, int64_t m, int64_t k, int64_t ldx, unsigned needs, 
     if (!(needs & (1u << t))) continue;
     const auto at = static_cast<GgmlActType>(t);
     const int64_t stride = ggml_act_row_bytes(at, k);
-    uint8_t* buf = act_buffer(slot + t, static_cast<size_t>(m * stride));
+    uint8_t* buf = ctx.workspace().get<uint8_t>(kWsGgmlActs + slot + t, m * stride);
     auto body = [&](int64_t b, int64_t e, int) {
       for (int64_t r = b; r < e; ++r)
         ggml_dot_kernels().quantize(at, x + r * ldx, k, buf + r * stride);
@@ -92,9 +80,9 @@ struct Segment {
 // Columns per parallel work item: whole groups of the kernel's rows.
 constexpr int64_t kUnit = 4 * kGgmlGemmRows;
 
-// y[:, seg cols c0..c1) for m rows of activations, on the calling thread.
+// y[:, seg cols c0..c1) for m rows of activations, on the calling thread with its arena.
 void run_segment(const Segment& s, const Acts& x, int64_t m, int64_t k, float* y, int64_t ldy,
-                 int64_t c0, int64_t c1) {
+                 int64_t c0, int64_t c1, Workspace& arena) {
   if (s.int_dot) {
     const auto t = static_cast<int>(ggml_act_type(s.type));
     GgmlDotArgs a{s.type, s.w, s.row_bytes, x.q[t], x.qstride[t], y + s.col0, m, k, ldy};
@@ -103,29 +91,30 @@ void run_segment(const Segment& s, const Acts& x, int64_t m, int64_t k, float* y
     return;
   }
   const GgmlGemmArgs a{s.type, s.w, s.row_bytes, x.x, y + s.col0, m, k, x.ldx, ldy};
-  ggml_gemm_kernels().gemm(a, c0, c1, gemm_scratch(k));
+  ggml_gemm_kernels().gemm(a, c0, c1, gemm_scratch(arena, k));
 }
 
 // One parallel loop over (segment, column unit) pairs.
 void run_segments(const std::vector<Segment>& segs, const Acts& x, int64_t m, int64_t k, float* y,
-                  int64_t ldy, ThreadPool* pool) {
-  std::vector<int64_t> first(segs.size() + 1, 0);
-  for (size_t i = 0; i < segs.size(); ++i) {
-    first[i + 1] = first[i] + (segs[i].cols + kUnit - 1) / kUnit;
-  }
-  auto body = [&](int64_t b, int64_t e, int) {
+                  int64_t ldy, ExecContext& ctx) {
+  const size_t ns = segs.size();
+  int64_t* first = ctx.workspace().get<int64_t>(kWsGgmlUnits, static_cast<int64_t>(ns) + 1);
+  first[0] = 0;
+  for (size_t i = 0; i < ns; ++i) first[i + 1] = first[i] + (segs[i].cols + kUnit - 1) / kUnit;
+  auto body = [&](int64_t b, int64_t e, int thread) {
+    Workspace& arena = ctx.arena(thread);
     for (int64_t u = b; u < e; ++u) {
-      const size_t si =
-          static_cast<size_t>(std::upper_bound(first.begin(), first.end(), u) - first.begin() - 1);
+      const auto si = static_cast<size_t>(std::upper_bound(first, first + ns + 1, u) - first - 1);
       const int64_t c0 = (u - first[si]) * kUnit;
-      run_segment(segs[si], x, m, k, y, ldy, c0, std::min(segs[si].cols, c0 + kUnit));
+      run_segment(segs[si], x, m, k, y, ldy, c0, std::min(segs[si].cols, c0 + kUnit), arena);
     }
   };
   const int64_t work = m * k * (segs.back().col0 + segs.back().cols);
+  ThreadPool* pool = ctx.pool();
   if (pool == nullptr || pool->num_threads() == 1 || work < (1 << 15)) {
-    body(0, first.back(), 0);
+    body(0, first[ns], 0);
   } else {
-    pool->parallel_for(first.back(), body);
+    pool->parallel_for(first[ns], body);
   }
 }
 
@@ -199,10 +188,10 @@ class GgmlLinear final : public Linear {
     return "gguf:" + type_names(parts_) + act_suffix(act_);
   }
   uint64_t weight_bytes() const override { return bytes_of(parts_); }
-  void forward(const float* x, int64_t m, float* y, ThreadPool* pool) const override {
+  void forward(const float* x, int64_t m, float* y, ExecContext& ctx) const override {
     const int64_t k = in_features();
-    const Acts a = prepare(x, m, k, k, needs_, 0, pool);
-    run_segments(segs_, a, m, k, y, out_features(), pool);
+    const Acts a = prepare(x, m, k, k, needs_, 0, ctx);
+    run_segments(segs_, a, m, k, y, out_features(), ctx);
   }
 
  private:
@@ -239,7 +228,7 @@ class GgmlExpertBank final : public ExpertBank {
   }
   // FP32 rows in; gmm1 quantizes them once for every expert when its types ask for it.
   Scheme input_scheme(DispatchMode) const override { return Scheme::kBf16; }
-  void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
+  void run(const ActRows& rows, const int64_t* offsets, float* out, ExecContext& ctx,
            ExpertTimes* times) const override;
 
  private:
@@ -251,27 +240,27 @@ class GgmlExpertBank final : public ExpertBank {
   GgmlActivations act_;
 };
 
-void GgmlExpertBank::run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
+void GgmlExpertBank::run(const ActRows& rows, const int64_t* offsets, float* out, ExecContext& ctx,
                          ExpertTimes* times) const {
   const int64_t h = hidden(), i = inter(), total = offsets[num_experts()];
   SplitClock clock(times);
+  ThreadPool* pool = ctx.pool();
   int64_t max_rows = 0;
-  const std::vector<int64_t> active = active_experts(offsets, num_experts(), &max_rows);
-  thread_local std::vector<float> gu_buffer;
-  if (gu_buffer.size() < static_cast<size_t>(total * 2 * i)) {
-    gu_buffer.resize(static_cast<size_t>(total * 2 * i));
-  }
-  float* gu = gu_buffer.data();
-  const Acts x = prepare(rows.f32.data(), total, h, h, needs13_, 0, pool);
+  const std::span<const int64_t> active = active_experts(offsets, num_experts(), ctx, &max_rows);
+  float* gu = ctx.workspace().floats(kWsGgmlGateUp, total * 2 * i);
+  const Acts x = prepare(rows.f32.data(), total, h, h, needs13_, 0, ctx);
   // gate then up: one column space of 2I per expert over its segments.
   for_each_expert_block(
       active, 2 * i, pool, total * 2 * i * h,
-      [&](int64_t e, int64_t c0, int64_t c1, int) {
+      [&](int64_t e, int64_t c0, int64_t c1, int thread) {
         const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
         const Acts xe = x.from_row(r0);
         for (const Segment& s : seg13_[static_cast<size_t>(e)]) {
           const int64_t a = std::max(c0, s.col0), b = std::min(c1, s.col0 + s.cols);
-          if (a < b) run_segment(s, xe, m, h, gu + r0 * 2 * i, 2 * i, a - s.col0, b - s.col0);
+          if (a < b) {
+            run_segment(s, xe, m, h, gu + r0 * 2 * i, 2 * i, a - s.col0, b - s.col0,
+                        ctx.arena(thread));
+          }
         }
       },
       kUnit);
@@ -279,14 +268,14 @@ void GgmlExpertBank::run(const ActRows& rows, const int64_t* offsets, float* out
     float* g = gu + r * 2 * i;
     swiglu(g, g + i, i, g);
   }
-  const Acts g = prepare(gu, total, i, 2 * i, needs2_, 2, pool);
+  const Acts g = prepare(gu, total, i, 2 * i, needs2_, 2, ctx);
   clock.lap(times ? &times->gmm1 : nullptr);
   for_each_expert_block(
       active, h, pool, total * h * i,
-      [&](int64_t e, int64_t c0, int64_t c1, int) {
+      [&](int64_t e, int64_t c0, int64_t c1, int thread) {
         const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
         const Segment& s = seg2_[static_cast<size_t>(e)];
-        run_segment(s, g.from_row(r0), m, i, out + r0 * h, h, c0, c1);
+        run_segment(s, g.from_row(r0), m, i, out + r0 * h, h, c0, c1, ctx.arena(thread));
       },
       kUnit);
   clock.lap(times ? &times->gmm2 : nullptr);

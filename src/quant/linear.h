@@ -8,17 +8,33 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/exec_context.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "core/thread_pool.h"
 #include "formats/ggml_types.h"
 #include "quant/scheme.h"
 
 namespace mx {
+
+// The execution context's slots that the schemes borrow (core/exec_context.h). A scheme uses
+// them only within one forward or run call; the layers above number theirs from the counts.
+enum QuantWsSlot : int {
+  kWsActiveExperts,
+  kWsGgmlActs,  // four: two dot-product types, for the input and for a bank's gmm2
+  kWsGgmlUnits = kWsGgmlActs + 4,
+  kWsGgmlGateUp,
+  kWsMxActs,  // six: one prepared activation layout (GemmActs in mx_scheme.cpp)
+  kWsMxRow = kWsMxActs + 6,
+  kWsBf16Act,
+  kQuantWsSlots
+};
+enum QuantArenaSlot : int { kArenaGgmlGemm, kArenaMxTile, kArenaBf16GateUp, kQuantArenaSlots };
+enum QuantObjectSlot : int { kObjMxLinearRows, kObjMxConverted, kObjMxAct, kQuantObjectSlots };
 
 class Linear {
  public:
@@ -28,7 +44,8 @@ class Linear {
   virtual std::string scheme_name() const = 0;
   virtual uint64_t weight_bytes() const = 0;
   // x: [m, in] contiguous; y: [m, out] contiguous.
-  virtual void forward(const float* x, int64_t m, float* y, ThreadPool* pool) const = 0;
+  // Runs on ctx's pool, with its buffers.
+  virtual void forward(const float* x, int64_t m, float* y, ExecContext& ctx) const = 0;
 
  protected:
   Linear(int64_t in, int64_t out) : in_(in), out_(out) {}
@@ -61,7 +78,7 @@ struct ExpertTimes {
 // a few rows to many experts, and a thread wake-up per expert costs more than its GEMM.
 // fn(expert, col_begin, col_end, thread) runs on the pool's threads.
 template <typename Fn>
-void for_each_expert_block(const std::vector<int64_t>& active, int64_t cols, ThreadPool* pool,
+void for_each_expert_block(std::span<const int64_t> active, int64_t cols, ThreadPool* pool,
                            int64_t work, Fn&& fn, int64_t unit = 16) {
   const int64_t per = (cols + unit - 1) / unit;
   const int64_t total = static_cast<int64_t>(active.size()) * per;
@@ -99,17 +116,18 @@ class SplitClock {
 };
 
 // The experts with rows under `offsets` (expert e has rows [offsets[e], offsets[e + 1])), in id
-// order; *max_rows gets the most rows any of them has.
-inline std::vector<int64_t> active_experts(const int64_t* offsets, int64_t num_experts,
-                                           int64_t* max_rows) {
-  std::vector<int64_t> active;
+// order, in ctx's slot kWsActiveExperts; *max_rows gets the most rows any of them has.
+inline std::span<const int64_t> active_experts(const int64_t* offsets, int64_t num_experts,
+                                               ExecContext& ctx, int64_t* max_rows) {
+  int64_t* active = ctx.workspace().get<int64_t>(kWsActiveExperts, num_experts);
+  size_t count = 0;
   *max_rows = 0;
   for (int64_t e = 0; e < num_experts; ++e) {
     if (offsets[e + 1] == offsets[e]) continue;
-    active.push_back(e);
+    active[count++] = e;
     *max_rows = std::max(*max_rows, offsets[e + 1] - offsets[e]);
   }
-  return active;
+  return {active, count};
 }
 
 // One expert bank of a MoE layer: per expert, gate/up [2I, H] and down [H, I].
@@ -131,7 +149,7 @@ class ExpertBank {
   // Rows grouped by expert: expert e owns rows [offsets[e], offsets[e+1]). Rows in the
   // declared format go straight to gmm1; FP32 rows are quantized by gmm1 itself (counted in
   // gmm1_quantize_passes). out: [rows, H] FP32, unweighted.
-  virtual void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
+  virtual void run(const ActRows& rows, const int64_t* offsets, float* out, ExecContext& ctx,
                    ExpertTimes* times = nullptr) const = 0;
   // Rows gmm1 had to quantize itself since construction: zero on the fused path.
   uint64_t gmm1_quantize_passes() const { return gmm1_quant_passes_; }

@@ -66,14 +66,6 @@ void for_rows(int64_t m, int64_t k, ThreadPool* pool, Fn&& fn) {
   }
 }
 
-// The buffers of one thread's calls, grown to the largest and kept, so that the dozens of
-// small GEMM calls of a decode step neither allocate nor zero-fill once the thread is warm.
-template <typename T>
-T* at_least(std::vector<T>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-
 // Int8 rows for the W4A4 kernels: the codes as they are (the kernels hold 2 * value + 12 per
 // weight code), each block's sum of codes and its scale d / 2.
 void prepare_int8(const ActRows& a, int64_t row0, int64_t m, int8_t* q, int32_t* sums,
@@ -97,33 +89,34 @@ void prepare_int8(const ActRows& a, int64_t row0, int64_t m, int8_t* q, int32_t*
 // Quantized activation rows in the form the GEMM over `weight` consumes: decoded to FP32
 // (E4M3 weights); for E2M1 weights, integers for an exact per-block dot, with block sums and
 // scales for E2M1 activations (W4A4) or 14-bit fixed point for E4M3 ones (W4A8). Held in the
-// calling thread's buffers: one GemmActs per thread at a time.
+// context's slots kWsMxActs..: one GemmActs in use per context at a time, so that the dozens
+// of small GEMM calls of a decode step neither allocate nor zero-fill once warm.
 class GemmActs {
  public:
   enum class Kind { kF32, kW4a4, kW4a8, kW4Int8 };
-  GemmActs(const ActRows& a, ElemFormat weight, int64_t row0, int64_t m, ThreadPool* pool)
+  GemmActs(const ActRows& a, ElemFormat weight, int64_t row0, int64_t m, ExecContext& ctx)
       : kind_(a.int8                                                         ? Kind::kW4Int8
               : a.format == ElemFormat::kE2M1                                ? Kind::kW4a4
               : a.format == ElemFormat::kE4M3 && weight == ElemFormat::kE2M1 ? Kind::kW4a8
                                                                              : Kind::kF32),
         stride_(mx_decoded_stride(a.k)),
         nb_(mx_num_blocks(a.k)) {
-    thread_local Buffers buffers;
+    Workspace& ws = ctx.workspace();
     switch (kind_) {
       case Kind::kW4a4:
       case Kind::kW4Int8:
-        q_ = at_least(buffers.q, m * stride_);
-        sums_ = at_least(buffers.sums, m * nb_);
-        scales_ = at_least(buffers.scales, m * nb_);
+        q_ = ws.get<int8_t>(kWsMxActs + kQ, m * stride_);
+        sums_ = ws.get<int32_t>(kWsMxActs + kSums, m * nb_);
+        scales_ = ws.get<float>(kWsMxActs + kScales, m * nb_);
         break;
       case Kind::kW4a8:
-        h_ = at_least(buffers.h, m * stride_);
-        planes_ = at_least(buffers.planes, m * 2 * stride_);
-        sums_ = at_least(buffers.sums, m * nb_);
-        scales_ = at_least(buffers.scales, m * nb_);
+        h_ = ws.get<int16_t>(kWsMxActs + kH, m * stride_);
+        planes_ = ws.get<int8_t>(kWsMxActs + kPlanes, m * 2 * stride_);
+        sums_ = ws.get<int32_t>(kWsMxActs + kSums, m * nb_);
+        scales_ = ws.get<float>(kWsMxActs + kScales, m * nb_);
         break;
       case Kind::kF32:
-        f_ = at_least(buffers.f, m * stride_);
+        f_ = ws.get<float>(kWsMxActs + kF, m * stride_);
         break;
     }
     auto body = [&](int64_t r0, int64_t r1, int) {
@@ -145,7 +138,7 @@ class GemmActs {
           break;
       }
     };
-    for_rows(m, a.k, pool, body);
+    for_rows(m, a.k, ctx.pool(), body);
   }
   // Arguments for rows [r0, r0 + m) of these activations.
   MxGemmArgs args(int64_t r0, int64_t m, const MxPanelView& w, float* y, int64_t ldy) const {
@@ -183,14 +176,8 @@ class GemmActs {
   }
 
  private:
-  struct Buffers {
-    std::vector<float> f;
-    std::vector<int8_t> q;
-    std::vector<int16_t> h;
-    std::vector<int8_t> planes;
-    std::vector<int32_t> sums;
-    std::vector<float> scales;
-  };
+  // Offsets of the buffers from kWsMxActs (six slots, linear.h).
+  static constexpr int kF = 0, kQ = 1, kH = 2, kPlanes = 3, kSums = 4, kScales = 5;
   Kind kind_;
   int64_t stride_, nb_;
   float* f_ = nullptr;
@@ -203,9 +190,10 @@ class GemmActs {
 
 // y[m, w.n] from quantized activation rows [row0, row0 + m) of `a`.
 void gemm_rows(const ActRows& a, int64_t row0, int64_t m, const MxPanelView& w, float* y,
-               ThreadPool* pool) {
+               ExecContext& ctx) {
   if (m == 0) return;
-  const GemmActs acts(a, w.format, row0, m, pool);
+  ThreadPool* pool = ctx.pool();
+  const GemmActs acts(a, w.format, row0, m, ctx);
   const int64_t n = w.n;
   const MxGemmArgs args = acts.args(0, m, w, y, n);
   auto body = [&](int64_t b, int64_t e, int) {
@@ -224,16 +212,14 @@ class MxLinear final : public Linear {
   MxLinear(const MxWeights& w, ScaleRule rule) : Linear(w.k, w.n), w_(w, 1), rule_(rule) {}
   std::string scheme_name() const override { return std::string(scheme_info(w_.scheme()).name); }
   uint64_t weight_bytes() const override { return w_.bytes(); }
-  void forward(const float* x, int64_t m, float* y, ThreadPool* pool) const override {
-    // A reference, so that the row loop's workers write this thread's buffer, not their own.
-    thread_local ActRows buffer;
-    ActRows& a = buffer;
+  void forward(const float* x, int64_t m, float* y, ExecContext& ctx) const override {
+    ActRows& a = ctx.workspace().object<ActRows>(kObjMxLinearRows);
     act_rows_init(w_.scheme(), w_.k(), rule_, &a);
     a.resize(m);
-    for_rows(m, w_.k(), pool, [&](int64_t r0, int64_t r1, int) {
+    for_rows(m, w_.k(), ctx.pool(), [&](int64_t r0, int64_t r1, int) {
       for (int64_t r = r0; r < r1; ++r) act_rows_quantize(x + r * w_.k(), r, rule_, &a);
     });
-    gemm_rows(a, 0, m, w_.view(0), y, pool);
+    gemm_rows(a, 0, m, w_.view(0), y, ctx);
   }
 
  private:
@@ -278,48 +264,29 @@ class MxExpertBank final : public ExpertBank {
     return mode == DispatchMode::kEpNormal ? RowFloat::kBf16 : RowFloat::kF32;
   }
 
-  void run(const ActRows& rows, const int64_t* offsets, float* out, ThreadPool* pool,
+  void run(const ActRows& rows, const int64_t* offsets, float* out, ExecContext& ctx,
            ExpertTimes* times) const override {
     const int64_t h = hidden(), i = inter();
     SplitClock clock(times);
     const int64_t total = offsets[num_experts()];
     // Rows not in gmm1's format (FP32, or another MX format off the wire) are quantized here.
     const ActRows* in = &rows;
-    thread_local ActRows converted_buffer, act_buffer;
-    ActRows& converted = converted_buffer;  // references: the workers below share them
-    ActRows& act = act_buffer;
-    if (!rows.in_format_of(w13_.scheme())) {
-      act_rows_init(w13_.scheme(), h, rule_, &converted);
-      converted.resize(total);
-      std::vector<float> f(static_cast<size_t>(h));
-      for (int64_t r = 0; r < total; ++r) {
-        const float* src = rows.f32.data() + r * h;
-        if (rows.int8) {
-          const auto* c = reinterpret_cast<const int8_t*>(rows.codes.data() + r * rows.row_bytes);
-          const float* d = rows.int8_scales.data() + r * mx_num_blocks(h);
-          for (int64_t j = 0; j < h; ++j) f[static_cast<size_t>(j)] = c[j] * d[j / kMxBlock];
-          src = f.data();
-        } else if (rows.quantized) {
-          mx_decode_activations(act_view(rows, r, 1), f.data());
-          src = f.data();
-        }
-        act_rows_quantize(src, r, rule_, &converted);
-      }
-      gmm1_quant_passes_ += static_cast<uint64_t>(total);
-      in = &converted;
-    }
+    if (!rows.in_format_of(w13_.scheme())) in = convert(rows, total, ctx);
     int64_t max_rows = 0;
-    const std::vector<int64_t> active = active_experts(offsets, num_experts(), &max_rows);
+    const std::span<const int64_t> active = active_experts(offsets, num_experts(), ctx, &max_rows);
     if (active.empty()) return;
+    ActRows& act = ctx.workspace().object<ActRows>(kObjMxAct);
     act_rows_init(w2_.scheme(), i, rule_, &act);
     act.resize(total);
-    const GemmActs in_acts(*in, scheme_info(w13_.scheme()).weight, 0, total, pool);
-    fused_gmm1(in_acts, active, offsets, total, &act, pool);
+    {
+      const GemmActs in_acts(*in, scheme_info(w13_.scheme()).weight, 0, total, ctx);
+      fused_gmm1(in_acts, active, offsets, total, &act, ctx);
+    }
     clock.lap(times ? &times->gmm1 : nullptr);
     // gmm2: one grouped GEMM over every active expert, activations prepared once for all rows.
-    const GemmActs acts(act, scheme_info(w2_.scheme()).weight, 0, total, pool);
+    const GemmActs acts(act, scheme_info(w2_.scheme()).weight, 0, total, ctx);
     for_each_expert_block(
-        active, h, pool, total * h * i, [&](int64_t e, int64_t c0, int64_t c1, int) {
+        active, h, ctx.pool(), total * h * i, [&](int64_t e, int64_t c0, int64_t c1, int) {
           const int64_t r0 = offsets[e];
           acts.run(acts.args(r0, offsets[e + 1] - r0, w2_.view(e), out + r0 * h, h), c0, c1);
         });
@@ -327,24 +294,47 @@ class MxExpertBank final : public ExpertBank {
   }
 
  private:
+  // `rows` requantized into gmm1's format, in ctx's object slot kObjMxConverted.
+  const ActRows* convert(const ActRows& rows, int64_t total, ExecContext& ctx) const {
+    const int64_t h = hidden();
+    ActRows& converted = ctx.workspace().object<ActRows>(kObjMxConverted);
+    act_rows_init(w13_.scheme(), h, rule_, &converted);
+    converted.resize(total);
+    float* f = ctx.workspace().floats(kWsMxRow, h);
+    for (int64_t r = 0; r < total; ++r) {
+      const float* src = rows.f32.data() + r * h;
+      if (rows.int8) {
+        const auto* c = reinterpret_cast<const int8_t*>(rows.codes.data() + r * rows.row_bytes);
+        const float* d = rows.int8_scales.data() + r * mx_num_blocks(h);
+        for (int64_t j = 0; j < h; ++j) f[j] = c[j] * d[j / kMxBlock];
+        src = f;
+      } else if (rows.quantized) {
+        mx_decode_activations(act_view(rows, r, 1), f);
+        src = f;
+      }
+      act_rows_quantize(src, r, rule_, &converted);
+    }
+    gmm1_quant_passes_ += static_cast<uint64_t>(total);
+    return &converted;
+  }
+
   // gmm1 fused: per expert and slice of intermediate columns, the gate and up GEMM into a
   // small tile, SwiGLU, and requantization straight into gmm2's input rows. Slices start on
   // whole blocks (whole 512-chunks when dual-level), which the requantization treats alone,
   // and every GEMM output sees the same operations whatever columns or rows it is computed
   // with, so the result is the unfused pipeline's bit for bit with no [rows, 2I] buffer.
-  void fused_gmm1(const GemmActs& acts, const std::vector<int64_t>& active, const int64_t* offsets,
-                  int64_t total, ActRows* act, ThreadPool* pool) const {
+  void fused_gmm1(const GemmActs& acts, std::span<const int64_t> active, const int64_t* offsets,
+                  int64_t total, ActRows* act, ExecContext& ctx) const {
     const int64_t h = hidden(), i = inter();
     const int64_t unit = act_rows_unit(*act);
     // 128 columns, the AVX2 kernel's widest panel group, unless a dual-level chunk is wider.
     const int64_t slice = std::max<int64_t>(unit, 128);
     constexpr int64_t kTileRows = 192;
-    auto body = [&](int64_t e, int64_t c0, int64_t c1, int) {
-      thread_local std::vector<float> tile_buffer;
+    auto body = [&](int64_t e, int64_t c0, int64_t c1, int thread) {
       // Gate columns [cs, ce) and up columns from the panel holding i + cs: its first `pad`
       // columns belong to the gate slice before and are ignored.
       const int64_t ld = slice + kMxPanelCols;
-      float* tile = at_least(tile_buffer, kTileRows * (slice + ld) + slice);
+      float* tile = ctx.arena(thread).floats(kArenaMxTile, kTileRows * (slice + ld) + slice);
       float* gate = tile;
       float* up = tile + kTileRows * slice;
       float* swi = up + kTileRows * ld;
@@ -366,7 +356,7 @@ class MxExpertBank final : public ExpertBank {
         }
       }
     };
-    for_each_expert_block(active, i, pool, total * 2 * i * h, body, unit);
+    for_each_expert_block(active, i, ctx.pool(), total * 2 * i * h, body, unit);
   }
 
   PackedMx w13_;  // E parts of [2I, H]

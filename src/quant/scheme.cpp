@@ -218,19 +218,30 @@ Tensor dequantize_weight(const MxWeights& w) {
   return out;
 }
 
+namespace {
+
+// Grows v to at least n and never shrinks it: rows held in an execution context keep their
+// largest size, so a decode step after a prefill neither frees nor zero-fills them again.
+template <typename T>
+void grow_to(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+}
+
+}  // namespace
+
 void ActRows::resize(int64_t r) {
   rows = r;
   if (!quantized) {
-    f32.resize(static_cast<size_t>(r * k));
+    grow_to(f32, r * k);
     return;
   }
-  codes.resize(static_cast<size_t>(r * row_bytes));
+  grow_to(codes, r * row_bytes);
   if (int8) {
-    int8_scales.resize(static_cast<size_t>(r * mx_num_blocks(k)));
+    grow_to(int8_scales, r * mx_num_blocks(k));
     return;
   }
-  scales.resize(static_cast<size_t>(r * mx_num_blocks(k)));
-  if (dual) chunk_scales.resize(static_cast<size_t>(r * mx_num_chunks(k)));
+  grow_to(scales, r * mx_num_blocks(k));
+  if (dual) grow_to(chunk_scales, r * mx_num_chunks(k));
 }
 
 void act_rows_init(Scheme scheme, int64_t k, ScaleRule rule, ActRows* out) {

@@ -72,6 +72,8 @@ struct ActRows {
   std::vector<uint8_t> scales;      // [rows, ceil(k/32)] (MX)
   std::vector<float> chunk_scales;  // [rows, ceil(k/512)] when dual
   std::vector<float> int8_scales;   // [rows, ceil(k/32)] when int8
+  // Room for r rows. The vectors only grow, so they may hold more than `rows` rows: the
+  // rows an execution context keeps are reused from step to step at their largest.
   void resize(int64_t r);
   // Whether these rows are in `scheme`'s activation format already.
   bool in_format_of(Scheme scheme) const;
