@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "kernels/ggml_dot_simd.h"
+#include "kernels/prefetch.h"
 
 namespace mx::ggml_dot_detail {
 namespace {
@@ -213,6 +214,14 @@ void pre_q8_0(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* ou
   }
 }
 
+// The bytes of a block kAhead bytes on, line by line: at one activation row a panel kernel's
+// loads come too unevenly for the hardware prefetcher to keep memory busy (Q4_K from memory ran at
+// 0.69x the row kernel's speed without this).
+constexpr int64_t kAhead = 4608;
+inline void prefetch_block(const uint8_t* blk, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) prefetch_line(blk + kAhead + o);
+}
+
 // ---- Kernels: R activation rows against one panel over blocks [b0, b0 + nb) ----
 
 // Sub-block j's sixteen rows of 32 weights as eight registers of unsigned bytes: four loads,
@@ -258,6 +267,7 @@ struct Q4kPanel {
     for (int64_t bi = 0; bi < nb; ++bi) {
       const int64_t b = b0 + bi;
       const uint8_t* blk = pan + b * kPanelBlock;
+      prefetch_block(blk, kPanelBlock);
       const __m512 d = _mm512_cvtph_ps(load256(blk)), dmin = _mm512_cvtph_ps(load256(blk + 32));
       __m512i mv[8];
       for (int j = 0; j < 8; ++j) {
@@ -309,6 +319,7 @@ struct Iq4XsPanel {
     for (int64_t bi = 0; bi < nb; ++bi) {
       const int64_t b = b0 + bi;
       const uint8_t* blk = pan + b * kIq4PanelBlock;
+      prefetch_block(blk, kIq4PanelBlock);
       const __m512 d = _mm512_cvtph_ps(load256(blk));
       for (int j = 0; j < 8; ++j) {
         const __m512i lo =
@@ -348,6 +359,7 @@ struct Q6kPanel {
     for (int64_t bi = 0; bi < nb; ++bi) {
       const int64_t b = b0 + bi;
       const uint8_t* blk = pan + b * kQ6kPanelBlock;
+      prefetch_block(blk, kQ6kPanelBlock);
       const __m512 d = _mm512_cvtph_ps(load256(blk));
       for (int g = 0; g < 16; ++g) {
         const __m512i sc = _mm512_cvtepi8_epi32(load128(blk + 32 + 16 * g));
@@ -390,6 +402,7 @@ struct Q80Panel {
     for (int64_t bi = 0; bi < nb; ++bi) {
       const int64_t b = b0 + bi;
       const uint8_t* blk = pan + b * kQ8PanelBlock;
+      prefetch_block(blk, kQ8PanelBlock);
       const __m512 dw = _mm512_cvtph_ps(load256(blk));
       __m512i w[8];
       for (int v = 0; v < 8; ++v) w[v] = load512(blk + 32 + 64 * v);
