@@ -487,32 +487,41 @@ void repack_avx512(GgmlType t, const uint8_t* rows, int64_t row_bytes, int64_t n
   panel_type(t)->repack(rows, row_bytes, n, k, out);
 }
 
-// Columns [n_begin, n_end) of y, eight activation rows a pass over the panels that hold them
-// (a panel only partly inside is computed whole and stored masked); k is walked in chunks of
-// blocks whose activation terms fit the stack, the columns accumulating in y after the first.
+// Columns [n_begin, n_end) of y in blocks of panels that together stay in L2 (about 256 KiB),
+// each block swept by eight activation rows at a time, so the weights stream from memory once
+// and the activations once per block; a panel only partly inside the columns is computed whole
+// and stored masked. k is walked in chunks of blocks whose activation terms fit the stack, the
+// columns accumulating in y after the first.
 void gemm_panels_avx512(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end) {
   constexpr int kR = kMaxRows512;
   const PanelType& pt = *panel_type(a.type);
   const int64_t nblk = a.k / pt.values, chunk = kPreInts / (kR * pt.per);
+  const int64_t panel_bytes = nblk * pt.bytes;
+  const int64_t block_cols = 16 * std::max<int64_t>(1, (256 << 10) / panel_bytes);
   alignas(64) int32_t pre[kPreInts];
-  for (int64_t i0 = 0; i0 < a.m; i0 += kR) {
-    const int rows = static_cast<int>(std::min<int64_t>(kR, a.m - i0));
-    ActRowView x[kR];
-    for (int r = 0; r < rows; ++r) x[r] = act_row_view(pt.act, a.xq + (i0 + r) * a.xq_stride, a.k);
-    for (int64_t b0 = 0; b0 < nblk; b0 += chunk) {
-      const int64_t nb = std::min(chunk, nblk - b0);
-      pt.pre(x, rows, b0, nb, pre);
-      for (int64_t n0 = n_begin / 16 * 16; n0 < n_end; n0 += 16) {
-        const int64_t lo = std::max<int64_t>(n_begin - n0, 0),
-                      hi = std::min<int64_t>(n_end - n0, 16);
-        const auto mask = static_cast<__mmask16>((0xFFFFu >> (16 - hi)) & (0xFFFFu << lo));
-        float* y0 = a.y + i0 * a.ldy + n0;
-        __m512 tot[kR];
-        for (int r = 0; r < rows; ++r) {
-          tot[r] = b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y0 + r * a.ldy);
+  for (int64_t nb0 = n_begin / 16 * 16; nb0 < n_end; nb0 += block_cols) {
+    const int64_t nb1 = std::min(n_end, nb0 + block_cols);
+    for (int64_t i0 = 0; i0 < a.m; i0 += kR) {
+      const int rows = static_cast<int>(std::min<int64_t>(kR, a.m - i0));
+      ActRowView x[kR];
+      for (int r = 0; r < rows; ++r) {
+        x[r] = act_row_view(pt.act, a.xq + (i0 + r) * a.xq_stride, a.k);
+      }
+      for (int64_t b0 = 0; b0 < nblk; b0 += chunk) {
+        const int64_t nb = std::min(chunk, nblk - b0);
+        pt.pre(x, rows, b0, nb, pre);
+        for (int64_t n0 = nb0; n0 < nb1; n0 += 16) {
+          const int64_t lo = std::max<int64_t>(n_begin - n0, 0);
+          const int64_t hi = std::min<int64_t>(nb1 - n0, 16);
+          const auto mask = static_cast<__mmask16>((0xFFFFu >> (16 - hi)) & (0xFFFFu << lo));
+          float* y0 = a.y + i0 * a.ldy + n0;
+          __m512 tot[kR];
+          for (int r = 0; r < rows; ++r) {
+            tot[r] = b0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y0 + r * a.ldy);
+          }
+          pt.fns.f[rows - 1](a.w + n0 / 16 * panel_bytes, x, pre, b0, nb, tot);
+          for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(y0 + r * a.ldy, mask, tot[r]);
         }
-        pt.fns.f[rows - 1](a.w + n0 / 16 * nblk * pt.bytes, x, pre, b0, nb, tot);
-        for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(y0 + r * a.ldy, mask, tot[r]);
       }
     }
   }

@@ -103,10 +103,14 @@ void run_segments(const std::vector<Segment>& segs, const Acts& x, int64_t m, in
   for (size_t i = 0; i < ns; ++i) first[i + 1] = first[i] + (segs[i].cols + kUnit - 1) / kUnit;
   auto body = [&](int64_t b, int64_t e, int thread) {
     Workspace& arena = ctx.arena(thread);
-    for (int64_t u = b; u < e; ++u) {
+    // Each segment's run of units in one call, so that a kernel can block its columns.
+    for (int64_t u = b; u < e;) {
       const auto si = static_cast<size_t>(std::upper_bound(first, first + ns + 1, u) - first - 1);
+      const int64_t u1 = std::min(e, first[si + 1]);
       const int64_t c0 = (u - first[si]) * kUnit;
-      run_segment(segs[si], x, m, k, y, ldy, c0, std::min(segs[si].cols, c0 + kUnit), arena);
+      const int64_t c1 = std::min(segs[si].cols, (u1 - first[si]) * kUnit);
+      run_segment(segs[si], x, m, k, y, ldy, c0, c1, arena);
+      u = u1;
     }
   };
   const int64_t work = m * k * (segs.back().col0 + segs.back().cols);
