@@ -169,8 +169,9 @@ std::vector<GgmlWeight> for_kernels(std::vector<GgmlWeight> parts, GgmlActivatio
     const int panel = kern.panel_rows(p.type);
     if (panel == 0) continue;
     const int64_t rb = ggml_row_bytes(p.type, p.in);
-    Tensor packed =
-        Tensor::empty(DType::kU8, {ggml_panel_bytes(p.type, panel, p.out, p.in) / rb, rb});
+    // On huge pages, as every packed weight: a decode step streams them whole (core/huge_pages.h).
+    Tensor packed = Tensor::empty(
+        DType::kU8, {ggml_panel_bytes(p.type, panel, p.out, p.in) / rb, rb}, Placement::kHugePages);
     kern.repack(p.type, p.rows.data_as<uint8_t>(), p.rows.dim(1), p.out, p.in,
                 packed.mutable_data_as<uint8_t>());
     p.rows.release_mapped_pages();
