@@ -355,7 +355,7 @@ struct Q6kPanel {
   static void run(const uint8_t* pan, const ActRowView* x, const int32_t* pre, int64_t b0,
                   int64_t nb, __m512* tot) {
     alignas(64) float dsc[16][16];
-    const __m512i m30 = _mm512_set1_epi8(0x30);
+    const __m512i m30 = _mm512_set1_epi8(0x30), m4 = _mm512_set1_epi8(0x0F);
     for (int64_t bi = 0; bi < nb; ++bi) {
       const int64_t b = b0 + bi;
       const uint8_t* blk = pan + b * kQ6kPanelBlock;
@@ -367,14 +367,20 @@ struct Q6kPanel {
       }
       __m512 acc[R];
       for (int j = 0; j < 8; ++j) {
+        // Nibble registers unmasked: one vpternlogd per register keeps the low nibble and ORs
+        // the high bits in, (a & 0x0F) | b (0xEC), where a mask and an OR would take two.
         __m512i w[8];
-        nibbles(blk + 288 + 256 * j, w);
+        for (int u = 0; u < 4; ++u) {
+          w[u] = load512(blk + 288 + 256 * j + 64 * u);
+          w[u + 4] = _mm512_srli_epi16(w[u], 4);
+        }
         for (int h = 0; h < 2; ++h) {
           const __m512i hv = load512(blk + 2336 + 128 * j + 64 * h);
           const __m512i f[4] = {_mm512_slli_epi16(hv, 4), _mm512_slli_epi16(hv, 2), hv,
                                 _mm512_srli_epi16(hv, 2)};
           for (int u = 0; u < 4; ++u) {
-            w[4 * h + u] = _mm512_or_si512(w[4 * h + u], _mm512_and_si512(f[u], m30));
+            w[4 * h + u] =
+                _mm512_ternarylogic_epi32(w[4 * h + u], _mm512_and_si512(f[u], m30), m4, 0xEC);
           }
         }
         const __m512 sa = _mm512_load_ps(dsc[2 * j]), sb = _mm512_load_ps(dsc[2 * j + 1]);
