@@ -39,33 +39,61 @@ struct Acts {
   }
 };
 
-// m rows of x (k values, ldx apart) quantized once to every type in `needs` (a bit per
-// GgmlActType), into ctx's buffers kWsGgmlActs + `slot` and + `slot + 1`: the rows outlive
-// the parallel loops that read them.
-Acts prepare(const float* x, int64_t m, int64_t k, int64_t ldx, unsigned needs, int slot,
-             ExecContext& ctx) {
-  ThreadPool* pool = ctx.pool();
+// Room in the context for m rows of k values in every type in `needs` (a bit per
+// GgmlActType), in slots `slot` and `slot + 1`; x as the FP32 rows.
+Acts act_buffers(const float* x, int64_t m, int64_t k, int64_t ldx, unsigned needs, int slot,
+                 ExecContext& ctx) {
   Acts a;
   a.x = x;
   a.ldx = ldx;
   for (int t = 0; t < 2; ++t) {
     if (!(needs & (1u << t))) continue;
+    const int64_t stride = ggml_act_row_bytes(static_cast<GgmlActType>(t), k);
+    a.q[t] = ctx.workspace().get<uint8_t>(kWsGgmlActs + slot + t, m * stride);
+    a.qstride[t] = stride;
+  }
+  return a;
+}
+
+// m rows of x (k values, ldx apart) quantized once to every type in `needs`.
+Acts prepare(const float* x, int64_t m, int64_t k, int64_t ldx, unsigned needs, int slot,
+             ExecContext& ctx) {
+  ThreadPool* pool = ctx.pool();
+  const Acts a = act_buffers(x, m, k, ldx, needs, slot, ctx);
+  for (int t = 0; t < 2; ++t) {
+    if (a.q[t] == nullptr) continue;
     const auto at = static_cast<GgmlActType>(t);
-    const int64_t stride = ggml_act_row_bytes(at, k);
-    uint8_t* buf = ctx.workspace().get<uint8_t>(kWsGgmlActs + slot + t, m * stride);
+    auto* buf = const_cast<uint8_t*>(a.q[t]);
     auto body = [&](int64_t b, int64_t e, int) {
-      for (int64_t r = b; r < e; ++r)
-        ggml_dot_kernels().quantize(at, x + r * ldx, k, buf + r * stride);
+      for (int64_t r = b; r < e; ++r) {
+        ggml_dot_kernels().quantize(at, x + r * ldx, k, buf + r * a.qstride[t]);
+      }
     };
     if (pool != nullptr && pool->num_threads() > 1 && m >= 16) {
       pool->parallel_for(m, body);
     } else {
       body(0, m, 0);
     }
-    a.q[t] = buf;
-    a.qstride[t] = stride;
   }
   return a;
+}
+
+// Values [c0, c1) of a row of k (whole blocks of its type) quantized into their places in
+// `row`, a row laid out for all k (ggml_dot.h): a block's codes and scales depend on that block
+// alone, so the pieces equal the whole row's. `tmp` holds ggml_act_row_bytes(a, c1 - c0).
+void quantize_range(GgmlActType a, const float* x, int64_t k, int64_t c0, int64_t c1, uint8_t* row,
+                    uint8_t* tmp) {
+  const int64_t n = c1 - c0, blk = ggml_act_block(a);
+  ggml_dot_kernels().quantize(a, x, n, tmp);
+  std::memcpy(row + c0, tmp, static_cast<size_t>(n));
+  std::memcpy(row + k + 4 * (c0 / blk), tmp + n, static_cast<size_t>(4 * (n / blk)));
+  if (a == GgmlActType::kQ8_0) {  // s per 32 after the scales
+    std::memcpy(row + k + 4 * (k / 32) + 4 * (c0 / 32), tmp + n + 4 * (n / 32),
+                static_cast<size_t>(4 * (n / 32)));
+  } else {  // int16 sums per 16 after the scales
+    std::memcpy(row + k + 4 * (k / 256) + 2 * (c0 / 16), tmp + n + 4 * (n / 256),
+                static_cast<size_t>(2 * (n / 16)));
+  }
 }
 
 struct Segment {
@@ -254,26 +282,43 @@ void GgmlExpertBank::run(const ActRows& rows, const int64_t* offsets, float* out
   const std::span<const int64_t> active = active_experts(offsets, num_experts(), ctx, &max_rows);
   float* gu = ctx.workspace().floats(kWsGgmlGateUp, total * 2 * i);
   const Acts x = prepare(rows.f32.data(), total, h, h, needs13_, 0, ctx);
-  // gate then up: one column space of 2I per expert over its segments.
+  const Acts g = act_buffers(gu, total, i, 2 * i, needs2_, 2, ctx);
+  // gmm1 with its epilogue, a unit of intermediate columns at a time (whole blocks of gmm2's
+  // dot-product types): gate and up for those columns, SwiGLU, and gmm2's activations
+  // quantized from them while they are in cache, where a pass over all rows would follow.
+  const int64_t unit = i % 256 == 0 ? 256 : 32;
+  int64_t tmp_bytes = 64;
+  for (int t = 0; t < 2; ++t) {
+    if (g.q[t] != nullptr) {
+      tmp_bytes = std::max(tmp_bytes, ggml_act_row_bytes(static_cast<GgmlActType>(t), i));
+    }
+  }
   for_each_expert_block(
-      active, 2 * i, pool, total * 2 * i * h,
+      active, i, pool, total * 2 * i * h,
       [&](int64_t e, int64_t c0, int64_t c1, int thread) {
         const int64_t r0 = offsets[e], m = offsets[e + 1] - r0;
         const Acts xe = x.from_row(r0);
         for (const Segment& s : seg13_[static_cast<size_t>(e)]) {
-          const int64_t a = std::max(c0, s.col0), b = std::min(c1, s.col0 + s.cols);
-          if (a < b) {
-            run_segment(s, xe, m, h, gu + r0 * 2 * i, 2 * i, a - s.col0, b - s.col0,
-                        ctx.arena(thread));
+          for (const int64_t off : {int64_t{0}, i}) {
+            const int64_t a = std::max(off + c0, s.col0), b = std::min(off + c1, s.col0 + s.cols);
+            if (a < b) {
+              run_segment(s, xe, m, h, gu + r0 * 2 * i, 2 * i, a - s.col0, b - s.col0,
+                          ctx.arena(thread));
+            }
+          }
+        }
+        uint8_t* tmp = ctx.arena(thread).get<uint8_t>(kArenaGgmlChunk, tmp_bytes);
+        for (int64_t r = r0; r < r0 + m; ++r) {
+          float* gr = gu + r * 2 * i;
+          swiglu(gr + c0, gr + i + c0, c1 - c0, gr + c0);
+          for (int t = 0; t < 2; ++t) {
+            if (g.q[t] == nullptr) continue;
+            quantize_range(static_cast<GgmlActType>(t), gr + c0, i, c0, c1,
+                           const_cast<uint8_t*>(g.q[t]) + r * g.qstride[t], tmp);
           }
         }
       },
-      kUnit);
-  for (int64_t r = 0; r < total; ++r) {
-    float* g = gu + r * 2 * i;
-    swiglu(g, g + i, i, g);
-  }
-  const Acts g = prepare(gu, total, i, 2 * i, needs2_, 2, ctx);
+      unit);
   clock.lap(times ? &times->gmm1 : nullptr);
   for_each_expert_block(
       active, h, pool, total * h * i,

@@ -33,7 +33,13 @@ enum QuantWsSlot : int {
   kWsBf16Act,
   kQuantWsSlots
 };
-enum QuantArenaSlot : int { kArenaGgmlGemm, kArenaMxTile, kArenaBf16GateUp, kQuantArenaSlots };
+enum QuantArenaSlot : int {
+  kArenaGgmlGemm,
+  kArenaGgmlChunk,
+  kArenaMxTile,
+  kArenaBf16GateUp,
+  kQuantArenaSlots
+};
 enum QuantObjectSlot : int { kObjMxLinearRows, kObjMxConverted, kObjMxAct, kQuantObjectSlots };
 
 class Linear {
