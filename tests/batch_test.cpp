@@ -131,11 +131,11 @@ TEST(Batch, HybridSlotsMustBeDistinctAndInRange) {
   std::vector<float> logits(static_cast<size_t>(2 * (*m)->config().vocab_size));
   SeqSlice a{tok.data(), 2, 0, &b0, SeqSlice::Logits::kLast, 0};
   SeqSlice b{tok.data(), 2, 0, &b1, SeqSlice::Logits::kLast, 0};
-  EXPECT_FALSE((*m)->forward_batch({a, b}, kv, logits.data()).is_ok());
+  EXPECT_FALSE((*m)->forward_batch(std::vector<SeqSlice>{a, b}, kv, logits.data()).is_ok());
   b.slot = 2;
-  EXPECT_FALSE((*m)->forward_batch({a, b}, kv, logits.data()).is_ok());
+  EXPECT_FALSE((*m)->forward_batch(std::vector<SeqSlice>{a, b}, kv, logits.data()).is_ok());
   b.slot = 1;
-  EXPECT_TRUE((*m)->forward_batch({a, b}, kv, logits.data()).is_ok());
+  EXPECT_TRUE((*m)->forward_batch(std::vector<SeqSlice>{a, b}, kv, logits.data()).is_ok());
 }
 TEST(Batch, HybridBatchedEqualsAlone) {
   const std::string dir = test::shared_dir() + "/fixtures/tiny-qwen3_5-moe";

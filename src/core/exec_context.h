@@ -28,6 +28,13 @@ class ExecContext {
   Workspace& workspace() { return workspace_; }
   // The arena of thread `thread` of a parallel loop (0 is the calling thread).
   Workspace& arena(int thread) { return arenas_[static_cast<size_t>(thread)].ws; }
+  // Sizes `slot` of every thread's arena for n values of T, before a parallel loop whose items
+  // ask for at most that: which thread takes which item changes from call to call, and an
+  // arena sized only by the items it happened to run would grow in some later call.
+  template <typename T>
+  void reserve_arenas(int slot, int64_t n) {
+    for (Arena& a : arenas_) a.ws.get<T>(slot, n);
+  }
 
  private:
   // Apart by a cache line: a thread growing its arena writes only its own.

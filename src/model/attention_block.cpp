@@ -153,9 +153,22 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
   const KvDtype dtype = kv.dtype();
   const std::span<const RowRun> runs = row_runs(ctx, group);
   const auto n_items = static_cast<int64_t>(runs.size()) * nkv;
+  // Scratch and block tables in steps of the context's length (it grows by a token a step),
+  // reserved in every thread's arena for the largest run: a prefill's layers then neither map
+  // nor fault in a fresh megabyte per call, and decode steps do not follow the length.
+  int64_t scratch_floats = 0, tables = 0;
+  for (const RowRun& run : runs) {
+    const int64_t rows = run.end - run.begin;
+    const int64_t max_len = ctx.row_pos[static_cast<size_t>(run.begin)] + rows;
+    scratch_floats = std::max(scratch_floats,
+                              attention_scratch_floats(rows, group, workspace_steps(max_len), d));
+    tables = std::max(tables, workspace_steps((max_len + bs - 1) / bs));
+  }
+  ctx.exec.reserve_arenas<float>(kArenaAttention, scratch_floats);
+  for (int slot : {kArenaKeyBlocks, kArenaValueBlocks, kArenaKeyScales, kArenaValueScales}) {
+    ctx.exec.reserve_arenas<const void*>(slot, tables);
+  }
   ctx.exec.pool()->parallel_for(n_items, [&](int64_t b, int64_t e, int thread) {
-    // The thread's arena keeps the scores and block tables at their largest, so that a
-    // prefill's layers do not map and fault in a fresh megabyte per call.
     Workspace& arena = ctx.exec.arena(thread);
     for (int64_t idx = b; idx < e; ++idx) {
       const RowRun& run = runs[static_cast<size_t>(idx / nkv)];
@@ -164,8 +177,7 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
       const int64_t max_len = len0 + rows - 1, nblk = (max_len + bs - 1) / bs;
       const SeqSlice& sq =
           ctx.seqs[static_cast<size_t>(ctx.row_seq[static_cast<size_t>(run.begin)])];
-      float* scratch =
-          arena.floats(kArenaAttention, attention_scratch_floats(rows, group, max_len, d));
+      float* scratch = arena.floats(kArenaAttention, scratch_floats);
       const int64_t h0 = kvh * group;
       const AttentionRows a{l.q + run.begin * l.q_ld + h0 * d,
                             l.q_ld,
@@ -180,10 +192,10 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
                             scale,
                             scratch};
       if (dtype == KvDtype::kFp8E4M3) {
-        auto* kb = arena.get<const uint8_t*>(kArenaKeyBlocks, nblk);
-        auto* vb = arena.get<const uint8_t*>(kArenaValueBlocks, nblk);
-        auto* ks = arena.get<const float*>(kArenaKeyScales, nblk);
-        auto* vs = arena.get<const float*>(kArenaValueScales, nblk);
+        auto* kb = arena.get<const uint8_t*>(kArenaKeyBlocks, tables);
+        auto* vb = arena.get<const uint8_t*>(kArenaValueBlocks, tables);
+        auto* ks = arena.get<const float*>(kArenaKeyScales, tables);
+        auto* vs = arena.get<const float*>(kArenaValueScales, tables);
         for (int64_t j = 0; j < nblk; ++j) {
           kb[j] = kv.k_fp8(li, sq.blocks[j]) + kvh * head_block;
           vb[j] = kv.v_fp8(li, sq.blocks[j]) + kvh * head_block;
@@ -192,16 +204,16 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
         }
         attention_group_paged_fp8(a, kb, vb, ks, vs);
       } else if (dtype == KvDtype::kBF16) {
-        auto* kb = arena.get<const uint16_t*>(kArenaKeyBlocks, nblk);
-        auto* vb = arena.get<const uint16_t*>(kArenaValueBlocks, nblk);
+        auto* kb = arena.get<const uint16_t*>(kArenaKeyBlocks, tables);
+        auto* vb = arena.get<const uint16_t*>(kArenaValueBlocks, tables);
         for (int64_t j = 0; j < nblk; ++j) {
           kb[j] = kv.k_bf16(li, sq.blocks[j]) + kvh * head_block;
           vb[j] = kv.v_bf16(li, sq.blocks[j]) + kvh * head_block;
         }
         attention_group_paged_bf16(a, kb, vb);
       } else {
-        auto* kb = arena.get<const float*>(kArenaKeyBlocks, nblk);
-        auto* vb = arena.get<const float*>(kArenaValueBlocks, nblk);
+        auto* kb = arena.get<const float*>(kArenaKeyBlocks, tables);
+        auto* vb = arena.get<const float*>(kArenaValueBlocks, tables);
         for (int64_t j = 0; j < nblk; ++j) {
           kb[j] = kv.k(li, sq.blocks[j]) + kvh * head_block;
           vb[j] = kv.v(li, sq.blocks[j]) + kvh * head_block;

@@ -3,6 +3,7 @@
 // them into its layers and owns how a layer runs (registry.cpp lists the architectures).
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,7 @@ struct ForwardContext {
   ScaleRule scale_rule;
   bool fused_dispatch;
   std::vector<RouterTrace>* router_trace;  // null: not tracing
-  const std::vector<SeqSlice>& seqs;
+  std::span<const SeqSlice> seqs;
   const std::vector<int64_t>& row_seq;  // each row's slice
   const std::vector<int64_t>& row_pos;  // each row's position in its sequence
   const float* rope;                    // per row: rotary_dim / 2 cosines, then as many sines
@@ -56,6 +57,9 @@ enum WorkspaceSlot : int {
   kWsRoutedWeights,
   kWsSharedExpert,
   kWsSharedGate,
+  kWsHeadShare,   // vocabulary-parallel lm_head: this rank's share of the logits
+  kWsHeadGather,  // rank 0: every rank's share
+  kWsHeadCounts,  // the gather's byte counts and offsets
 };
 // Slots of each pool thread's arena, after the schemes'.
 enum ArenaSlot : int {

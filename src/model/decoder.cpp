@@ -138,12 +138,12 @@ Status DecoderModel::forward(const int32_t* tokens, int64_t n, KvCache& cache, b
   s.start = cache.length();
   s.blocks = &block;
   s.logits = all_logits ? SeqSlice::Logits::kAll : SeqSlice::Logits::kLast;
-  MX_RETURN_IF_ERROR(forward_batch({s}, cache.paged(), logits));
+  MX_RETURN_IF_ERROR(forward_batch(std::span<const SeqSlice>(&s, 1), cache.paged(), logits));
   cache.set_length(cache.length() + n);
   return Status::ok();
 }
 
-Status DecoderModel::plan_rows(const std::vector<SeqSlice>& seqs, const PagedKv& kv) {
+Status DecoderModel::plan_rows(std::span<const SeqSlice> seqs, const PagedKv& kv) {
   const ModelConfig& c = config_;
   // Members kept from step to step, so that the bookkeeping allocates nothing once warm.
   row_seq_.clear();
@@ -179,7 +179,7 @@ Status DecoderModel::plan_rows(const std::vector<SeqSlice>& seqs, const PagedKv&
   return Status::ok();
 }
 
-Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* logits) {
+Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, float* logits) {
   const ModelConfig& c = config_;
   const int64_t hid = c.hidden_size;
   MX_RETURN_IF_ERROR(plan_rows(seqs, kv));
@@ -249,43 +249,46 @@ Status DecoderModel::forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& k
     lm_head->forward(h, rows, logits, *exec_);
     return Status::ok();
   }
-  std::vector<float> mine(static_cast<size_t>(rows * (head_end - head_begin)));
-  lm_head->forward(h, rows, mine.data(), *exec_);
-  gather_logits(mine, rows, logits);
+  const int64_t share = rows * (head_end - head_begin);
+  float* mine = exec_->workspace().floats(kWsHeadShare, share);
+  lm_head->forward(h, rows, mine, *exec_);
+  gather_logits(mine, share, rows, logits);
   return Status::ok();
 }
 
-Status DecoderModel::forward_hidden(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* hidden) {
+Status DecoderModel::forward_hidden(std::span<const SeqSlice> seqs, PagedKv& kv, float* hidden) {
   hidden_out_ = hidden;
   const Status st = forward_batch(seqs, kv, nullptr);
   hidden_out_ = nullptr;
   return st;
 }
 
-void DecoderModel::gather_logits(const std::vector<float>& mine, int64_t rows, float* logits) {
+void DecoderModel::gather_logits(const float* mine, int64_t mine_floats, int64_t rows,
+                                 float* logits) {
   Comm& comm = *head_comm;
   const int n = comm.size();
   const int64_t vocab = config_.vocab_size;
-  std::vector<int64_t> sb(static_cast<size_t>(n), 0), so(sb.size(), 0), rb(sb.size(), 0),
-      ro(sb.size(), 0);
-  sb[0] = static_cast<int64_t>(mine.size() * sizeof(float));
-  std::vector<float> all;
+  Workspace& ws = exec_->workspace();
+  int64_t* counts = ws.get<int64_t>(kWsHeadCounts, 4 * n);
+  std::fill(counts, counts + 4 * n, 0);
+  int64_t *sb = counts, *so = counts + n, *rb = counts + 2 * n, *ro = counts + 3 * n;
+  sb[0] = mine_floats * static_cast<int64_t>(sizeof(float));
+  float* all = nullptr;
   if (comm.rank() == 0) {
-    all.resize(static_cast<size_t>(rows * vocab));
+    all = ws.floats(kWsHeadGather, rows * vocab);
     for (int q = 0; q < n; ++q) {
       const ExpertRange v = expert_range(vocab, q, n);
-      rb[static_cast<size_t>(q)] = rows * v.count * static_cast<int64_t>(sizeof(float));
-      ro[static_cast<size_t>(q)] = rows * v.first * static_cast<int64_t>(sizeof(float));
+      rb[q] = rows * v.count * static_cast<int64_t>(sizeof(float));
+      ro[q] = rows * v.first * static_cast<int64_t>(sizeof(float));
     }
   }
-  const Status st =
-      comm.all_to_all_v(mine.data(), sb.data(), so.data(), all.data(), rb.data(), ro.data());
+  const Status st = comm.all_to_all_v(mine, sb, so, all, rb, ro);
   if (!st.is_ok()) comm.abort("gathering the logits failed: " + st.to_string());
   if (comm.rank() != 0) return;
   // Each rank's block is [rows, its share]; the caller's logits are [rows, vocab].
   for (int q = 0; q < n; ++q) {
     const ExpertRange v = expert_range(vocab, q, n);
-    const float* src = all.data() + rows * v.first;
+    const float* src = all + rows * v.first;
     for (int64_t r = 0; r < rows; ++r) {
       std::memcpy(logits + r * vocab + v.first, src + r * v.count,
                   static_cast<size_t>(v.count) * sizeof(float));

@@ -106,6 +106,7 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
                         t,  d.nk,      d.nv,          d.dk, d.dv, ld,    ld,
                         ld, d.nv,      d.value};
   const int64_t scratch_floats = t > 1 ? delta_rule_chunked_scratch_floats(t, d.nv, d.dk, d.dv) : 0;
+  if (t > 1) ctx.exec.reserve_arenas<float>(kArenaDeltaRule, scratch_floats);
   // Value heads are independent: threads split them, and every head runs the same operations
   // whatever the split. Each runs alone, reading the key head its order gives it.
   for_ranges(ctx.exec.pool(), d.nv, [&](int64_t h0, int64_t h1, int thread) {

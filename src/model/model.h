@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -222,10 +223,10 @@ class DecoderModel {
   // Many sequences in one pass (continuous batching): logits rows in slice order, one per
   // kLast slice and `count` per kAll slice. Each row's result is independent of the others.
   // Under expert parallelism only rank 0 receives logits (the others may pass null).
-  Status forward_batch(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* logits);
+  Status forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, float* logits);
   // As forward_batch, but writes the final-normed hidden state of each row that would have
   // had logits ([rows, hidden_size]) instead: what embedding models pool.
-  Status forward_hidden(const std::vector<SeqSlice>& seqs, PagedKv& kv, float* hidden);
+  Status forward_hidden(std::span<const SeqSlice> seqs, PagedKv& kv, float* hidden);
   // Every forward is replayed by other ranks (expert parallelism): a forward outside the
   // engine's steps would leave them behind.
   bool replays_steps() const { return static_cast<bool>(step_hook_); }
@@ -245,7 +246,7 @@ class DecoderModel {
   MoeDispatcher& dispatcher() { return *dispatcher_; }
   // Called by forward_batch with each valid step before it runs (rank 0 broadcasts the step
   // to the other ranks of an expert-parallel job from here).
-  using StepHook = std::function<void(const std::vector<SeqSlice>&, const PagedKv&)>;
+  using StepHook = std::function<void(std::span<const SeqSlice>, const PagedKv&)>;
   void set_step_hook(StepHook hook) { step_hook_ = std::move(hook); }
 
   // When set, every forward adds the time of each phase to `prof` (null: off).
@@ -274,10 +275,10 @@ class DecoderModel {
   bool fused_dispatch_ = true;
   ScaleRule scale_rule_ = ScaleRule::kFloor;
   KvDtype kv_dtype_ = KvDtype::kF32;
-  void gather_logits(const std::vector<float>& mine, int64_t rows, float* logits);
+  void gather_logits(const float* mine, int64_t mine_floats, int64_t rows, float* logits);
   // Each row's slice into row_seq_ and the rows that want logits into logit_rows_, after
   // checking the tokens and the recurrent-state slots.
-  Status plan_rows(const std::vector<SeqSlice>& seqs, const PagedKv& kv);
+  Status plan_rows(std::span<const SeqSlice> seqs, const PagedKv& kv);
   friend Result<std::unique_ptr<DecoderModel>> load_model(const std::string&, const LoadOptions&);
   std::vector<RouterTrace> router_trace_;
   std::vector<float> inv_freq_;

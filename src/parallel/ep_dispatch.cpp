@@ -145,14 +145,17 @@ class EpDispatcher final : public MoeDispatcher {
       const size_t e = static_cast<size_t>(a.ids[i]);
       ++counts_[static_cast<size_t>(owner_[e] * max_local_ + local_[e])];
     }
-    std::vector<int64_t> fill(counts_.size() + 1, 0);
+    std::vector<int64_t>& fill = fill_;
+    fill.assign(counts_.size() + 1, 0);
     for (size_t c = 0; c < counts_.size(); ++c) fill[c + 1] = fill[c] + counts_[c];
     const int64_t total = fill.back(), row = wire_.row();
     send_.resize(static_cast<size_t>(total * row));
     send_pos_.resize(static_cast<size_t>((t1 - t0) * k));
-    ActRows one = wire_.layout;
+    ActRows& one = one_;
+    act_rows_init(wire_.scheme, a.hidden, a.rule, &one);
     one.resize(1);
-    std::vector<uint16_t> bf(static_cast<size_t>(a.hidden));
+    std::vector<uint16_t>& bf = bf_;
+    bf.resize(static_cast<size_t>(a.hidden));
     // BF16 rows that an MX bank requantizes on arrival are rounded to odd: its E8M0 scales
     // and element codes are then those of the FP32 rows (half.h), and only the BF16 combine
     // stands between normal mode and one process for single-level schemes.
@@ -252,7 +255,8 @@ class EpDispatcher final : public MoeDispatcher {
     rows_.resize(total);
     // bank row of the i-th row received from s, in s's order (for the return trip).
     bank_row_.resize(static_cast<size_t>(total));
-    std::vector<int64_t> fill(bank_offsets_.begin(), bank_offsets_.end() - 1);
+    std::vector<int64_t>& fill = fill_;
+    fill.assign(bank_offsets_.begin(), bank_offsets_.end() - 1);
     const int64_t nb = mx_num_blocks(hid);
     int64_t i = 0;
     for (int s = 0; s < n; ++s) {
@@ -334,7 +338,8 @@ class EpDispatcher final : public MoeDispatcher {
     const int me = comm_.rank();
     const int64_t k = a.top_k, hid = a.hidden, out_row = out_row_bytes(hid);
     const int64_t t0 = token_begin(a.rows, me), t1 = token_begin(a.rows, me + 1);
-    std::vector<int64_t> order(static_cast<size_t>(k));
+    std::vector<int64_t>& order = order_;
+    order.resize(static_cast<size_t>(k));
     for (int64_t t = t0; t < t1; ++t) {
       float* dst = a.x + t * hid;
       std::fill(dst, dst + hid, 0.0f);
@@ -360,8 +365,11 @@ class EpDispatcher final : public MoeDispatcher {
     const int64_t hid = a.hidden, bytes = hid * static_cast<int64_t>(sizeof(float));
     const int64_t t0 = token_begin(a.rows, me), t1 = token_begin(a.rows, me + 1);
     gather_send_.assign(a.x + t0 * hid, a.x + t1 * hid);
-    std::vector<int64_t> sb(static_cast<size_t>(n)), so(static_cast<size_t>(n), 0),
-        rb(static_cast<size_t>(n)), ro(static_cast<size_t>(n));
+    std::vector<int64_t>&sb = gather_sb_, &so = gather_so_, &rb = gather_rb_, &ro = gather_ro_;
+    sb.resize(static_cast<size_t>(n));
+    so.assign(static_cast<size_t>(n), 0);
+    rb.resize(static_cast<size_t>(n));
+    ro.resize(static_cast<size_t>(n));
     for (int q = 0; q < n; ++q) {
       const int64_t b = token_begin(a.rows, q), e = token_begin(a.rows, q + 1);
       sb[static_cast<size_t>(q)] = q == me ? 0 : (t1 - t0) * bytes;
@@ -394,6 +402,11 @@ class EpDispatcher final : public MoeDispatcher {
   std::vector<uint8_t> back_send_, back_recv_;
   std::vector<int64_t> back_send_bytes_, back_send_offsets_, back_recv_bytes_, back_recv_offsets_;
   std::vector<float> gather_send_;
+  std::vector<int64_t> gather_sb_, gather_so_, gather_rb_, gather_ro_;
+  // Scratch kept from call to call, so that a warm step allocates nothing.
+  std::vector<int64_t> fill_, order_;
+  ActRows one_;  // one token's row in the wire format
+  std::vector<uint16_t> bf_;
 };
 
 }  // namespace

@@ -95,6 +95,7 @@ class Bf16ExpertBank final : public ExpertBank {
     const auto& kern = gemm_kernels();
     const uint16_t* w13 = w13_.data_as<uint16_t>();
     const uint16_t* w2 = w2_.data_as<uint16_t>();
+    ctx.reserve_arenas<float>(kArenaBf16GateUp, max_rows * kSpan);
     for_each_expert_block(
         active, 2 * pairs_ * kP, pool, total * 2 * i * h,
         [&](int64_t e, int64_t c0, int64_t c1, int thread) {

@@ -126,6 +126,7 @@ void run_segment(const Segment& s, const Acts& x, int64_t m, int64_t k, float* y
 void run_segments(const std::vector<Segment>& segs, const Acts& x, int64_t m, int64_t k, float* y,
                   int64_t ldy, ExecContext& ctx) {
   const size_t ns = segs.size();
+  ctx.reserve_arenas<float>(kArenaGgmlGemm, kGgmlGemmRows * k);
   int64_t* first = ctx.workspace().get<int64_t>(kWsGgmlUnits, static_cast<int64_t>(ns) + 1);
   first[0] = 0;
   for (size_t i = 0; i < ns; ++i) first[i + 1] = first[i] + (segs[i].cols + kUnit - 1) / kUnit;
@@ -293,6 +294,8 @@ void GgmlExpertBank::run(const ActRows& rows, const int64_t* offsets, float* out
       tmp_bytes = std::max(tmp_bytes, ggml_act_row_bytes(static_cast<GgmlActType>(t), i));
     }
   }
+  ctx.reserve_arenas<uint8_t>(kArenaGgmlChunk, tmp_bytes);
+  ctx.reserve_arenas<float>(kArenaGgmlGemm, kGgmlGemmRows * std::max(h, i));
   for_each_expert_block(
       active, i, pool, total * 2 * i * h,
       [&](int64_t e, int64_t c0, int64_t c1, int thread) {

@@ -330,11 +330,12 @@ class MxExpertBank final : public ExpertBank {
     // 128 columns, the AVX2 kernel's widest panel group, unless a dual-level chunk is wider.
     const int64_t slice = std::max<int64_t>(unit, 128);
     constexpr int64_t kTileRows = 192;
+    // Gate columns [cs, ce) and up columns from the panel holding i + cs: its first `pad`
+    // columns belong to the gate slice before and are ignored.
+    const int64_t ld = slice + kMxPanelCols, tile_floats = kTileRows * (slice + ld) + slice;
+    ctx.reserve_arenas<float>(kArenaMxTile, tile_floats);
     auto body = [&](int64_t e, int64_t c0, int64_t c1, int thread) {
-      // Gate columns [cs, ce) and up columns from the panel holding i + cs: its first `pad`
-      // columns belong to the gate slice before and are ignored.
-      const int64_t ld = slice + kMxPanelCols;
-      float* tile = ctx.arena(thread).floats(kArenaMxTile, kTileRows * (slice + ld) + slice);
+      float* tile = ctx.arena(thread).floats(kArenaMxTile, tile_floats);
       float* gate = tile;
       float* up = tile + kTileRows * slice;
       float* swi = up + kTileRows * ld;

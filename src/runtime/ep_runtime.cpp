@@ -33,7 +33,7 @@ struct StepHeader {
 Status send_header(Comm& comm, StepHeader h) { return comm.broadcast_idle(&h, sizeof h, 0); }
 
 // Per slice: count, start, logits mode, slot, block count, then tokens and blocks.
-std::vector<int64_t> encode(const std::vector<SeqSlice>& seqs, const PagedKv& kv) {
+std::vector<int64_t> encode(std::span<const SeqSlice> seqs, const PagedKv& kv) {
   std::vector<int64_t> w;
   for (const SeqSlice& s : seqs) {
     const int64_t blocks = (s.start + s.count + kv.block_size() - 1) / kv.block_size();
@@ -200,7 +200,7 @@ bool reset_peak_resident() {
 
 void install_step_broadcast(DecoderModel& model, Comm& comm) {
   g_load_rss = resident_bytes();
-  model.set_step_hook([&comm, &model](const std::vector<SeqSlice>& seqs, const PagedKv& kv) {
+  model.set_step_hook([&comm, &model](std::span<const SeqSlice> seqs, const PagedKv& kv) {
     const std::vector<int64_t> w = encode(seqs, kv);
     StepHeader h;
     h.op = static_cast<uint32_t>(Op::kForward);
