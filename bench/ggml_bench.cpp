@@ -1,6 +1,8 @@
 // The integer GEMM over ggml blocks (kernels/ggml_dot.h) on one thread: rows as stored against
 // the table's panels (where it has them), at decode and prefill row counts, in GOP/s (two
 // operations a product). The shape is a Qwen3-30B-A3B expert's gate and up (1536 x 2048).
+// BM_GgmlGemvDram: one activation row against an lm_head's panels on two threads, beside a
+// two-thread read of the same bytes, as kernels_bench.cpp's BM_GemvDram does for MX weights.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -8,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
+#include "core/thread_pool.h"
 #include "formats/half.h"
 #include "kernels/ggml_dot.h"
 
@@ -69,6 +73,56 @@ void BM_GgmlDot(benchmark::State& state, GgmlType t, bool panels) {
                                                benchmark::Counter::kIsIterationInvariantRate,
                                                benchmark::Counter::kIs1000);
 }
+
+// `of_read`: the GEMV's rate over the plain read's, the kernel's share of its own bandwidth
+// roofline (a decode step's lm_head reads these bytes once).
+void BM_GgmlGemvDram(benchmark::State& state, GgmlType t) {
+  const GgmlDotKernels& kern = ggml_dot_kernels();
+  const int panel = kern.panel_rows(t);
+  if (panel == 0) {
+    state.SkipWithError("no panels for this type in this table");
+    return;
+  }
+  const int64_t n = state.range(0);
+  std::vector<uint8_t> w(static_cast<size_t>(ggml_panel_bytes(t, panel, n, kK)));
+  {
+    const std::vector<uint8_t> rows = random_rows(t, n, kK);
+    kern.repack(t, rows.data(), ggml_row_bytes(t, kK), n, kK, w.data());
+  }
+  const GgmlActType at = ggml_act_type(t);
+  std::vector<uint8_t> xq(static_cast<size_t>(ggml_act_row_bytes(at, kK)));
+  std::vector<float> x(static_cast<size_t>(kK), 0.25f), y(static_cast<size_t>(n));
+  kern.quantize(at, x.data(), kK, xq.data());
+  GgmlDotArgs a{
+      t,  w.data(), ggml_row_bytes(t, kK), xq.data(), static_cast<int64_t>(xq.size()), y.data(), 1,
+      kK, n};
+  a.panel = panel;
+  ThreadPool pool(2);
+  const int64_t units = n / panel, unit_bytes = static_cast<int64_t>(w.size()) / units;
+  uint64_t sink[2] = {0, 0};
+  const auto [read_s, gemv_s] = time_alternating(
+      state, pool, units,
+      [&](int64_t b, int64_t e, int th) {
+        sink[th] +=
+            read_words(w.data() + b * unit_bytes, static_cast<size_t>((e - b) * unit_bytes));
+      },
+      [&](int64_t b, int64_t e, int) { kern.gemm(a, b * panel, e * panel); });
+  benchmark::DoNotOptimize(sink);
+  benchmark::DoNotOptimize(y.data());
+  const double bytes = static_cast<double>(w.size()) * static_cast<double>(state.iterations());
+  state.counters["gemv_GB/s"] = bytes / gemv_s / 1e9;
+  state.counters["read_GB/s"] = bytes / read_s / 1e9;
+  state.counters["of_read"] = read_s / gemv_s;
+}
+BENCHMARK_CAPTURE(BM_GgmlGemvDram, q8_0, GgmlType::kQ8_0)
+    ->Arg(151936)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GgmlGemvDram, q6_k, GgmlType::kQ6_K)
+    ->Arg(151936)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GgmlGemvDram, q4_k, GgmlType::kQ4_K)
+    ->Arg(151936)
+    ->Unit(benchmark::kMillisecond);
 
 void args(benchmark::internal::Benchmark* b) {
   for (int64_t m : {1, 8, 32, 128}) b->Args({m, 1536});
