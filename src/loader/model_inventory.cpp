@@ -1,6 +1,7 @@
 #include "loader/model_inventory.h"
 
 #include "loader/checkpoint.h"
+#include "loader/checkpoint_format.h"
 #include "loader/gguf_source.h"
 #include "loader/gguf_tokenizer.h"
 #include "loader/weight_source.h"
@@ -32,7 +33,9 @@ void count_bytes(const std::string& name, uint64_t bytes, ModelInventory* inv) {
   if (routed) inv->routed_expert_bytes += bytes;
 }
 
-Result<ModelInventory> inspect_gguf(const std::string& path) {
+}  // namespace
+
+Result<ModelInventory> inspect_gguf_checkpoint(const std::string& path) {
   ModelInventory inv;
   inv.dir = path;
   MX_ASSIGN_OR_RETURN(GgufFile f, GgufFile::open(path));
@@ -61,15 +64,15 @@ Result<ModelInventory> inspect_gguf(const std::string& path) {
   return inv;
 }
 
-}  // namespace
+namespace {
 
-Result<ModelInventory> inspect_model_dir(const std::string& dir) {
-  if (is_gguf_path(dir)) return inspect_gguf(dir);
+// The safetensors files of a directory; `inv->quant` set for an offline one.
+Result<ModelInventory> inspect_directory(const std::string& dir, bool offline) {
   ModelInventory inv;
   inv.dir = dir;
   MX_ASSIGN_OR_RETURN(inv.config, load_model_config(dir));
   std::string stem = "model";
-  if (has_quant_description(dir)) {
+  if (offline) {
     MX_ASSIGN_OR_RETURN(QuantDescription q, load_quant_description(dir));
     inv.quant = std::move(q);
     stem = kQuantWeightsStem;
@@ -98,6 +101,21 @@ Result<ModelInventory> inspect_model_dir(const std::string& dir) {
     }
   }
   return inv;
+}
+
+}  // namespace
+
+Result<ModelInventory> inspect_safetensors_checkpoint(const std::string& dir) {
+  return inspect_directory(dir, /*offline=*/false);
+}
+
+Result<ModelInventory> inspect_msmodelslim_checkpoint(const std::string& dir) {
+  return inspect_directory(dir, /*offline=*/true);
+}
+
+Result<ModelInventory> inspect_model_dir(const std::string& path) {
+  MX_ASSIGN_OR_RETURN(const CheckpointFormat* format, find_checkpoint_format(path));
+  return format->inspect(path);
 }
 
 }  // namespace mx

@@ -37,7 +37,12 @@ struct ModelInventory {
   std::optional<GgufFacts> gguf;
 };
 
-// `path`: a model directory or a GGUF file.
+// `path`: a checkpoint of any format (loader/checkpoint_format.h).
 Result<ModelInventory> inspect_model_dir(const std::string& path);
+
+// Each format's inventory, for its entry in the format registry.
+Result<ModelInventory> inspect_gguf_checkpoint(const std::string& path);
+Result<ModelInventory> inspect_safetensors_checkpoint(const std::string& dir);
+Result<ModelInventory> inspect_msmodelslim_checkpoint(const std::string& dir);
 
 }  // namespace mx

@@ -1,5 +1,7 @@
-// The tokenizer and chat template of a checkpoint of any kind: tokenizer.json and
-// tokenizer_config.json in a model directory, or a GGUF's tokenizer.ggml.* metadata.
+// The tokenizer and chat template of a checkpoint of any format, where its entry in the format
+// registry (loader/checkpoint_format.h) says they are: tokenizer.json and tokenizer_config.json
+// in a model directory, or a GGUF's tokenizer.ggml.* metadata. A path that is no checkpoint is
+// read as a tokenizer.json (or a directory holding one).
 #pragma once
 
 #include <memory>

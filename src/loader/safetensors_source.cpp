@@ -9,7 +9,6 @@
 #include "formats/mx_block.h"
 #include "formats/mx_layout.h"
 #include "loader/checkpoint.h"
-#include "loader/gguf_source.h"
 #include "loader/weight_source.h"
 
 namespace mx {
@@ -266,28 +265,6 @@ Result<std::unique_ptr<WeightSource>> open_msmodelslim_source(const std::string&
   }
   MX_ASSIGN_OR_RETURN(CheckpointFiles ck, CheckpointFiles::open(dir, kQuantWeightsStem));
   return std::unique_ptr<WeightSource>(new MsmodelslimSource(dir, std::move(ck), std::move(d)));
-}
-
-bool is_gguf_path(const std::string& path) {
-  std::error_code ec;
-  return !std::filesystem::is_directory(path, ec) && std::filesystem::exists(path, ec);
-}
-
-Result<Checkpoint> open_checkpoint(const std::string& path) {
-  Checkpoint ck;
-  if (is_gguf_path(path)) {
-    MX_ASSIGN_OR_RETURN(auto g, open_gguf_source(path));
-    ck.config = g.config;
-    ck.weights = std::move(g.weights);
-    return ck;
-  }
-  MX_ASSIGN_OR_RETURN(ck.config, load_model_config(path));
-  if (has_quant_description(path)) {
-    MX_ASSIGN_OR_RETURN(ck.weights, open_msmodelslim_source(path));
-  } else {
-    MX_ASSIGN_OR_RETURN(ck.weights, open_safetensors_source(path));
-  }
-  return ck;
 }
 
 }  // namespace mx

@@ -50,7 +50,7 @@ struct StoredWeight {
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
-  // The path given to open_checkpoint.
+  // The path the source was opened from.
   virtual const std::string& label() const = 0;
   // "safetensors", "msmodelslim" or "gguf".
   virtual std::string_view kind() const = 0;
@@ -88,18 +88,7 @@ inline constexpr int64_t kMaxExperts = 4096;
 // Whether a tensor name is one that a text-only model knowingly leaves unread.
 bool is_skippable_tensor(const std::string& name);
 
-// A checkpoint: its model config and its weights. `path` is a model directory (HF or
-// msmodelslim, detected by quant_model_description.json) or a .gguf file (or the first part
-// of a split GGUF).
-struct Checkpoint {
-  ModelConfig config;
-  std::unique_ptr<WeightSource> weights;
-};
-Result<Checkpoint> open_checkpoint(const std::string& path);
-// True when `path` names a GGUF file rather than a directory.
-bool is_gguf_path(const std::string& path);
-
-// Each kind's source, for open_checkpoint and the tests.
+// Each kind's source, for the format registry (loader/checkpoint_format.h) and the tests.
 Result<std::unique_ptr<WeightSource>> open_safetensors_source(const std::string& dir);
 Result<std::unique_ptr<WeightSource>> open_msmodelslim_source(const std::string& dir);
 

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "formats/half.h"
 #include "kernels/ops.h"
+#include "loader/checkpoint_format.h"
 #include "loader/weight_source.h"
 #include "model/blocks.h"
 

@@ -8,6 +8,7 @@
 #include "core/json_util.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
+#include "loader/checkpoint_format.h"
 #include "loader/quant_description.h"
 #include "loader/safetensors.h"
 #include "loader/weight_source.h"
@@ -100,8 +101,10 @@ std::vector<std::string> unmatched_patterns(const std::vector<std::string>& name
 Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::string& out_dir,
                                          const ExportOptions& opt) {
   if (opt.scheme == Scheme::kBf16) return invalid_argument("quantize: pick an MX scheme");
-  if (has_quant_description(src_dir)) {
-    return invalid_argument(src_dir + " is already quantized offline; quantize a BF16 checkpoint");
+  MX_ASSIGN_OR_RETURN(const CheckpointFormat* format, find_checkpoint_format(src_dir));
+  if (format->name != "safetensors") {
+    return invalid_argument(src_dir + " is a " + std::string(format->name) +
+                            " checkpoint; quantize exports from a BF16 Hugging Face checkpoint");
   }
   MX_RETURN_IF_ERROR(check_output_dir(src_dir, out_dir, opt));
   MX_ASSIGN_OR_RETURN(std::unique_ptr<WeightSource> ck, open_safetensors_source(src_dir));
