@@ -64,10 +64,9 @@ int chat(ChatArgs& a) {
                  (!tok.is_ok() ? tok.status() : tmpl.status()).to_string().c_str());
     return 1;
   }
-  const auto defaults = default_stop_token_ids(a.m.model, model->config());
-  a.sampling.stop_token_ids.insert(a.sampling.stop_token_ids.end(), defaults.begin(),
-                                   defaults.end());
-  if (auto end = (*tok)->token_id("<|im_end|>")) a.sampling.stop_token_ids.push_back(*end);
+  const auto stops = stop_token_ids_or_report(a.m.model, **tok, &*tmpl, "chat");
+  if (!stops) return 1;
+  a.sampling.stop_token_ids.insert(a.sampling.stop_token_ids.end(), stops->begin(), stops->end());
   const bool tty = ::isatty(STDIN_FILENO) != 0;
   const bool out_tty = ::isatty(STDOUT_FILENO) != 0;
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();

@@ -81,10 +81,10 @@ int eval(EvalArgs& a) {
     }
   }
   if (!a.task_file.empty()) {
-    std::vector<int32_t> stops = default_stop_token_ids(a.m.model, model->config());
-    for (const char* s : {"<|im_end|>", "<|endoftext|>"}) {
-      if (auto id = (*tok)->token_id(s)) stops.push_back(*id);
-    }
+    const auto tmpl = load_model_chat_template(a.m.model);
+    const auto stops =
+        stop_token_ids_or_report(a.m.model, **tok, tmpl.is_ok() ? &*tmpl : nullptr, "eval");
+    if (!stops) return 1;
     auto format = parse_task_format(a.format);
     if (!format.is_ok()) {
       std::fprintf(stderr, "mxserve eval: --task-format: %s\n",
@@ -97,7 +97,7 @@ int eval(EvalArgs& a) {
       std::fprintf(stderr, "mxserve eval: %s\n", items.status().to_string().c_str());
       return 1;
     }
-    auto r = evaluate_task(*model, ref.get(), **tok, *items, stops, a.max_new_tokens);
+    auto r = evaluate_task(*model, ref.get(), **tok, *items, *stops, a.max_new_tokens);
     if (!r.is_ok()) {
       std::fprintf(stderr, "mxserve eval: %s\n", r.status().to_string().c_str());
       return 1;

@@ -33,9 +33,12 @@ int run(RunArgs& a) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t ctx = a.ctx > 0 ? std::min(a.ctx, model->config().max_position_embeddings)
                                 : model->config().max_position_embeddings;
-  const auto defaults = default_stop_token_ids(a.m.model, model->config());
-  a.sampling.stop_token_ids.insert(a.sampling.stop_token_ids.end(), defaults.begin(),
-                                   defaults.end());
+  // run renders no template, but the end of turn it names still ends a generation.
+  const auto tmpl = load_model_chat_template(a.m.model);
+  const auto stops =
+      stop_token_ids_or_report(a.m.model, **tok, tmpl.is_ok() ? &*tmpl : nullptr, "run");
+  if (!stops) return 1;
+  a.sampling.stop_token_ids.insert(a.sampling.stop_token_ids.end(), stops->begin(), stops->end());
   const std::vector<int32_t> prompt = (*tok)->encode(a.prompt);
   std::function<void(const std::string&)> stream;
   if (!a.json) {

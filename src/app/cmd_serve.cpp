@@ -169,10 +169,8 @@ int serve(ServeArgs& a) {
     std::fprintf(stderr, "mxserve serve: chat template: %s\n", t.status().to_string().c_str());
     return 1;
   }
-  std::vector<int32_t> stops = default_stop_token_ids(a.m.model, model->config());
-  for (const char* s : {"<|im_end|>", "<|endoftext|>"}) {
-    if (auto id = (*tok)->token_id(s)) stops.push_back(*id);
-  }
+  auto stops = stop_token_ids_or_report(a.m.model, **tok, tmpl ? &*tmpl : nullptr, "serve");
+  if (!stops) return 1;
   ServerConfig& c = a.server;
   if (c.served_model_name.empty()) {
     // A directory's name, or a GGUF file's name without ".gguf" (llama.cpp's alias).
@@ -208,7 +206,7 @@ int serve(ServeArgs& a) {
   if (!resolve_output_parsers(tmpl ? &*tmpl : nullptr, &c)) return 1;
   c.pooling = resolve_pooling(a.pooling, a.m.model);
   MX_LOG_INFO(std::string("embeddings: ") + pooling_name(c.pooling) + " pooling");
-  OpenAiServer server(*model, *tok, std::move(tmpl), stops, c);
+  OpenAiServer server(*model, *tok, std::move(tmpl), std::move(*stops), c);
   // SIGINT and SIGTERM begin the server's graceful shutdown (its own signal handling).
   const Status s = server.run();
   if (!s.is_ok()) {

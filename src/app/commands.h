@@ -6,12 +6,20 @@
 
 #include <functional>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 #include "parallel/comm.h"
 #include "runtime/sampler.h"
+
+namespace mx {
+class ChatTemplate;
+class Tokenizer;
+}  // namespace mx
 
 namespace mx::app {
 
@@ -50,6 +58,13 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a);
 // `expert_parallel` is false (a reference model rank 0 runs alone).
 std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const char* command,
                                                    bool expert_parallel = true);
+// The token ids that end a generation from the checkpoint at `model`
+// (checkpoint_stop_token_ids), the end of turn of `tmpl` included when given, so that every
+// command stops where the others do; prints the error and returns nullopt on failure.
+std::optional<std::vector<int32_t>> stop_token_ids_or_report(const std::string& model,
+                                                             const Tokenizer& tok,
+                                                             const ChatTemplate* tmpl,
+                                                             const char* command);
 // Expert parallelism, after the model loaded: on ranks 1.. replays rank 0's steps until rank 0
 // ends the job and returns true (the command is done, *exit_code says how it ended); on rank 0
 // (or one process) arranges for every step to reach the other ranks and returns false.

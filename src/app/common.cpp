@@ -9,6 +9,7 @@
 
 #include "app/commands.h"
 #include "core/log.h"
+#include "loader/checkpoint_format.h"
 #include "runtime/ep_runtime.h"
 
 namespace mx::app {
@@ -233,6 +234,18 @@ int ep_finish(int exit_code) {
   g_ep = nullptr;
   mpi_finalize();
   return exit_code;
+}
+
+std::optional<std::vector<int32_t>> stop_token_ids_or_report(const std::string& model,
+                                                             const Tokenizer& tok,
+                                                             const ChatTemplate* tmpl,
+                                                             const char* command) {
+  auto ids = checkpoint_stop_token_ids(model, tok, tmpl);
+  if (!ids.is_ok()) {
+    std::fprintf(stderr, "mxserve %s: %s\n", command, ids.status().to_string().c_str());
+    return std::nullopt;
+  }
+  return std::move(ids).value();
 }
 
 std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const char* command,

@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-
-#include "core/json_util.h"
 
 namespace mx {
 
@@ -14,24 +11,6 @@ double GenerateResult::prefill_tok_s() const {
 double GenerateResult::decode_tok_s() const {
   const double n = static_cast<double>(token_ids.size()) - 1;
   return decode_seconds > 0 && n > 0 ? n / decode_seconds : 0;
-}
-
-std::vector<int32_t> default_stop_token_ids(const std::string& model_dir, const ModelConfig& c) {
-  std::vector<int32_t> ids;
-  if (c.eos_token_id >= 0) ids.push_back(static_cast<int32_t>(c.eos_token_id));
-  auto gen = read_json_file((std::filesystem::path(model_dir) / "generation_config.json").string());
-  if (gen.is_ok() && gen->is_object() && gen->contains("eos_token_id")) {
-    const Json& e = (*gen)["eos_token_id"];
-    if (e.is_number_integer()) ids.push_back(e.get<int32_t>());
-    if (e.is_array()) {
-      for (const Json& v : e) {
-        if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
-      }
-    }
-  }
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  return ids;
 }
 
 size_t find_stop(const std::string& text, size_t from, const std::vector<std::string>& stops,

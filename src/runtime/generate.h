@@ -28,9 +28,6 @@ struct GenerateResult {
   double decode_tok_s() const;
 };
 
-// Stop token ids from config.json and generation_config.json (eos_token_id, int or list).
-std::vector<int32_t> default_stop_token_ids(const std::string& model_dir, const ModelConfig& c);
-
 // Finds the earliest stop string in `text` at or after `from`; npos when none. `which`, when
 // given, receives the index of the stop string found.
 size_t find_stop(const std::string& text, size_t from, const std::vector<std::string>& stops,
