@@ -1,5 +1,5 @@
 // The checkpoint-format registry: each fixture is claimed by its format, and the stop tokens
-// it gives equal what the fixture's own files say, read here without the loader.
+// and layouts it gives equal what the fixture's own files say, read here without the loader.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -242,6 +242,64 @@ TEST(CheckpointFormat, GgufStopsAreLlamaCppsEndOfGeneration) {
     const std::set<int32_t> want = gguf_stops(path);
     EXPECT_FALSE(want.empty());
     EXPECT_EQ(stops_of(path), want) << name;
+  }
+}
+
+// The names of every tensor a directory's safetensors files hold, read from their headers (an
+// 8-byte little-endian length, then JSON).
+std::set<std::string> safetensors_names(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".safetensors") continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    uint64_t n = 0;
+    in.read(reinterpret_cast<char*>(&n), sizeof n);
+    std::string header(n, '\0');
+    in.read(header.data(), static_cast<std::streamsize>(n));
+    const nlohmann::json h = nlohmann::json::parse(header, nullptr, false);
+    EXPECT_TRUE(h.is_object()) << e.path();
+    if (!h.is_object()) continue;
+    for (const auto& [name, v] : h.items()) {
+      if (name != "__metadata__") names.insert(name);
+    }
+  }
+  return names;
+}
+
+TEST(CheckpointFormat, EveryFormatLaysOutEverySupportedArchitectureOnce) {
+  for (const CheckpointFormat& f : checkpoint_formats()) {
+    for (const ArchInfo& a : supported_archs()) {
+      const auto n = std::count_if(f.layouts.begin(), f.layouts.end(),
+                                   [&](const ArchLayout& l) { return l.arch == a.arch; });
+      EXPECT_EQ(n, 1) << f.name << " " << a.hf_class;
+    }
+    EXPECT_EQ(f.layouts.size(), supported_archs().size()) << f.name;
+  }
+}
+
+// Where a Hugging Face fixture keeps its language model's fields and tensors is where its
+// layout row says.
+TEST(CheckpointFormat, HuggingFaceLayoutsMatchTheFixturesFiles) {
+  for (const char* name :
+       {"tiny-qwen3-dense", "tiny-qwen3-moe", "tiny-qwen3_5-dense", "tiny-qwen3_5-moe"}) {
+    const std::string dir = fixture(name);
+    const nlohmann::json config = read_json(dir + "/config.json");
+    const std::string hf_class = config["architectures"][0].get<std::string>();
+    const auto arch = std::find_if(supported_archs().begin(), supported_archs().end(),
+                                   [&](const ArchInfo& a) { return a.hf_class == hf_class; });
+    ASSERT_NE(arch, supported_archs().end()) << hf_class;
+    const ArchLayout& layout = checkpoint_arch_layout("safetensors", arch->arch);
+    const nlohmann::json& fields =
+        layout.config_object.empty() ? config : config[std::string(layout.config_object)];
+    EXPECT_TRUE(fields.is_object() && fields.contains("num_hidden_layers")) << name;
+    const std::set<std::string> names = safetensors_names(dir);
+    EXPECT_EQ(names.count(std::string(layout.weight_prefix) + "embed_tokens.weight"), 1u) << name;
+    // The decoder's tensors; the multi-token-prediction block sits apart under mtp.
+    for (const std::string& n : names) {
+      if (n.starts_with("model.")) {
+        EXPECT_TRUE(n.starts_with(layout.weight_prefix)) << name << ": " << n;
+      }
+    }
   }
 }
 

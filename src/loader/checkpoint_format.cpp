@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "core/check.h"
 #include "core/json_util.h"
 #include "loader/gguf.h"
 #include "loader/gguf_source.h"
@@ -144,6 +145,29 @@ Result<std::vector<int32_t>> directory_end_token_ids(const std::string& path, co
   return ids;
 }
 
+// ---- layouts ----
+
+// {arch, config_object, weight_prefix, deltanet_fused_qkvz, deltanet_fused_ba, v_heads_tiled}
+
+// Hugging Face's own layouts; msmodelslim keeps them.
+constexpr ArchLayout kHfLayouts[] = {
+    {Arch::kQwen3, "", "model.", false, false, false},
+    {Arch::kQwen3Moe, "", "model.", false, false, false},
+    {Arch::kQwen3_5, "text_config", "model.language_model.", false, false, false},
+    {Arch::kQwen3_5Moe, "text_config", "model.language_model.", false, false, false},
+    {Arch::kQwen3Next, "", "model.", true, true, false},
+};
+
+// What llama.cpp's converter writes, under the names the GGUF source maps its tensors back to:
+// Qwen3.5's value heads tiled, Qwen3-Next's b and a fused as Hugging Face stores them.
+constexpr ArchLayout kGgufLayouts[] = {
+    {Arch::kQwen3, "", "model.", false, false, false},
+    {Arch::kQwen3Moe, "", "model.", false, false, false},
+    {Arch::kQwen3_5, "", "model.", false, false, true},
+    {Arch::kQwen3_5Moe, "", "model.", false, false, true},
+    {Arch::kQwen3Next, "", "model.", false, true, false},
+};
+
 }  // namespace
 
 const std::vector<CheckpointFormat>& checkpoint_formats() {
@@ -151,11 +175,11 @@ const std::vector<CheckpointFormat>& checkpoint_formats() {
   // tokenizer.json given where a checkpoint may go is then no GGUF.
   static const std::vector<CheckpointFormat> kFormats = {
       {"gguf", GgufFile::looks_like_gguf, open_gguf, inspect_gguf_checkpoint, gguf_tokenizer,
-       gguf_chat_template, gguf_end_token_ids},
+       gguf_chat_template, gguf_end_token_ids, kGgufLayouts},
       {"msmodelslim", is_msmodelslim_dir, open_msmodelslim, inspect_msmodelslim_checkpoint,
-       directory_tokenizer, directory_chat_template, directory_end_token_ids},
+       directory_tokenizer, directory_chat_template, directory_end_token_ids, kHfLayouts},
       {"safetensors", is_directory, open_safetensors, inspect_safetensors_checkpoint,
-       directory_tokenizer, directory_chat_template, directory_end_token_ids},
+       directory_tokenizer, directory_chat_template, directory_end_token_ids, kHfLayouts},
   };
   return kFormats;
 }
@@ -171,6 +195,18 @@ Result<const CheckpointFormat*> find_checkpoint_format(const std::string& path) 
   return invalid_argument(path +
                           ": not a model directory, and not a GGUF file (bad magic: it does not "
                           "begin with 'GGUF')");
+}
+
+const ArchLayout& checkpoint_arch_layout(std::string_view format, Arch arch) {
+  const ArchLayout* found = nullptr;
+  for (const CheckpointFormat& f : checkpoint_formats()) {
+    if (f.name != format) continue;
+    for (const ArchLayout& l : f.layouts) {
+      if (l.arch == arch) found = &l;
+    }
+  }
+  MX_CHECK_MSG(found != nullptr, "the checkpoint-format registry lacks a layout");
+  return *found;
 }
 
 Result<Checkpoint> open_checkpoint(const std::string& path) {

@@ -13,11 +13,15 @@
 //     tokenizer_config.json; end tokens from eos_token_id in config.json and
 //     generation_config.json.
 //   safetensors: any other directory. As msmodelslim, with weights in model*.safetensors.
+//
+// Each entry also says how the format lays out each architecture (ArchLayout), so that the
+// config readers ask the registry instead of testing the architecture.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +41,25 @@ struct Checkpoint {
   std::unique_ptr<WeightSource> weights;
 };
 
+// How one format stores one architecture's language model, where that differs from the plain
+// layout (fields at the top of the config, tensors under "model.", projections unfused).
+struct ArchLayout {
+  Arch arch;
+  // config.json: the object holding the language model's fields, empty for the top level.
+  // Qwen3.5 checkpoints wrap a vision-language model and keep them in text_config.
+  std::string_view config_object;
+  // The prefix of the language model's tensors under their Hugging Face names.
+  std::string_view weight_prefix;
+  // Gated DeltaNet's projections stored fused and interleaved per key-head group, as Qwen3-Next
+  // stores in_proj_qkvz and in_proj_ba. A GGUF tells qkvz by its tensors instead: llama.cpp's
+  // converter fused it only before it learned to split it.
+  bool deltanet_fused_qkvz;
+  bool deltanet_fused_ba;
+  // Value heads stored tiled (value head j reads key head j % nk), which llama.cpp's converter
+  // does for ggml's broadcast wherever there are more value heads than key heads.
+  bool v_heads_tiled;
+};
+
 struct CheckpointFormat {
   std::string_view name;  // as WeightSource::kind() reports it
   // Entries are tried in list order and the first that claims a path is its format, so a
@@ -51,6 +74,8 @@ struct CheckpointFormat {
   Result<ChatTemplate> (*chat_template)(const std::string& path);
   // The ids the checkpoint's own metadata names as ending generation, in any order.
   Result<std::vector<int32_t>> (*end_token_ids)(const std::string& path, const Tokenizer& tok);
+  // One row per supported architecture.
+  std::span<const ArchLayout> layouts;
 };
 
 // The explicit list of formats, in detection order.
@@ -58,6 +83,10 @@ const std::vector<CheckpointFormat>& checkpoint_formats();
 // The format of `path`. Fails naming the path: not-found when nothing is there, invalid when
 // it is a file that is not GGUF.
 Result<const CheckpointFormat*> find_checkpoint_format(const std::string& path);
+
+// How the format named `format` lays out `arch`. Every entry lists every supported
+// architecture, so a miss is a bug in the registry.
+const ArchLayout& checkpoint_arch_layout(std::string_view format, Arch arch);
 
 Result<Checkpoint> open_checkpoint(const std::string& path);
 

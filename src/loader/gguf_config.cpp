@@ -1,5 +1,7 @@
 #include "loader/gguf_config.h"
 
+#include "loader/checkpoint_format.h"
+
 namespace mx {
 namespace {
 
@@ -102,19 +104,17 @@ Status read_hybrid_keys(const GgufFile& f, const std::string& p, ModelConfig* c)
   if (c->linear_num_value_heads * c->linear_key_head_dim > (int64_t{1} << 40) / inner) {
     return invalid_argument(f.path() + ": ssm.state_size x ssm.inner_size exceeds 2^40");
   }
-  // Qwen3.5's converter tiles the value heads; Qwen3-Next's keeps them grouped, fuses b and a
-  // as Hugging Face does and, in files made before its split, qkvz too (ssm_in).
-  if (c->arch == Arch::kQwen3Next) {
-    c->deltanet_fused_ba = true;
-    for (const GgufTensorInfo& t : f.tensors()) {
-      const std::string& n = t.name;
-      const std::string_view tail = ".ssm_in.weight";
-      if (n.size() > tail.size() && n.compare(n.size() - tail.size(), tail.size(), tail) == 0) {
-        c->deltanet_fused_qkvz = true;
-      }
+  const ArchLayout& layout = checkpoint_arch_layout("gguf", c->arch);
+  c->deltanet_fused_ba = layout.deltanet_fused_ba;
+  c->linear_v_heads_tiled =
+      layout.v_heads_tiled && c->linear_num_value_heads != c->linear_num_key_heads;
+  // Files made before the converter split Qwen3-Next's qkvz hold it fused, as ssm_in.
+  for (const GgufTensorInfo& t : f.tensors()) {
+    const std::string& n = t.name;
+    const std::string_view tail = ".ssm_in.weight";
+    if (n.size() > tail.size() && n.compare(n.size() - tail.size(), tail.size(), tail) == 0) {
+      c->deltanet_fused_qkvz = true;
     }
-  } else {
-    c->linear_v_heads_tiled = c->linear_num_value_heads != c->linear_num_key_heads;
   }
   return read_layer_kinds(f, p, c);
 }
@@ -198,6 +198,7 @@ Result<ModelConfig> model_config_from_gguf(const GgufFile& f) {
   c.arch = info->arch;
   c.hf_class = info->hf_class;
   c.model_type = info->model_type;
+  c.weight_prefix = checkpoint_arch_layout("gguf", c.arch).weight_prefix;
   const std::string p = arch + ".";
   MX_RETURN_IF_ERROR(read_layer_count(f, p, &c));
   MX_RETURN_IF_ERROR(read_attention_keys(f, p, &c));

@@ -7,6 +7,7 @@
 
 #include "core/json_util.h"
 #include "core/mapped_file.h"
+#include "loader/checkpoint_format.h"
 #include "loader/weight_source.h"
 
 namespace mx {
@@ -152,10 +153,8 @@ Status parse_layer_kinds(const Json& j, const std::string& what, ModelConfig* c)
   return Status::ok();
 }
 
-// Qwen3.5's text model and Qwen3-Next share these fields; only Qwen3.5 nests its language model.
+// Qwen3.5's text model and Qwen3-Next share these fields.
 Status parse_qwen3_5_fields(const Json& j, const std::string& what, ModelConfig* c) {
-  if (c->arch != Arch::kQwen3Next) c->weight_prefix = "model.language_model.";
-  c->deltanet_fused_qkvz = c->deltanet_fused_ba = c->arch == Arch::kQwen3Next;
   c->zero_centered_norms = true;
   MX_ASSIGN_OR_RETURN(c->attn_output_gate, json_bool_or(j, "attn_output_gate", true, what));
   MX_ASSIGN_OR_RETURN(c->mtp_num_hidden_layers, json_int_or(j, "mtp_num_hidden_layers", 0, what));
@@ -282,15 +281,19 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   c.arch = arch->arch;
   c.hf_class = arch->hf_class;
   c.model_type = arch->model_type;
-  const bool wrapped = c.arch == Arch::kQwen3_5 || c.arch == Arch::kQwen3_5Moe;
-  const bool qwen3_5 = wrapped || c.arch == Arch::kQwen3Next;  // the hybrid layers
-  // Qwen3.5 checkpoints wrap a vision-language model: the language model's fields sit in
-  // text_config.
-  if (wrapped && (!top.contains("text_config") || !top["text_config"].is_object())) {
-    return invalid_argument(what + ": " + c.hf_class + " needs an object 'text_config'");
+  // config.json is Hugging Face's, whether the weights are (safetensors) or msmodelslim's.
+  const ArchLayout& layout = checkpoint_arch_layout("safetensors", c.arch);
+  c.weight_prefix = layout.weight_prefix;
+  c.deltanet_fused_qkvz = layout.deltanet_fused_qkvz;
+  c.deltanet_fused_ba = layout.deltanet_fused_ba;
+  c.linear_v_heads_tiled = layout.v_heads_tiled;
+  const std::string object(layout.config_object);
+  const bool wrapped = !object.empty();
+  if (wrapped && (!top.contains(object) || !top[object].is_object())) {
+    return invalid_argument(what + ": " + c.hf_class + " needs an object '" + object + "'");
   }
-  const Json& j = wrapped ? top["text_config"] : top;
-  MX_RETURN_IF_ERROR(check_unimplemented_fields(j, qwen3_5, what));
+  const Json& j = wrapped ? top[object] : top;
+  MX_RETURN_IF_ERROR(check_unimplemented_fields(j, c.is_hybrid(), what));
   MX_ASSIGN_OR_RETURN(c.vocab_size, json_int(j, "vocab_size", what));
   MX_ASSIGN_OR_RETURN(c.hidden_size, json_int(j, "hidden_size", what));
   MX_ASSIGN_OR_RETURN(c.num_layers, json_int(j, "num_hidden_layers", what));
@@ -313,7 +316,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   MX_ASSIGN_OR_RETURN(c.head_dim, json_int_or(j, "head_dim", c.hidden_size / c.num_heads, what));
   MX_RETURN_IF_ERROR(positive(what, "head_dim", c.head_dim));
   if (c.head_dim % 2 != 0) return invalid_argument(what + ": head_dim must be even for RoPE");
-  if (c.arch == Arch::kQwen3_5Moe || c.arch == Arch::kQwen3Next) {
+  if (c.is_hybrid() && c.has_moe()) {
     // Every layer may be MoE: a dense width is then absent.
     MX_ASSIGN_OR_RETURN(c.intermediate_size, json_int_or(j, "intermediate_size", 0, what));
   } else {
@@ -338,7 +341,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
 
   c.rotary_dim = c.head_dim;
   c.layer_kinds.assign(static_cast<size_t>(c.num_layers), LayerKind::kFullAttention);
-  if (qwen3_5) MX_RETURN_IF_ERROR(parse_qwen3_5_fields(j, what, &c));
+  if (c.is_hybrid()) MX_RETURN_IF_ERROR(parse_qwen3_5_fields(j, what, &c));
   if (c.has_moe()) {
     MX_ASSIGN_OR_RETURN(c.num_experts, json_int(j, "num_experts", what));
     MX_ASSIGN_OR_RETURN(c.num_experts_per_tok, json_int(j, "num_experts_per_tok", what));
@@ -361,7 +364,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     }
     // The Qwen3.5 router always renormalizes its top-k; Qwen3-Next's says so in its config.
     if (c.arch == Arch::kQwen3_5Moe) c.norm_topk_prob = true;
-    if (c.arch == Arch::kQwen3_5Moe || c.arch == Arch::kQwen3Next) {
+    if (c.is_hybrid()) {
       MX_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
                           json_int_or(j, "shared_expert_intermediate_size", 0, what));
     }
