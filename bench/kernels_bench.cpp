@@ -106,7 +106,7 @@ struct MxProblem {
     y.assign(static_cast<size_t>(m * n), 0.0f);
     a = {x.data(), &packed.view, y.data(), m, kd, n};
     ActRows acts;
-    act_rows_init(scheme, kd, ScaleRule::kFloor, &acts);
+    act_rows_init(RowFormat::mx(scheme), kd, ScaleRule::kFloor, &acts);
     acts.resize(m);
     for (int64_t r = 0; r < m; ++r)
       act_rows_quantize(x.data() + r * kd, r, ScaleRule::kFloor, &acts);

@@ -207,7 +207,7 @@ class ScaleBank final : public ExpertBank {
       : ExpertBank(count, hidden, 1), first_(first) {}
   std::string scheme_name() const override { return "scale"; }
   uint64_t weight_bytes() const override { return 0; }
-  Scheme input_scheme(DispatchMode) const override { return Scheme::kBf16; }
+  RowFormat input_format(DispatchMode) const override { return RowFormat::f32(); }
   void run(const ActRows& rows, const int64_t* offsets, float* out, ExecContext&,
            ExpertTimes*) const override {
     for (int64_t e = 0; e < num_experts(); ++e) {

@@ -135,7 +135,7 @@ TEST(Kernels, EveryMxGemmVariant) {
             const auto x =
                 test::activation_like(static_cast<size_t>(m * k), static_cast<uint32_t>(m * 7 + k));
             ActRows a;
-            act_rows_init(s, k, ScaleRule::kFloor, &a);
+            act_rows_init(RowFormat::mx(s), k, ScaleRule::kFloor, &a);
             a.resize(m);
             for (int64_t r = 0; r < m; ++r)
               act_rows_quantize(x.data() + r * k, r, ScaleRule::kFloor, &a);
@@ -369,7 +369,7 @@ TEST(Kernels, MxGemmWithLargeWeightScales) {
       std::vector<float> x(static_cast<size_t>(k));
       for (int64_t t = 0; t < k; ++t) x[t] = static_cast<float>(t % 7) - 3.0f;
       ActRows a;
-      act_rows_init(s, k, ScaleRule::kFloor, &a);
+      act_rows_init(RowFormat::mx(s), k, ScaleRule::kFloor, &a);
       a.resize(1);
       act_rows_quantize(x.data(), 0, ScaleRule::kFloor, &a);
       const MxMatrixView av{
@@ -438,7 +438,7 @@ TEST(Kernels, MxGemmE4m3AtExtremeActivationScales) {
       // Row r at row_scale[(first + r) % 5]: each scale alone (m = 1) and mixed.
       const auto x = test::activation_like(static_cast<size_t>(m * k), static_cast<uint32_t>(m));
       ActRows a;
-      act_rows_init(Scheme::kW8A8Mxfp8, k, ScaleRule::kFloor, &a);
+      act_rows_init(RowFormat::mx(Scheme::kW8A8Mxfp8), k, ScaleRule::kFloor, &a);
       a.resize(m);
       std::vector<float> xr(static_cast<size_t>(k));
       for (int64_t r = 0; r < m; ++r) {
@@ -501,7 +501,7 @@ TEST(Kernels, OneRowIntegerGemmAtScaleExtremes) {
         std::vector<float> xr(static_cast<size_t>(k));
         for (int64_t t = 0; t < k; ++t) xr[t] = std::ldexp(xf[static_cast<size_t>(t)], e);
         ActRows a;
-        act_rows_init(s, k, ScaleRule::kFloor, &a);
+        act_rows_init(RowFormat::mx(s), k, ScaleRule::kFloor, &a);
         a.resize(1);
         act_rows_quantize(xr.data(), 0, ScaleRule::kFloor, &a);
         const MxMatrixView av{a.format, a.codes.data(), a.scales.data(), nullptr, 1,

@@ -148,7 +148,7 @@ TEST(MxScheme, GroupedMatmulMatchesTheReference) {
     const int64_t rows = offsets.back();
     const auto x = test::activation_like(static_cast<size_t>(rows * h), 77);
     ActRows in;
-    act_rows_init(s, h, ScaleRule::kFloor, &in);
+    act_rows_init(RowFormat::mx(s), h, ScaleRule::kFloor, &in);
     in.resize(rows);
     for (int64_t r = 0; r < rows; ++r)
       act_rows_quantize(x.data() + r * h, r, ScaleRule::kFloor, &in);
@@ -217,7 +217,7 @@ TEST(MxScheme, FusedGmm1EqualsTheUnfusedStepsBitForBit) {
       auto bank = make_mx_expert_bank(w13, w2, ScaleRule::kFloor, "bank");
       ASSERT_TRUE(bank.is_ok()) << bank.status().to_string();
       ActRows in;
-      act_rows_init(s, h, ScaleRule::kFloor, &in);
+      act_rows_init(RowFormat::mx(s), h, ScaleRule::kFloor, &in);
       in.resize(rows);
       for (int64_t r = 0; r < rows; ++r)
         act_rows_quantize(x.data() + r * h, r, ScaleRule::kFloor, &in);
@@ -269,7 +269,7 @@ TEST(Bf16Scheme, GroupedMatmulMatchesTheReference) {
   const int64_t rows = offsets.back();
   const auto x = test::activation_like(static_cast<size_t>(rows * h), 78);
   ActRows in;
-  act_rows_init(Scheme::kBf16, h, ScaleRule::kFloor, &in);
+  act_rows_init(RowFormat::f32(), h, ScaleRule::kFloor, &in);
   in.resize(rows);
   std::copy(x.begin(), x.end(), in.f32.begin());
   std::vector<float> out(static_cast<size_t>(rows * h));
@@ -312,7 +312,7 @@ TEST(MxScheme, ActivationRowsMatchTheReferenceCodecs) {
     const SchemeInfo& info = scheme_info(s);
     const auto x = test::activation_like(static_cast<size_t>(k), 17);
     ActRows a;
-    act_rows_init(s, k, ScaleRule::kFloor, &a);
+    act_rows_init(RowFormat::mx(s), k, ScaleRule::kFloor, &a);
     a.resize(2);
     act_rows_quantize(x.data(), 1, ScaleRule::kFloor, &a);
     if (info.int8_act) {
@@ -431,6 +431,25 @@ TEST(MxScheme, SchemeTableAndFlags) {
   // The int8-activation scheme's weights are W4A8's: its exports load back as w4a8_mxfp4.
   EXPECT_EQ(scheme_from_quantization_flag("w4a8_mxfp4_int8"), Scheme::kW4A8Mxfp4Int8);
   EXPECT_EQ(scheme_from_offline_type("W4A8_MXFP"), Scheme::kW4A8Mxfp4);
+}
+
+// Rows know their format: FP32 rows are not some scheme's, and the int8 rows of
+// w4a8_mxfp4_int8 are not W4A8's MXFP8 rows although both schemes hold the same weights.
+TEST(MxScheme, RowFormatsAreExplicit) {
+  ActRows f32, fp8, int8;
+  act_rows_init(RowFormat::f32(), 64, ScaleRule::kFloor, &f32);
+  act_rows_init(RowFormat::mx(Scheme::kW4A8Mxfp4), 64, ScaleRule::kFloor, &fp8);
+  act_rows_init(RowFormat::mx(Scheme::kW4A8Mxfp4Int8), 64, ScaleRule::kFloor, &int8);
+  EXPECT_FALSE(RowFormat::f32().quantized());
+  EXPECT_NE(RowFormat::f32(), RowFormat::mx(Scheme::kW8A8Mxfp8));
+  EXPECT_TRUE(f32.in_format(RowFormat::f32()));
+  EXPECT_FALSE(f32.in_format(RowFormat::mx(Scheme::kW8A8Mxfp8)));
+  EXPECT_TRUE(fp8.in_format(RowFormat::mx(Scheme::kW8A8Mxfp8)));
+  EXPECT_FALSE(fp8.in_format(RowFormat::f32()));
+  EXPECT_FALSE(fp8.in_format(RowFormat::mx(Scheme::kW4A8Mxfp4Int8)));
+  EXPECT_TRUE(int8.in_format(RowFormat::mx(Scheme::kW4A8Mxfp4Int8)));
+  EXPECT_FALSE(int8.in_format(RowFormat::mx(Scheme::kW4A8Mxfp4)));
+  EXPECT_FALSE(fp8.in_format(RowFormat::mx(Scheme::kW4A4Mxfp4)));
 }
 
 }  // namespace

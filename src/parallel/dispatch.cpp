@@ -96,7 +96,8 @@ class LocalDispatcher final : public MoeDispatcher {
     fill_.assign(offsets.begin(), offsets.end() - 1);
     for (int64_t i = 0; i < n * k; ++i)
       slot[static_cast<size_t>(i)] = fill_[static_cast<size_t>(a.ids[i])]++;
-    const Scheme decl = a.fused ? a.experts->input_scheme(DispatchMode::kLocal) : Scheme::kBf16;
+    const RowFormat decl =
+        a.fused ? a.experts->input_format(DispatchMode::kLocal) : RowFormat::f32();
     act_rows_init(decl, hid, a.rule, &rows);
     rows.resize(n * k);
     for (int64_t t = 0; t < n; ++t) {

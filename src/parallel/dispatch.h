@@ -1,6 +1,6 @@
 // The MoE dispatcher: top-k routing, dispatch of the routed rows to their experts, the expert
 // bank, and the weighted combine, for one MoE layer of one forward pass. The expert bank
-// declares the row format it consumes in each mode (ExpertBank::input_scheme); dispatchers
+// declares the row format it consumes in each mode (ExpertBank::input_format); dispatchers
 // write exactly that and never branch on schemes or platforms (ARCHITECTURE.md sections 4
 // and 5).
 #pragma once

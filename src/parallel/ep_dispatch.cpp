@@ -21,13 +21,13 @@ constexpr int64_t kHeaderBytes = 4;  // token index (24 bits) | top-k slot << 24
 // A routed row on the wire: header, then codes, E8M0 scales and (dual) chunk scales, or
 // BF16 values.
 struct WireFormat {
-  Scheme scheme = Scheme::kBf16;
+  RowFormat format = RowFormat::f32();
   ActRows layout;  // row geometry of the quantized format
   int64_t payload = 0;
 
-  void init(Scheme s, int64_t hidden, ScaleRule rule) {
-    scheme = s;
-    act_rows_init(s, hidden, rule, &layout);
+  void init(RowFormat f, int64_t hidden, ScaleRule rule) {
+    format = f;
+    act_rows_init(f, hidden, rule, &layout);
     if (!layout.quantized) {
       payload = 2 * hidden;
       return;
@@ -53,8 +53,8 @@ class EpDispatcher final : public MoeDispatcher {
                 route_order_.data());
     clock.lap(&MoeTimes::route);
     const bool low_latency = choose_mode(a);
-    const Scheme wire = a.experts->input_scheme(low_latency ? DispatchMode::kEpLowLatency
-                                                            : DispatchMode::kEpNormal);
+    const RowFormat wire = a.experts->input_format(low_latency ? DispatchMode::kEpLowLatency
+                                                               : DispatchMode::kEpNormal);
     wire_.init(wire, a.hidden, a.rule);
     out_f32_ = a.experts->combine_format(low_latency ? DispatchMode::kEpLowLatency
                                                      : DispatchMode::kEpNormal) == RowFloat::kF32;
@@ -152,14 +152,14 @@ class EpDispatcher final : public MoeDispatcher {
     send_.resize(static_cast<size_t>(total * row));
     send_pos_.resize(static_cast<size_t>((t1 - t0) * k));
     ActRows& one = one_;
-    act_rows_init(wire_.scheme, a.hidden, a.rule, &one);
+    act_rows_init(wire_.format, a.hidden, a.rule, &one);
     one.resize(1);
     std::vector<uint16_t>& bf = bf_;
     bf.resize(static_cast<size_t>(a.hidden));
     // BF16 rows that an MX bank requantizes on arrival are rounded to odd: its E8M0 scales
     // and element codes are then those of the FP32 rows (half.h), and only the BF16 combine
     // stands between normal mode and one process for single-level schemes.
-    const bool requantized = a.experts->input_scheme(DispatchMode::kLocal) != Scheme::kBf16;
+    const bool requantized = a.experts->input_format(DispatchMode::kLocal).quantized();
     for (int64_t t = t0; t < t1; ++t) {
       const float* src = a.h + t * a.hidden;
       if (one.quantized) {

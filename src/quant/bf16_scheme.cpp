@@ -82,7 +82,7 @@ class Bf16ExpertBank final : public ExpertBank {
   uint64_t weight_bytes() const override {
     return static_cast<uint64_t>(num_experts() * 3 * inter() * hidden()) * 2;
   }
-  Scheme input_scheme(DispatchMode) const override { return Scheme::kBf16; }
+  RowFormat input_format(DispatchMode) const override { return RowFormat::f32(); }
   void run(const ActRows& rows, const int64_t* offsets, float* out, ExecContext& ctx,
            ExpertTimes* times) const override {
     const int64_t h = hidden(), i = inter(), total = offsets[num_experts()];

@@ -261,7 +261,7 @@ class GgmlExpertBank final : public ExpertBank {
     return b;
   }
   // FP32 rows in; gmm1 quantizes them once for every expert when its types ask for it.
-  Scheme input_scheme(DispatchMode) const override { return Scheme::kBf16; }
+  RowFormat input_format(DispatchMode) const override { return RowFormat::f32(); }
   void run(const ActRows& rows, const int64_t* offsets, float* out, ExecContext& ctx,
            ExpertTimes* times) const override;
 

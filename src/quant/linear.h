@@ -146,8 +146,8 @@ class ExpertBank {
   virtual std::string scheme_name() const = 0;
   virtual uint64_t weight_bytes() const = 0;
   // The activation format gmm1 consumes in `mode`; the dispatcher writes rows in exactly this
-  // format (kBf16: FP32 rows in one process, BF16 rows on the wire between ranks).
-  virtual Scheme input_scheme(DispatchMode mode) const = 0;
+  // format (FP32 rows travel as BF16 on the wire between ranks).
+  virtual RowFormat input_format(DispatchMode mode) const = 0;
   // The format expert outputs travel back in between ranks (one process keeps FP32).
   virtual RowFloat combine_format(DispatchMode mode) const {
     return mode == DispatchMode::kLocal ? RowFloat::kF32 : RowFloat::kBf16;

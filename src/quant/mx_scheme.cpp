@@ -214,7 +214,7 @@ class MxLinear final : public Linear {
   uint64_t weight_bytes() const override { return w_.bytes(); }
   void forward(const float* x, int64_t m, float* y, ExecContext& ctx) const override {
     ActRows& a = ctx.workspace().object<ActRows>(kObjMxLinearRows);
-    act_rows_init(w_.scheme(), w_.k(), rule_, &a);
+    act_rows_init(RowFormat::mx(w_.scheme()), w_.k(), rule_, &a);
     a.resize(m);
     for_rows(m, w_.k(), ctx.pool(), [&](int64_t r0, int64_t r1, int) {
       for (int64_t r = r0; r < r1; ++r) act_rows_quantize(x + r * w_.k(), r, rule_, &a);
@@ -241,19 +241,20 @@ class MxExpertBank final : public ExpertBank {
   }
   std::string scheme_name() const override { return std::string(scheme_info(w13_.scheme()).name); }
   uint64_t weight_bytes() const override { return w13_.bytes() + w2_.bytes(); }
-  Scheme input_scheme(DispatchMode mode) const override {
+  RowFormat input_format(DispatchMode mode) const override {
+    const RowFormat local = RowFormat::mx(w13_.scheme());
     switch (mode) {
       case DispatchMode::kLocal:
-        return w13_.scheme();
+        return local;
       case DispatchMode::kEpLowLatency:
         // The local fused format: MXFP8 for W8A8 and W4A8, MXFP4 for W4A4 (SGLang's DeepEP
         // dtypes), quantized once by the sender. The wire carries no int8 rows: those go as
         // BF16 and are quantized on arrival.
-        return scheme_info(w13_.scheme()).int8_act ? Scheme::kBf16 : w13_.scheme();
+        return scheme_info(w13_.scheme()).int8_act ? RowFormat::f32() : local;
       case DispatchMode::kEpNormal:
-        return Scheme::kBf16;  // gmm1 quantizes on arrival
+        return RowFormat::f32();  // gmm1 quantizes on arrival
     }
-    return w13_.scheme();
+    return local;
   }
 
   // Low latency returns the local FP32 rows: with the local fused rows on the way out, one
@@ -271,12 +272,12 @@ class MxExpertBank final : public ExpertBank {
     const int64_t total = offsets[num_experts()];
     // Rows not in gmm1's format (FP32, or another MX format off the wire) are quantized here.
     const ActRows* in = &rows;
-    if (!rows.in_format_of(w13_.scheme())) in = convert(rows, total, ctx);
+    if (!rows.in_format(RowFormat::mx(w13_.scheme()))) in = convert(rows, total, ctx);
     int64_t max_rows = 0;
     const std::span<const int64_t> active = active_experts(offsets, num_experts(), ctx, &max_rows);
     if (active.empty()) return;
     ActRows& act = ctx.workspace().object<ActRows>(kObjMxAct);
-    act_rows_init(w2_.scheme(), i, rule_, &act);
+    act_rows_init(RowFormat::mx(w2_.scheme()), i, rule_, &act);
     act.resize(total);
     {
       const GemmActs in_acts(*in, scheme_info(w13_.scheme()).weight, 0, total, ctx);
@@ -298,7 +299,7 @@ class MxExpertBank final : public ExpertBank {
   const ActRows* convert(const ActRows& rows, int64_t total, ExecContext& ctx) const {
     const int64_t h = hidden();
     ActRows& converted = ctx.workspace().object<ActRows>(kObjMxConverted);
-    act_rows_init(w13_.scheme(), h, rule_, &converted);
+    act_rows_init(RowFormat::mx(w13_.scheme()), h, rule_, &converted);
     converted.resize(total);
     float* f = ctx.workspace().floats(kWsMxRow, h);
     for (int64_t r = 0; r < total; ++r) {

@@ -244,21 +244,38 @@ void ActRows::resize(int64_t r) {
   if (dual) grow_to(chunk_scales, r * mx_num_chunks(k));
 }
 
-void act_rows_init(Scheme scheme, int64_t k, ScaleRule rule, ActRows* out) {
+RowFormat RowFormat::mx(Scheme s) {
+  MX_CHECK(s != Scheme::kBf16);
+  return RowFormat(s);
+}
+
+Scheme RowFormat::scheme() const {
+  MX_CHECK(mx_.has_value());
+  return *mx_;
+}
+
+void act_rows_init(RowFormat format, int64_t k, ScaleRule rule, ActRows* out) {
   (void)rule;
-  const SchemeInfo& info = scheme_info(scheme);
-  out->quantized = scheme != Scheme::kBf16;
+  out->quantized = format.quantized();
+  out->k = k;
+  out->rows = 0;
+  if (!format.quantized()) {
+    out->format = ElemFormat::kE4M3;
+    out->dual = false;
+    out->int8 = false;
+    out->row_bytes = 0;
+    return;
+  }
+  const SchemeInfo& info = scheme_info(format.scheme());
   out->format = info.activation;
   out->dual = info.dual;
   out->int8 = info.int8_act;
-  out->k = k;
   out->row_bytes = info.int8_act ? mx_num_blocks(k) * kMxBlock : codes_per_row(info.activation, k);
-  out->rows = 0;
 }
 
-bool ActRows::in_format_of(Scheme scheme) const {
-  const SchemeInfo& info = scheme_info(scheme);
-  if (!quantized || scheme == Scheme::kBf16) return !quantized && scheme == Scheme::kBf16;
+bool ActRows::in_format(RowFormat want) const {
+  if (!quantized || !want.quantized()) return !quantized && !want.quantized();
+  const SchemeInfo& info = scheme_info(want.scheme());
   if (int8 || info.int8_act) return int8 == info.int8_act;
   return format == info.activation && dual == info.dual;
 }

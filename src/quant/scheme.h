@@ -59,6 +59,23 @@ Result<MxWeights> stack_mx_weights(const std::vector<MxWeights>& parts, const st
 // Dequantizes to FP32 [n, k] (the reference of the tests, and a quantized router gate).
 Tensor dequantize_weight(const MxWeights& w);
 
+// The format of activation rows that one layer hands another (a dispatcher, an expert bank):
+// FP32 (BF16 on the wire between ranks), or quantized to an MX scheme's activation format.
+class RowFormat {
+ public:
+  static RowFormat f32() { return RowFormat(std::nullopt); }
+  // Rows in `s`'s activation format; s is an MX scheme, never kBf16.
+  static RowFormat mx(Scheme s);
+  bool quantized() const { return mx_.has_value(); }
+  // The MX scheme whose activation format quantized rows are in.
+  Scheme scheme() const;
+  bool operator==(const RowFormat&) const = default;
+
+ private:
+  explicit RowFormat(std::optional<Scheme> s) : mx_(s) {}
+  std::optional<Scheme> mx_;
+};
+
 // Rows of activations, either FP32 or quantized to a scheme's input format: MX codes and E8M0
 // scales, or (int8) int8 codes and their scales per 32, the last block zero-padded.
 struct ActRows {
@@ -75,12 +92,12 @@ struct ActRows {
   // Room for r rows. The vectors only grow, so they may hold more than `rows` rows: the
   // rows an execution context keeps are reused from step to step at their largest.
   void resize(int64_t r);
-  // Whether these rows are in `scheme`'s activation format already.
-  bool in_format_of(Scheme scheme) const;
+  // Whether these rows are in `format` already.
+  bool in_format(RowFormat format) const;
 };
 
-// Prepares `out` for rows of width k in `scheme`'s activation format.
-void act_rows_init(Scheme scheme, int64_t k, ScaleRule rule, ActRows* out);
+// Prepares `out` for rows of width k in `format`.
+void act_rows_init(RowFormat format, int64_t k, ScaleRule rule, ActRows* out);
 // Quantizes one FP32 row into row `r` of `out` (the scheme's activation format).
 void act_rows_quantize(const float* x, int64_t r, ScaleRule rule, ActRows* out);
 // Quantizes columns [col0, col0 + n) of row `r` from x[0, n): the same bits as the whole row
