@@ -206,6 +206,7 @@ class ScaleBank final : public ExpertBank {
   ScaleBank(int64_t first, int64_t count, int64_t hidden)
       : ExpertBank(count, hidden, 1), first_(first) {}
   std::string scheme_name() const override { return "scale"; }
+  std::string kernel_table() const override { return "none"; }
   uint64_t weight_bytes() const override { return 0; }
   RowFormat input_format(DispatchMode) const override { return RowFormat::f32(); }
   void run(const ActRows& rows, const int64_t* offsets, float* out, ExecContext&,

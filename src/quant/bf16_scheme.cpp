@@ -12,10 +12,9 @@
 namespace mx {
 namespace {
 
-void gemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
-          ThreadPool* pool) {
+void gemm(const GemmKernels& kern, const float* x, int64_t m, int64_t k, const uint16_t* w,
+          int64_t n, float* y, ThreadPool* pool) {
   const GemmBf16Args a{x, w, y, m, k, k, n};
-  const auto& kern = gemm_kernels();
   if (pool == nullptr || pool->num_threads() == 1 || n * m * k < (1 << 16)) {
     kern.bf16(a, 0, n);
     return;
@@ -27,25 +26,32 @@ void gemm(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, fl
 }
 
 // w: [n, k] BF16, contiguous.
-Tensor pack(const Tensor& w) {
+Tensor pack(const GemmKernels& kern, const Tensor& w) {
   const int64_t n = w.dim(0), k = w.dim(1);
   Tensor out = Tensor::empty(DType::kBF16, {bf16_panel_elems(n, k)}, Placement::kHugePages);
-  gemm_kernels().pack(w.data_as<uint16_t>(), n, k, k, out.mutable_data_as<uint16_t>());
+  kern.pack(w.data_as<uint16_t>(), n, k, k, out.mutable_data_as<uint16_t>());
   return out;
+}
+
+std::string table_name(const GemmKernels& kern) {
+  return "gemm:" + std::string(isa_name(kern.isa));
 }
 
 class Bf16Linear final : public Linear {
  public:
-  explicit Bf16Linear(const Tensor& w) : Linear(w.dim(1), w.dim(0)), w_(pack(w)) {}
+  explicit Bf16Linear(const Tensor& w)
+      : Linear(w.dim(1), w.dim(0)), kern_(gemm_kernels()), w_(pack(kern_, w)) {}
   std::string scheme_name() const override { return "bf16"; }
+  std::string kernel_table() const override { return table_name(kern_); }
   uint64_t weight_bytes() const override {
     return static_cast<uint64_t>(in_features() * out_features()) * 2;
   }
   void forward(const float* x, int64_t m, float* y, ExecContext& ctx) const override {
-    gemm(x, m, in_features(), w_.data_as<uint16_t>(), out_features(), y, ctx.pool());
+    gemm(kern_, x, m, in_features(), w_.data_as<uint16_t>(), out_features(), y, ctx.pool());
   }
 
  private:
+  const GemmKernels& kern_;  // packed w_ in its layout
   Tensor w_;
 };
 
@@ -58,6 +64,7 @@ class Bf16ExpertBank final : public ExpertBank {
   // Empty; filled expert by expert with add().
   Bf16ExpertBank(int64_t experts, int64_t hidden, int64_t inter)
       : ExpertBank(experts, hidden, inter),
+        kern_(gemm_kernels()),
         pairs_((inter + kBf16PanelCols - 1) / kBf16PanelCols),
         stride13_(bf16_panel_elems(2 * pairs_ * kBf16PanelCols, hidden)),
         stride2_(bf16_panel_elems(hidden, inter)),
@@ -73,12 +80,13 @@ class Bf16ExpertBank final : public ExpertBank {
       std::copy(w13 + (i + u) * h, w13 + (i + u + 1) * h,
                 paired_.data() + ((2 * j + 1) * p + c) * h);
     }
-    const auto pack = gemm_kernels().pack;
+    const auto pack = kern_.pack;
     pack(paired_.data(), 2 * pairs_ * p, h, h, w13_.mutable_data_as<uint16_t>() + e * stride13_);
     pack(w2, h, i, i, w2_.mutable_data_as<uint16_t>() + e * stride2_);
   }
   void done_adding() { std::vector<uint16_t>().swap(paired_); }
   std::string scheme_name() const override { return "bf16"; }
+  std::string kernel_table() const override { return table_name(kern_); }
   uint64_t weight_bytes() const override {
     return static_cast<uint64_t>(num_experts() * 3 * inter() * hidden()) * 2;
   }
@@ -92,7 +100,7 @@ class Bf16ExpertBank final : public ExpertBank {
     int64_t max_rows = 0;
     const std::span<const int64_t> active = active_experts(offsets, num_experts(), ctx, &max_rows);
     float* act = ctx.workspace().floats(kWsBf16Act, total * i);
-    const auto& kern = gemm_kernels();
+    const GemmKernels& kern = kern_;
     const uint16_t* w13 = w13_.data_as<uint16_t>();
     const uint16_t* w2 = w2_.data_as<uint16_t>();
     ctx.reserve_arenas<float>(kArenaBf16GateUp, max_rows * kSpan);
@@ -128,6 +136,7 @@ class Bf16ExpertBank final : public ExpertBank {
   }
 
  private:
+  const GemmKernels& kern_;     // packed the weights in its layout
   int64_t pairs_;               // gate/up panel pairs per expert
   int64_t stride13_, stride2_;  // packed elements per expert
   Tensor w13_, w2_;

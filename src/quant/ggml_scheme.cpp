@@ -55,9 +55,9 @@ Acts act_buffers(const float* x, int64_t m, int64_t k, int64_t ldx, unsigned nee
   return a;
 }
 
-// m rows of x (k values, ldx apart) quantized once to every type in `needs`.
-Acts prepare(const float* x, int64_t m, int64_t k, int64_t ldx, unsigned needs, int slot,
-             ExecContext& ctx) {
+// m rows of x (k values, ldx apart) quantized once by `dot` to every type in `needs`.
+Acts prepare(const GgmlDotKernels& dot, const float* x, int64_t m, int64_t k, int64_t ldx,
+             unsigned needs, int slot, ExecContext& ctx) {
   ThreadPool* pool = ctx.pool();
   const Acts a = act_buffers(x, m, k, ldx, needs, slot, ctx);
   for (int t = 0; t < 2; ++t) {
@@ -65,9 +65,7 @@ Acts prepare(const float* x, int64_t m, int64_t k, int64_t ldx, unsigned needs, 
     const auto at = static_cast<GgmlActType>(t);
     auto* buf = const_cast<uint8_t*>(a.q[t]);
     auto body = [&](int64_t b, int64_t e, int) {
-      for (int64_t r = b; r < e; ++r) {
-        ggml_dot_kernels().quantize(at, x + r * ldx, k, buf + r * a.qstride[t]);
-      }
+      for (int64_t r = b; r < e; ++r) dot.quantize(at, x + r * ldx, k, buf + r * a.qstride[t]);
     };
     if (pool != nullptr && pool->num_threads() > 1 && m >= 16) {
       pool->parallel_for(m, body);
@@ -81,10 +79,10 @@ Acts prepare(const float* x, int64_t m, int64_t k, int64_t ldx, unsigned needs, 
 // Values [c0, c1) of a row of k (whole blocks of its type) quantized into their places in
 // `row`, a row laid out for all k (ggml_dot.h): a block's codes and scales depend on that block
 // alone, so the pieces equal the whole row's. `tmp` holds ggml_act_row_bytes(a, c1 - c0).
-void quantize_range(GgmlActType a, const float* x, int64_t k, int64_t c0, int64_t c1, uint8_t* row,
-                    uint8_t* tmp) {
+void quantize_range(const GgmlDotKernels& dot, GgmlActType a, const float* x, int64_t k, int64_t c0,
+                    int64_t c1, uint8_t* row, uint8_t* tmp) {
   const int64_t n = c1 - c0, blk = ggml_act_block(a);
-  ggml_dot_kernels().quantize(a, x, n, tmp);
+  dot.quantize(a, x, n, tmp);
   std::memcpy(row + c0, tmp, static_cast<size_t>(n));
   std::memcpy(row + k + 4 * (c0 / blk), tmp + n, static_cast<size_t>(4 * (n / blk)));
   if (a == GgmlActType::kQ8_0) {  // s per 32 after the scales
@@ -100,9 +98,10 @@ struct Segment {
   GgmlType type;
   const uint8_t* w;
   int64_t row_bytes;
-  int64_t col0, cols;  // output columns [col0, col0 + cols)
-  bool int_dot;        // quantized activations against integer dot products
-  int panel;           // GgmlWeight::panel
+  int64_t col0, cols;         // output columns [col0, col0 + cols)
+  bool int_dot;               // quantized activations against integer dot products
+  int panel;                  // GgmlWeight::panel
+  const GgmlDotKernels* dot;  // the table that laid the rows out, for int_dot
 };
 
 // Columns per parallel work item: whole groups of the kernel's rows.
@@ -115,7 +114,7 @@ void run_segment(const Segment& s, const Acts& x, int64_t m, int64_t k, float* y
     const auto t = static_cast<int>(ggml_act_type(s.type));
     GgmlDotArgs a{s.type, s.w, s.row_bytes, x.q[t], x.qstride[t], y + s.col0, m, k, ldy};
     a.panel = s.panel;
-    ggml_dot_kernels().gemm(a, c0, c1);
+    s.dot->gemm(a, c0, c1);
     return;
   }
   const GgmlGemmArgs a{s.type, s.w, s.row_bytes, x.x, y + s.col0, m, k, x.ldx, ldy};
@@ -151,13 +150,14 @@ void run_segments(const std::vector<Segment>& segs, const Acts& x, int64_t m, in
   }
 }
 
-std::vector<Segment> segments_of(const std::vector<GgmlWeight>& parts, GgmlActivations act) {
+std::vector<Segment> segments_of(const std::vector<GgmlWeight>& parts, GgmlActivations act,
+                                 const GgmlDotKernels& dot) {
   std::vector<Segment> segs;
   int64_t col = 0;
   for (const GgmlWeight& p : parts) {
     const bool int_dot = act == GgmlActivations::kNative && ggml_has_int_dot(p.type);
     segs.push_back({p.type, p.rows.data_as<uint8_t>(), ggml_row_bytes(p.type, p.in), col, p.out,
-                    int_dot, p.panel});
+                    int_dot, p.panel, &dot});
     col += p.out;
   }
   return segs;
@@ -189,10 +189,18 @@ std::string type_names(const std::vector<GgmlWeight>& parts) {
 
 std::string act_suffix(GgmlActivations act) { return act == GgmlActivations::kF32 ? ",f32" : ""; }
 
+// With FP32 activations the dequantizing GEMM reads the rows as stored; otherwise the dot
+// table chose each type's layout (its panels, or the rows as stored).
+std::string table_name(const GgmlDotKernels& dot, GgmlActivations act) {
+  if (act == GgmlActivations::kF32)
+    return "ggml_gemm:" + std::string(isa_name(ggml_gemm_kernels().isa));
+  return "ggml_dot:" + std::string(isa_name(dot.isa));
+}
+
 // The kernel table's panels in place of the stored rows, where it reads this type's rows
 // interleaved; the mapped rows' pages are released, so the weights are held once.
-std::vector<GgmlWeight> for_kernels(std::vector<GgmlWeight> parts, GgmlActivations act) {
-  const GgmlDotKernels& kern = ggml_dot_kernels();
+std::vector<GgmlWeight> for_kernels(std::vector<GgmlWeight> parts, GgmlActivations act,
+                                    const GgmlDotKernels& kern) {
   for (GgmlWeight& p : parts) {
     if (act != GgmlActivations::kNative || !ggml_has_int_dot(p.type) || p.panel != 0) continue;
     const int panel = kern.panel_rows(p.type);
@@ -214,21 +222,24 @@ class GgmlLinear final : public Linear {
  public:
   GgmlLinear(std::vector<GgmlWeight> parts, int64_t in, int64_t out, GgmlActivations act)
       : Linear(in, out),
-        parts_(for_kernels(std::move(parts), act)),
-        segs_(segments_of(parts_, act)),
+        dot_(ggml_dot_kernels()),
+        parts_(for_kernels(std::move(parts), act, dot_)),
+        segs_(segments_of(parts_, act, dot_)),
         needs_(needs_of(segs_)),
         act_(act) {}
   std::string scheme_name() const override {
     return "gguf:" + type_names(parts_) + act_suffix(act_);
   }
+  std::string kernel_table() const override { return table_name(dot_, act_); }
   uint64_t weight_bytes() const override { return bytes_of(parts_); }
   void forward(const float* x, int64_t m, float* y, ExecContext& ctx) const override {
     const int64_t k = in_features();
-    const Acts a = prepare(x, m, k, k, needs_, 0, ctx);
+    const Acts a = prepare(dot_, x, m, k, k, needs_, 0, ctx);
     run_segments(segs_, a, m, k, y, out_features(), ctx);
   }
 
  private:
+  const GgmlDotKernels& dot_;
   std::vector<GgmlWeight> parts_;  // keeps the mapped blocks alive
   std::vector<Segment> segs_;
   unsigned needs_;
@@ -240,14 +251,15 @@ class GgmlExpertBank final : public ExpertBank {
   GgmlExpertBank(std::vector<std::vector<GgmlWeight>> w13, std::vector<GgmlWeight> w2,
                  int64_t hidden, int64_t inter, GgmlActivations act)
       : ExpertBank(static_cast<int64_t>(w13.size()), hidden, inter),
+        dot_(ggml_dot_kernels()),
         w13_(std::move(w13)),
         w2_(std::move(w2)),
         act_(act) {
     for (size_t e = 0; e < w13_.size(); ++e) {
-      w13_[e] = for_kernels(std::move(w13_[e]), act);
-      w2_[e] = std::move(for_kernels({std::move(w2_[e])}, act)[0]);
-      seg13_.push_back(segments_of(w13_[e], act));
-      seg2_.push_back(segments_of({w2_[e]}, act)[0]);
+      w13_[e] = for_kernels(std::move(w13_[e]), act, dot_);
+      w2_[e] = std::move(for_kernels({std::move(w2_[e])}, act, dot_)[0]);
+      seg13_.push_back(segments_of(w13_[e], act, dot_));
+      seg2_.push_back(segments_of({w2_[e]}, act, dot_)[0]);
       needs13_ |= needs_of(seg13_.back());
       needs2_ |= needs_of({seg2_.back()});
     }
@@ -255,6 +267,7 @@ class GgmlExpertBank final : public ExpertBank {
   std::string scheme_name() const override {
     return "gguf:" + type_names(w13_[0]) + "/" + type_names({w2_[0]}) + act_suffix(act_);
   }
+  std::string kernel_table() const override { return table_name(dot_, act_); }
   uint64_t weight_bytes() const override {
     uint64_t b = 0;
     for (size_t e = 0; e < w13_.size(); ++e) b += bytes_of(w13_[e]) + w2_[e].rows.nbytes();
@@ -266,6 +279,7 @@ class GgmlExpertBank final : public ExpertBank {
            ExpertTimes* times) const override;
 
  private:
+  const GgmlDotKernels& dot_;
   std::vector<std::vector<GgmlWeight>> w13_;
   std::vector<GgmlWeight> w2_;
   std::vector<std::vector<Segment>> seg13_;
@@ -282,7 +296,7 @@ void GgmlExpertBank::run(const ActRows& rows, const int64_t* offsets, float* out
   int64_t max_rows = 0;
   const std::span<const int64_t> active = active_experts(offsets, num_experts(), ctx, &max_rows);
   float* gu = ctx.workspace().floats(kWsGgmlGateUp, total * 2 * i);
-  const Acts x = prepare(rows.f32.data(), total, h, h, needs13_, 0, ctx);
+  const Acts x = prepare(dot_, rows.f32.data(), total, h, h, needs13_, 0, ctx);
   const Acts g = act_buffers(gu, total, i, 2 * i, needs2_, 2, ctx);
   // gmm1 with its epilogue, a unit of intermediate columns at a time (whole blocks of gmm2's
   // dot-product types): gate and up for those columns, SwiGLU, and gmm2's activations
@@ -316,7 +330,7 @@ void GgmlExpertBank::run(const ActRows& rows, const int64_t* offsets, float* out
           swiglu(gr + c0, gr + i + c0, c1 - c0, gr + c0);
           for (int t = 0; t < 2; ++t) {
             if (g.q[t] == nullptr) continue;
-            quantize_range(static_cast<GgmlActType>(t), gr + c0, i, c0, c1,
+            quantize_range(dot_, static_cast<GgmlActType>(t), gr + c0, i, c0, c1,
                            const_cast<uint8_t*>(g.q[t]) + r * g.qstride[t], tmp);
           }
         }

@@ -48,6 +48,9 @@ class Linear {
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
   virtual std::string scheme_name() const = 0;
+  // The kernel table that laid the weights out at load, and so the one that runs them:
+  // "family:table" ("gemm:avx512", "mx_gemm:avx512-bf16", "ggml_dot:avx2").
+  virtual std::string kernel_table() const = 0;
   virtual uint64_t weight_bytes() const = 0;
   // x: [m, in] contiguous; y: [m, out] contiguous.
   // Runs on ctx's pool, with its buffers.
@@ -144,6 +147,8 @@ class ExpertBank {
   int64_t hidden() const { return hidden_; }
   int64_t inter() const { return inter_; }
   virtual std::string scheme_name() const = 0;
+  // As Linear::kernel_table.
+  virtual std::string kernel_table() const = 0;
   virtual uint64_t weight_bytes() const = 0;
   // The activation format gmm1 consumes in `mode`; the dispatcher writes rows in exactly this
   // format (FP32 rows travel as BF16 on the wire between ranks).

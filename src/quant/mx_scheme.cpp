@@ -25,21 +25,24 @@ MxMatrixView act_view(const ActRows& a, int64_t row0, int64_t rows) {
 // `parts` stacked [n, k] matrices of one MX weight, each packed into the GEMM's panels.
 class PackedMx {
  public:
-  PackedMx(const MxWeights& w, int64_t parts) : scheme_(w.scheme), n_(w.n / parts), k_(w.k) {
+  PackedMx(const MxWeights& w, int64_t parts)
+      : kern_(mx_gemm_kernels()), scheme_(w.scheme), n_(w.n / parts), k_(w.k) {
     for (int64_t p = 0; p < parts; ++p) add(w, p * n_);
   }
   // Filled part by part with add().
-  PackedMx(Scheme scheme, int64_t n, int64_t k) : scheme_(scheme), n_(n), k_(k) {}
+  PackedMx(Scheme scheme, int64_t n, int64_t k)
+      : kern_(mx_gemm_kernels()), scheme_(scheme), n_(n), k_(k) {}
   // Packs rows [row0, row0 + n) of w as the next part.
   void add(const MxWeights& w, int64_t row0) {
     const SchemeInfo& info = scheme_info(w.scheme);
     const int64_t nb = mx_num_blocks(k_), nc = mx_num_chunks(k_);
-    parts_.push_back(
-        mx_gemm_kernels().pack({info.weight, w.codes.data_as<uint8_t>() + row0 * w.row_bytes(),
-                                w.scales.data_as<uint8_t>() + row0 * nb,
-                                info.dual ? w.chunk_scales.data_as<float>() + row0 * nc : nullptr,
-                                n_, k_, w.row_bytes()}));
+    parts_.push_back(kern_.pack({info.weight, w.codes.data_as<uint8_t>() + row0 * w.row_bytes(),
+                                 w.scales.data_as<uint8_t>() + row0 * nb,
+                                 info.dual ? w.chunk_scales.data_as<float>() + row0 * nc : nullptr,
+                                 n_, k_, w.row_bytes()}));
   }
+  // The table whose layout the parts are in: the one that multiplies them.
+  const MxGemmKernels& kernels() const { return kern_; }
   Scheme scheme() const { return scheme_; }
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
@@ -51,10 +54,13 @@ class PackedMx {
   }
 
  private:
+  const MxGemmKernels& kern_;
   Scheme scheme_;
   int64_t n_, k_;
   std::vector<MxPanelWeights> parts_;
 };
+
+std::string table_name(const MxGemmKernels& kern) { return "mx_gemm:" + std::string(kern.name); }
 
 // fn(r0, r1, thread) over rows [0, m) of width k: on the pool when there is enough work.
 template <typename Fn>
@@ -94,8 +100,10 @@ void prepare_int8(const ActRows& a, int64_t row0, int64_t m, int8_t* q, int32_t*
 class GemmActs {
  public:
   enum class Kind { kF32, kW4a4, kW4a8, kW4Int8 };
-  GemmActs(const ActRows& a, ElemFormat weight, int64_t row0, int64_t m, ExecContext& ctx)
-      : kind_(a.int8                                                         ? Kind::kW4Int8
+  GemmActs(const MxGemmKernels& kern, const ActRows& a, ElemFormat weight, int64_t row0, int64_t m,
+           ExecContext& ctx)
+      : kern_(kern),
+        kind_(a.int8                                                         ? Kind::kW4Int8
               : a.format == ElemFormat::kE2M1                                ? Kind::kW4a4
               : a.format == ElemFormat::kE4M3 && weight == ElemFormat::kE2M1 ? Kind::kW4a8
                                                                              : Kind::kF32),
@@ -130,11 +138,11 @@ class GemmActs {
                        scales_ + r0 * nb_);
           break;
         case Kind::kW4a8:
-          mx_gemm_kernels().prepare_w4a8(v, h_ + r0 * stride_, planes_ + r0 * 2 * stride_,
-                                         sums_ + r0 * nb_, scales_ + r0 * nb_);
+          kern_.prepare_w4a8(v, h_ + r0 * stride_, planes_ + r0 * 2 * stride_, sums_ + r0 * nb_,
+                             scales_ + r0 * nb_);
           break;
         case Kind::kF32:
-          mx_gemm_kernels().decode(v, f_ + r0 * stride_, kMxGemmInputScale);
+          kern_.decode(v, f_ + r0 * stride_, kMxGemmInputScale);
           break;
       }
     };
@@ -163,7 +171,7 @@ class GemmActs {
     return g;
   }
   void run(const MxGemmArgs& a, int64_t n_begin, int64_t n_end) const {
-    const auto& kern = mx_gemm_kernels();
+    const MxGemmKernels& kern = kern_;
     switch (kind_) {
       case Kind::kW4a4:
       case Kind::kW4Int8:
@@ -178,6 +186,7 @@ class GemmActs {
  private:
   // Offsets of the buffers from kWsMxActs (six slots, linear.h).
   static constexpr int kF = 0, kQ = 1, kH = 2, kPlanes = 3, kSums = 4, kScales = 5;
+  const MxGemmKernels& kern_;  // the weights' table: activations prepared for its kernels
   Kind kind_;
   int64_t stride_, nb_;
   float* f_ = nullptr;
@@ -189,11 +198,12 @@ class GemmActs {
 };
 
 // y[m, w.n] from quantized activation rows [row0, row0 + m) of `a`.
-void gemm_rows(const ActRows& a, int64_t row0, int64_t m, const MxPanelView& w, float* y,
+void gemm_rows(const ActRows& a, int64_t row0, int64_t m, const PackedMx& packed, float* y,
                ExecContext& ctx) {
   if (m == 0) return;
   ThreadPool* pool = ctx.pool();
-  const GemmActs acts(a, w.format, row0, m, ctx);
+  const MxPanelView& w = packed.view(0);
+  const GemmActs acts(packed.kernels(), a, w.format, row0, m, ctx);
   const int64_t n = w.n;
   const MxGemmArgs args = acts.args(0, m, w, y, n);
   auto body = [&](int64_t b, int64_t e, int) {
@@ -211,6 +221,7 @@ class MxLinear final : public Linear {
  public:
   MxLinear(const MxWeights& w, ScaleRule rule) : Linear(w.k, w.n), w_(w, 1), rule_(rule) {}
   std::string scheme_name() const override { return std::string(scheme_info(w_.scheme()).name); }
+  std::string kernel_table() const override { return table_name(w_.kernels()); }
   uint64_t weight_bytes() const override { return w_.bytes(); }
   void forward(const float* x, int64_t m, float* y, ExecContext& ctx) const override {
     ActRows& a = ctx.workspace().object<ActRows>(kObjMxLinearRows);
@@ -219,7 +230,7 @@ class MxLinear final : public Linear {
     for_rows(m, w_.k(), ctx.pool(), [&](int64_t r0, int64_t r1, int) {
       for (int64_t r = r0; r < r1; ++r) act_rows_quantize(x + r * w_.k(), r, rule_, &a);
     });
-    gemm_rows(a, 0, m, w_.view(0), y, ctx);
+    gemm_rows(a, 0, m, w_, y, ctx);
   }
 
  private:
@@ -240,6 +251,7 @@ class MxExpertBank final : public ExpertBank {
     w2_.add(w2, 0);
   }
   std::string scheme_name() const override { return std::string(scheme_info(w13_.scheme()).name); }
+  std::string kernel_table() const override { return table_name(w13_.kernels()); }
   uint64_t weight_bytes() const override { return w13_.bytes() + w2_.bytes(); }
   RowFormat input_format(DispatchMode mode) const override {
     const RowFormat local = RowFormat::mx(w13_.scheme());
@@ -280,12 +292,12 @@ class MxExpertBank final : public ExpertBank {
     act_rows_init(RowFormat::mx(w2_.scheme()), i, rule_, &act);
     act.resize(total);
     {
-      const GemmActs in_acts(*in, scheme_info(w13_.scheme()).weight, 0, total, ctx);
+      const GemmActs in_acts(w13_.kernels(), *in, scheme_info(w13_.scheme()).weight, 0, total, ctx);
       fused_gmm1(in_acts, active, offsets, total, &act, ctx);
     }
     clock.lap(times ? &times->gmm1 : nullptr);
     // gmm2: one grouped GEMM over every active expert, activations prepared once for all rows.
-    const GemmActs acts(act, scheme_info(w2_.scheme()).weight, 0, total, ctx);
+    const GemmActs acts(w2_.kernels(), act, scheme_info(w2_.scheme()).weight, 0, total, ctx);
     for_each_expert_block(
         active, h, ctx.pool(), total * h * i, [&](int64_t e, int64_t c0, int64_t c1, int) {
           const int64_t r0 = offsets[e];
