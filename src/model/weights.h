@@ -1,8 +1,8 @@
-// How stored weights become the model's modules: BF16 tensors as stored, quantized online to
-// a scheme, MX weights of an offline checkpoint, or ggml blocks of a GGUF (kept in their
-// blocks, dequantized to BF16, or moved into an MX scheme). Everything it reads comes through
-// the WeightSource seam (loader/weight_source.h); layers ask for linears and expert banks by
-// Hugging Face name, and nothing above this file branches on formats.
+// How stored weights become the model's modules: layers ask for linears and expert banks by
+// Hugging Face name; the loader reads the stored weights through the WeightSource seam
+// (loader/weight_source.h), checks that a packed module's shards agree, and hands them to the
+// quantization method that takes them (quant/quant_method.h: MX, ggml blocks or BF16).
+// Nothing above this file branches on formats.
 #pragma once
 
 #include <optional>
@@ -14,21 +14,15 @@
 #include "model/packed_modules.h"
 #include "parallel/dispatch.h"
 #include "quant/linear.h"
+#include "quant/quant_method.h"
 
 namespace mx {
 
 struct Embedding;
 
-// What to do with weights that are not already in an MX scheme.
-struct WeightPlan {
-  // Online quantization of float and GGUF weights (--quantization).
-  std::optional<Scheme> online;
-  // GGUF weights dequantized to BF16 at load (--gguf-dequant bf16) instead of kept in blocks.
-  bool gguf_dequant_bf16 = false;
-  // How GGUF blocks kept as stored meet activations (--gguf-activations).
-  GgmlActivations gguf_activations = GgmlActivations::kNative;
-  ScaleRule rule = ScaleRule::kFloor;
-  ThreadPool* pool = nullptr;  // splits online quantization across threads (may be null)
+// What to do with weights that are not already in an MX scheme (QuantPlan), and which of them
+// this process loads.
+struct WeightPlan : QuantPlan {
   // Which shards each packed module stacks (the architecture's table merged with the generic).
   PackedModules packed = generic_packed_modules();
   // Expert parallelism: this rank loads only its contiguous share of each bank's experts.
@@ -82,11 +76,8 @@ class WeightLoader {
   Result<std::vector<StoredWeight>> parts_of(const std::vector<std::string>& modules,
                                              const std::vector<int64_t>& out_dims, int64_t in,
                                              const std::string& packed_name) const;
-  Result<MxWeights> to_mx(const StoredWeight& w, Scheme s) const;
-  Result<std::unique_ptr<Linear>> linear_of(std::vector<StoredWeight> parts,
+  Result<std::unique_ptr<Linear>> linear_of(const std::vector<StoredWeight>& parts,
                                             const std::string& packed_name, bool keep_float) const;
-  bool native(const std::vector<StoredWeight>& parts) const;
-  std::optional<Scheme> mxfp4_target(const std::vector<StoredWeight>& parts) const;
 
   const WeightSource& src_;
   WeightPlan plan_;
