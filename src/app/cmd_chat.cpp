@@ -20,6 +20,7 @@ struct ChatArgs {
   bool no_think = false;
   bool hide_think = false;
   SamplingParams sampling;
+  SpeculativeOptions spec;
 };
 
 // Prints a reply as it streams: its reasoning dimmed when stdout is a terminal (or left out),
@@ -98,7 +99,8 @@ int chat(ChatArgs& a) {
     ReplyPrinter printer(out_tty, a.hide_think);
     auto r = generate(*model, **tok, (*tok)->encode(*prompt), a.sampling,
                       model->config().max_position_embeddings,
-                      [&](const std::string& s) { printer.print(think.push(s)); });
+                      [&](const std::string& s) { printer.print(think.push(s)); },
+                      {.spec = a.spec});
     printer.print(think.finish());
     printer.end_dim();
     if (!r.is_ok()) {
@@ -129,6 +131,7 @@ void register_chat(CLI::App& app, int& exit_code) {
   cmd->add_flag("--hide-think", a->hide_think,
                 "Leave the reasoning (<think>...</think>) out of the printed replies");
   add_sampling_flags(cmd, &a->sampling);
+  add_speculative_flags(cmd, &a->spec);
   cmd->callback([a, &exit_code] { exit_code = chat(*a); });
 }
 

@@ -17,6 +17,7 @@ struct RunArgs {
   int64_t ctx = 0;
   bool json = false;
   SamplingParams sampling;
+  SpeculativeOptions spec;
 };
 
 int run(RunArgs& a) {
@@ -48,7 +49,7 @@ int run(RunArgs& a) {
       std::fflush(stdout);
     };
   }
-  auto r = generate(*model, **tok, prompt, a.sampling, ctx, stream);
+  auto r = generate(*model, **tok, prompt, a.sampling, ctx, stream, {.spec = a.spec});
   if (!r.is_ok()) {
     if (!a.json) std::fputs("\n", stdout);
     std::fprintf(stderr, "mxserve run: %s\n", r.status().to_string().c_str());
@@ -63,6 +64,16 @@ int run(RunArgs& a) {
                 {"prefill_tok_s", r->prefill_tok_s()},
                 {"decode_tok_s", r->decode_tok_s()},
                 {"load_s", load_s}};
+    if (a.spec.algorithm != SpecAlgorithm::kNone) {
+      out["speculative"] = {{"algorithm", spec_algorithm_name(a.spec.algorithm)},
+                            {"verify_steps", r->spec.verify_steps},
+                            {"drafted", r->spec.drafted},
+                            {"accepted", r->spec.accepted},
+                            {"acceptance_rate", r->spec.acceptance_rate()},
+                            {"mean_accepted_length", r->spec.mean_accepted_length()},
+                            {"draft_s", r->spec.draft_seconds},
+                            {"verify_s", r->spec.verify_seconds}};
+    }
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
@@ -71,6 +82,13 @@ int run(RunArgs& a) {
       "%.3f s\n",
       static_cast<long long>(r->prompt_tokens), r->prefill_tok_s(), r->token_ids.size(),
       r->decode_tok_s(), r->finish_reason.c_str(), load_s);
+  if (a.spec.algorithm != SpecAlgorithm::kNone) {
+    std::printf("speculative (%s): %lld of %lld drafted tokens accepted (%.0f%%), %.2f tokens per "
+                "verify step\n",
+                spec_algorithm_name(a.spec.algorithm), static_cast<long long>(r->spec.accepted),
+                static_cast<long long>(r->spec.drafted), 100.0 * r->spec.acceptance_rate(),
+                r->spec.mean_accepted_length());
+  }
   return 0;
 }
 
@@ -88,6 +106,7 @@ void register_run(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(int64_t{1}, kMaxConfigSize));
   cmd->add_flag("--json", a->json, "Print one JSON object instead of text");
   add_sampling_flags(cmd, &a->sampling);
+  add_speculative_flags(cmd, &a->spec);
   cmd->callback([a, &exit_code] { exit_code = run(*a); });
 }
 

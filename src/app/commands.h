@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "parallel/comm.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 
 namespace mx {
 class ChatTemplate;
@@ -33,6 +34,8 @@ inline constexpr int kMaxThreads = 4096;
 
 // Sampling flags shared by run and chat, named as llama.cpp and vLLM users expect.
 void add_sampling_flags(CLI::App* cmd, SamplingParams* p);
+// --speculative-algorithm and --speculative-num-draft-tokens, as SGLang spells them.
+void add_speculative_flags(CLI::App* cmd, SpeculativeOptions* s);
 
 // A progress bar on stderr when it is a terminal (null otherwise): "\rWHAT [###   ] 3/9 UNIT".
 std::function<void(int64_t, int64_t)> terminal_progress(const char* what, const char* unit);

@@ -46,6 +46,22 @@ CLI::Validator sampling_bounds(const char* param) {
 
 }  // namespace
 
+void add_speculative_flags(CLI::App* cmd, SpeculativeOptions* s) {
+  cmd->add_option_function<std::string>(
+         "--speculative-algorithm",
+         [s](const std::string& name) {
+           auto a = parse_spec_algorithm(name);
+           if (!a.is_ok()) throw CLI::ValidationError(a.status().message());
+           s->algorithm = *a;
+         },
+         "Speculative decoding: none or ngram (prompt lookup)")
+      ->default_str("none");
+  cmd->add_option("--speculative-num-draft-tokens", s->num_draft_tokens,
+                  "The most tokens one step drafts; fewer when they do not pay")
+      ->check(CLI::Range(1, kMaxDraftTokens))
+      ->capture_default_str();
+}
+
 void add_sampling_flags(CLI::App* cmd, SamplingParams* p) {
   cmd->add_option("-n,--max-tokens", p->max_tokens, "Tokens to generate at most")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/check.h"
 #include "core/log.h"
 #include "formats/half.h"
 #include "kernels/ops.h"
@@ -63,7 +64,11 @@ PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size, K
     conv_row_ = (c.linear_conv_kernel_dim - 1) * conv_dim;
     rec_row_ =
         conv_row_ + c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
-    for (LayerKind k : c.layer_kinds) layers_ += k == LayerKind::kLinearAttention ? 1 : 0;
+    for (LayerKind k : c.layer_kinds) {
+      layers_ += k == LayerKind::kLinearAttention ? 1 : 0;
+      linear_.push_back(k == LayerKind::kLinearAttention);
+    }
+    all_layers_ = c.num_layers;
     // Indexed by layer, so full-attention layers leave their part untouched (and unpaged);
     // a slot is reset when its sequence starts.
     rec_ = HugeArray<float>(static_cast<size_t>(c.num_layers * slots_ * rec_row_));
@@ -81,6 +86,22 @@ PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size, K
   } else {
     k_ = std::make_unique_for_overwrite<float[]>(n);
     v_ = std::make_unique_for_overwrite<float[]>(n);
+  }
+}
+
+void PagedKv::reserve_state_steps(int32_t positions) {
+  if (rec_row_ == 0 || positions <= state_steps_) return;
+  state_steps_ = positions;
+  kept_ = HugeArray<float>(static_cast<size_t>(all_layers_ * slots_ * positions * rec_row_));
+}
+
+void PagedKv::restore_state(int32_t slot, int64_t p) {
+  if (rec_row_ == 0) return;
+  MX_CHECK(p >= 0 && p < state_steps_);
+  for (int64_t l = 0; l < all_layers_; ++l) {
+    if (!linear_[static_cast<size_t>(l)]) continue;
+    std::memcpy(conv_state(l, slot), kept_state(l, slot, p),
+                static_cast<size_t>(rec_row_) * sizeof(float));
   }
 }
 
@@ -175,6 +196,11 @@ Status DecoderModel::plan_rows(std::span<const SeqSlice> seqs, const PagedKv& kv
                                 " slots)");
       }
       slot_taken_[static_cast<size_t>(sq.slot)] = 1;
+      if (sq.keep_states && sq.count > kv.state_steps()) {
+        return invalid_argument("forward: a verified slice of " + std::to_string(sq.count) +
+                                " tokens exceeds the " + std::to_string(kv.state_steps()) +
+                                " kept states per slot");
+      }
     }
   }
   return Status::ok();

@@ -69,6 +69,21 @@ void for_ranges(ThreadPool* pool, int64_t n, Fn&& fn) {
   pool->parallel_for(n, fn);
 }
 
+// The conv state after each position of a verified slice: the last kernel - 1 inputs, from
+// the state before the slice and the slice's own inputs (x, before the conv overwrites it).
+void keep_conv_states(const Dims& d, PagedKv& kv, int64_t li, const SeqSlice& sq,
+                      const float* state, const float* x, int64_t ld) {
+  const int64_t hist = d.kernel - 1;
+  for (int64_t i = 0; i < sq.count; ++i) {
+    float* out = kv.kept_state(li, sq.slot, i);
+    for (int64_t j = 0; j < hist; ++j) {
+      const int64_t pos = i - hist + 1 + j;  // the input this row of the state holds
+      const float* src = pos >= 0 ? x + pos * ld : state + (hist + pos) * d.conv;
+      std::memcpy(out + j * d.conv, src, static_cast<size_t>(d.conv) * sizeof(float));
+    }
+  }
+}
+
 // One sequence's rows [r0, r0 + count) through conv, norms, gates and the delta rule.
 void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, int64_t li,
                   const SeqSlice& sq, int64_t r0, float* proj, int64_t ld, const float* ba,
@@ -84,6 +99,7 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
   }
   PhaseTimer t_conv(ctx.profile, Phase::kDnConv);
   float* x = proj + r0 * ld;
+  if (sq.keep_states) keep_conv_states(d, ctx.kv, li, sq, conv_state, x, ld);
   // Channels are independent: threads split them in runs of 64 (whole vectors at every
   // width), each run with the operations it has alone.
   constexpr int64_t kRun = 64;
@@ -105,6 +121,7 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
   const DeltaRuleArgs a{x,  x + d.key, x + 2 * d.key, g,    beta, state, o + r0 * d.value,
                         t,  d.nk,      d.nv,          d.dk, d.dv, ld,    ld,
                         ld, d.nv,      d.value};
+  const int64_t conv_floats = (d.kernel - 1) * d.conv;
   const int64_t scratch_floats = t > 1 ? delta_rule_chunked_scratch_floats(t, d.nv, d.dk, d.dv) : 0;
   if (t > 1) ctx.exec.reserve_arenas<float>(kArenaDeltaRule, scratch_floats);
   // Value heads are independent: threads split them, and every head runs the same operations
@@ -127,7 +144,19 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
       part.o += h * d.dv;
       part.nk = 1;
       part.nv = 1;
-      if (t == 1) {
+      if (sq.keep_states) {
+        // One token per call, as decode steps run it, each position's state kept.
+        const int64_t per_head = d.dk * d.dv;
+        DeltaRuleArgs one = part;
+        one.t = 1;
+        for (int64_t i = 0; i < t; ++i) {
+          k.delta_rule_recurrent(one);
+          std::memcpy(ctx.kv.kept_state(li, sq.slot, i) + conv_floats + h * per_head, part.state,
+                      static_cast<size_t>(per_head) * sizeof(float));
+          one.q += part.ldq, one.k += part.ldk, one.v += part.ldv;
+          one.g += part.ldg, one.beta += part.ldg, one.o += part.ldo;
+        }
+      } else if (t == 1) {
         k.delta_rule_recurrent(part);
       } else {
         k.delta_rule_chunked(part, ctx.exec.arena(thread).floats(kArenaDeltaRule, scratch_floats));

@@ -67,6 +67,19 @@ class PagedKv {
   }
   float* delta_state(int64_t layer, int32_t slot) { return conv_state(layer, slot) + conv_row_; }
   uint64_t slot_bytes() const;  // recurrent state of one sequence, all layers
+  // Verification keeps the recurrent state after each position of a slice (SeqSlice::
+  // keep_states), so that rejected draft positions roll back by a copy: room for `positions`
+  // per slot. Nothing to keep for a model without recurrent layers.
+  void reserve_state_steps(int32_t positions);
+  int32_t state_steps() const { return state_steps_; }
+  // The kept state of a linear-attention layer after position `p` of the slot's last
+  // keep_states slice ([conv | delta], as conv_state lays it out).
+  float* kept_state(int64_t layer, int32_t slot, int64_t p) {
+    return kept_.get() + ((layer * slots_ + slot) * state_steps_ + p) * rec_row_;
+  }
+  // Returns the slot's recurrent state, every layer, to the one after position `p` of its last
+  // keep_states slice.
+  void restore_state(int32_t slot, int64_t p);
   // Unique in the process: an expert-parallel step names the cache its replicas follow.
   uint64_t id() const { return id_; }
 
@@ -84,7 +97,11 @@ class PagedKv {
   uint64_t id_;
   int64_t conv_row_ = 0, rec_row_ = 0;  // floats per (layer, slot)
   int64_t layers_ = 0;                  // linear-attention layers
+  int64_t all_layers_ = 0;
+  std::vector<bool> linear_;  // per layer: a linear-attention one
   HugeArray<float> rec_;                // read and written whole every step
+  int32_t state_steps_ = 0;
+  HugeArray<float> kept_;  // [layer][slot][position][rec_row]
   // Left uninitialized: a slot is always written before attention reads it, and untouched
   // pages of a large cache cost no memory until a sequence reaches them.
   std::unique_ptr<float[]> k_, v_;
@@ -104,6 +121,10 @@ struct SeqSlice {
   Logits logits = Logits::kLast;
   // The recurrent-state slot of the sequence (hybrid models); reset when start == 0.
   int32_t slot = 0;
+  // Verification of drafted tokens: the recurrent layers run token by token, as decode steps
+  // do (so that every position's result equals a decode step's, bit for bit), and keep the
+  // state after each position for PagedKv::restore_state (count <= PagedKv::state_steps()).
+  bool keep_states = false;
 };
 
 // A single sequence's cache: one block as long as the capacity.

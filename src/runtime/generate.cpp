@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 
 namespace mx {
 
@@ -87,12 +88,194 @@ std::string TextStream::finish(bool* stopped) {
   return rest;
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// One generation's decode loop: the last sampled token not yet in the cache is fed with the
+// drafter's guesses; the verifier walks the rows, and the cache and recurrent state go back
+// to the last kept position.
+class Decoder {
+ public:
+  Decoder(DecoderModel& model, const Tokenizer& tok, const std::vector<int32_t>& prompt,
+          const SamplingParams& params, const GenerateOptions& opt, KvCache& cache,
+          GenerateResult& r, const std::function<void(const std::string&)>& on_text)
+      : model_(model),
+        prompt_(prompt),
+        params_(params),
+        cache_(cache),
+        r_(r),
+        on_text_(on_text),
+        vocab_(model.config().vocab_size),
+        owned_(opt.drafter ? nullptr : make_drafter(opt.spec)),
+        drafter_(opt.drafter ? opt.drafter : owned_.get()),
+        policy_(drafter_ ? opt.spec.num_draft_tokens : 0),
+        logprobs_(opt.logprobs),
+        sampler_(params),
+        stream_(tok, params),
+        logits_(static_cast<size_t>((policy_max(opt) + 1) * vocab_)) {
+    history_ = prompt;
+    if (drafter_) cache_.paged().reserve_state_steps(opt.spec.num_draft_tokens + 1);
+  }
+
+  // Prefill, then tokens until a stop or `budget`.
+  Status run(int64_t budget) {
+    const auto t0 = Clock::now();
+    MX_RETURN_IF_ERROR(model_.forward(prompt_.data(), static_cast<int64_t>(prompt_.size()),
+                                      cache_, false, logits_.data()));
+    r_.finish_reason = "length";
+    int32_t last = 0;
+    bool stop = false;
+    if (budget > 0) stop = push(sample(logits_.data(), -1, nullptr), &last);
+    r_.prefill_seconds = seconds_since(t0);
+    const auto t_first = Clock::now();
+    while (!stop && generated() < budget) {
+      MX_RETURN_IF_ERROR(step(last, budget, &stop, &last));
+    }
+    if (!stop) {
+      bool stopped = false;
+      const std::string rest = stream_.finish(&stopped);
+      if (stopped) r_.finish_reason = "stop";
+      if (on_text_ && !rest.empty()) on_text_(rest);
+    }
+    r_.decode_seconds = seconds_since(t_first);
+    r_.text = stream_.text();
+    return Status::ok();
+  }
+
+ private:
+  static int policy_max(const GenerateOptions& o) {
+    return o.drafter == nullptr && o.spec.algorithm == SpecAlgorithm::kNone
+               ? 0
+               : o.spec.num_draft_tokens;
+  }
+  int64_t generated() const { return static_cast<int64_t>(r_.token_ids.size()); }
+
+  // Samples from a row of logits; with a draft, verifies it (*accepted says the outcome).
+  int32_t sample(float* row, int32_t draft, bool* accepted) {
+    if (logprobs_) {
+      // Read before the processors and penalties change the row; the token is not known yet.
+      std::copy(row, row + vocab_, raw_.begin());
+    }
+    const int32_t id = sample_processed(row, draft, accepted);
+    if (logprobs_) r_.logprobs.push_back(token_logprob(raw_.data(), vocab_, id, 0).logprob);
+    return id;
+  }
+  int32_t sample_processed(float* row, int32_t draft, bool* accepted) {
+    apply_logit_processors(row, vocab_, params_, generated());
+    if (accepted == nullptr) return sampler_.sample(row, vocab_, prompt_, r_.token_ids);
+    return sampler_.verify(row, vocab_, prompt_, r_.token_ids, draft, accepted);
+  }
+
+  // Records a sampled token; true when it ends the generation.
+  bool push(int32_t id, int32_t* last) {
+    r_.token_ids.push_back(id);
+    history_.push_back(id);
+    *last = id;
+    const TextStream::Step st = stream_.push(id);
+    if (on_text_ && !st.delta.empty()) on_text_(st.delta);
+    if (st.stop) r_.finish_reason = "stop";
+    return st.stop;
+  }
+
+  // Feeds `last` and the guesses, then keeps what the verifier accepts.
+  Status step(int32_t last, int64_t budget, bool* stop, int32_t* next) {
+    // Each kept guess is a token, and the last row samples one more.
+    const int room = static_cast<int>(std::min<int64_t>(kMaxDraftTokens, budget - generated() - 1));
+    draft_.clear();
+    if (drafter_ && room > 0) {
+      const int k = std::min(policy_.choose(), room);
+      if (k > 0) {
+        const auto t = Clock::now();
+        drafter_->propose(history_, k, &draft_);
+        r_.spec.draft_seconds += seconds_since(t);
+      }
+    }
+    const auto n = static_cast<int64_t>(draft_.size());
+    feed_.assign(1, last);
+    feed_.insert(feed_.end(), draft_.begin(), draft_.end());
+    const int64_t before = cache_.length();
+    const auto t = Clock::now();
+    if (n == 0) {
+      MX_RETURN_IF_ERROR(model_.forward(feed_.data(), 1, cache_, false, logits_.data()));
+    } else {
+      MX_RETURN_IF_ERROR(verify_forward());
+    }
+    const double secs = seconds_since(t);
+    policy_.record_forward(static_cast<int>(n + 1), secs);
+    if (n > 0) r_.spec.verify_seconds += secs, ++r_.spec.verify_steps;
+    int64_t kept = 0;
+    for (int64_t i = 0; i <= n && !*stop; ++i) {
+      bool accepted = false;
+      float* row = logits_.data() + i * vocab_;
+      const int32_t id = i < n ? sample(row, draft_[static_cast<size_t>(i)], &accepted)
+                               : sample(row, -1, nullptr);
+      *stop = push(id, next);
+      if (i < n && !accepted) break;
+      kept += i < n ? 1 : 0;
+    }
+    if (n > 0) {
+      policy_.record_acceptance(static_cast<int>(n), static_cast<int>(kept));
+      r_.spec.drafted += n;
+      r_.spec.accepted += kept;
+      if (kept < n) rollback(before, kept);
+    }
+    return Status::ok();
+  }
+
+  Status verify_forward() {
+    SeqSlice s;
+    const int32_t block = 0;
+    s.tokens = feed_.data();
+    s.count = static_cast<int64_t>(feed_.size());
+    s.start = cache_.length();
+    s.blocks = &block;
+    s.logits = SeqSlice::Logits::kAll;
+    s.keep_states = true;
+    if (s.start + s.count > cache_.capacity()) return invalid_argument("verify: the cache is full");
+    MX_RETURN_IF_ERROR(model_.forward_batch(std::span<const SeqSlice>(&s, 1), cache_.paged(),
+                                            logits_.data()));
+    cache_.set_length(s.start + s.count);
+    return Status::ok();
+  }
+
+  // Keeps the fed token and the first `kept` guesses: later keys are overwritten by the next
+  // step, and the recurrent state returns to the one after the last kept position.
+  void rollback(int64_t before, int64_t kept) {
+    cache_.set_length(before + 1 + kept);
+    cache_.paged().restore_state(0, kept);
+  }
+
+  DecoderModel& model_;
+  const std::vector<int32_t>& prompt_;
+  const SamplingParams& params_;
+  KvCache& cache_;
+  GenerateResult& r_;
+  const std::function<void(const std::string&)>& on_text_;
+  const int64_t vocab_;
+  std::unique_ptr<Drafter> owned_;
+  Drafter* drafter_;
+  DraftPolicy policy_;
+  bool logprobs_;
+  Sampler sampler_;
+  TextStream stream_;
+  std::vector<float> logits_, raw_ = std::vector<float>(logprobs_ ? vocab_ : 0);
+  std::vector<int32_t> history_, draft_, feed_;
+};
+
+}  // namespace
+
 Result<GenerateResult> generate(DecoderModel& model, const Tokenizer& tok,
                                 const std::vector<int32_t>& prompt, const SamplingParams& params,
                                 int64_t context_length,
-                                const std::function<void(const std::string&)>& on_text) {
-  using clock = std::chrono::steady_clock;
-  const int64_t vocab = model.config().vocab_size;
+                                const std::function<void(const std::string&)>& on_text,
+                                const GenerateOptions& options) {
+  const SpeculativeOptions& spec = options.spec;
+  const bool speculates = options.drafter != nullptr || spec.algorithm != SpecAlgorithm::kNone;
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) return invalid_argument("the prompt is empty");
   if (n + 1 > context_length) {
@@ -100,41 +283,19 @@ Result<GenerateResult> generate(DecoderModel& model, const Tokenizer& tok,
                             " tokens, more than the context length of " +
                             std::to_string(context_length) + " allows");
   }
+  if (speculates && (spec.num_draft_tokens < 1 || spec.num_draft_tokens > kMaxDraftTokens)) {
+    return invalid_argument("--speculative-num-draft-tokens must be in 1.." +
+                            std::to_string(kMaxDraftTokens));
+  }
+  if (speculates && model.replays_steps()) {
+    return unimplemented("speculative decoding under expert parallelism is not available yet");
+  }
   const int64_t budget = std::min<int64_t>(params.max_tokens, context_length - n);
   KvCache cache(model.config(), n + budget, model.kv_dtype());
-  std::vector<float> logits(static_cast<size_t>(vocab));
   GenerateResult r;
   r.prompt_tokens = n;
-  const auto t0 = clock::now();
-  MX_RETURN_IF_ERROR(model.forward(prompt.data(), n, cache, false, logits.data()));
-  Sampler sampler(params);
-  TextStream stream(tok, params);
-  r.finish_reason = "length";
-  auto t_first = clock::now();
-  for (int64_t step = 0; step < budget; ++step) {
-    apply_logit_processors(logits.data(), vocab, params, step);
-    const int32_t id = sampler.sample(logits.data(), vocab, prompt, r.token_ids);
-    if (step == 0) {
-      t_first = clock::now();
-      r.prefill_seconds = std::chrono::duration<double>(t_first - t0).count();
-    }
-    r.token_ids.push_back(id);
-    const TextStream::Step st = stream.push(id);
-    if (on_text && !st.delta.empty()) on_text(st.delta);
-    if (st.stop) {
-      r.finish_reason = "stop";
-      break;
-    }
-    if (step + 1 < budget) MX_RETURN_IF_ERROR(model.forward(&id, 1, cache, false, logits.data()));
-  }
-  if (r.finish_reason == "length") {
-    bool stopped = false;
-    const std::string rest = stream.finish(&stopped);
-    if (stopped) r.finish_reason = "stop";
-    if (on_text && !rest.empty()) on_text(rest);
-  }
-  r.decode_seconds = std::chrono::duration<double>(clock::now() - t_first).count();
-  r.text = stream.text();
+  Decoder d(model, tok, prompt, params, options, cache, r, on_text);
+  MX_RETURN_IF_ERROR(d.run(budget));
   return r;
 }
 

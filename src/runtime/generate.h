@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "model/model.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 #include "text/tokenizer.h"
 
 namespace mx {
@@ -24,6 +25,8 @@ struct GenerateResult {
   int64_t prompt_tokens = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;  // after the first generated token
+  std::vector<float> logprobs;  // with GenerateOptions::logprobs
+  SpecStats spec;
   double prefill_tok_s() const;
   double decode_tok_s() const;
 };
@@ -64,10 +67,21 @@ class TextStream {
   nlohmann::json stop_reason_;
 };
 
+struct GenerateOptions {
+  // Speculative decoding: the same tokens under greedy decoding, the same distribution when
+  // sampling.
+  SpeculativeOptions spec;
+  // Instead of spec.algorithm's drafter (tests, embedders); not owned.
+  Drafter* drafter = nullptr;
+  // GenerateResult::logprobs: each token's log-probability under the raw logits.
+  bool logprobs = false;
+};
+
 // Fails when the prompt plus one token does not fit the context.
 Result<GenerateResult> generate(DecoderModel& model, const Tokenizer& tok,
                                 const std::vector<int32_t>& prompt, const SamplingParams& params,
                                 int64_t context_length,
-                                const std::function<void(const std::string&)>& on_text = {});
+                                const std::function<void(const std::string&)>& on_text = {},
+                                const GenerateOptions& options = {});
 
 }  // namespace mx

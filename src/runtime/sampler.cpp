@@ -178,6 +178,33 @@ int32_t Sampler::sample(float* logits, int64_t vocab, const std::vector<int32_t>
   return d.back().first;
 }
 
+int32_t Sampler::verify(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
+                        const std::vector<int32_t>& output, int32_t draft, bool* accepted) {
+  apply_penalties(logits, vocab, prompt, output, p_);
+  if (p_.temperature <= 0.0f || p_.top_k == 1) {
+    const auto id = static_cast<int32_t>(argmax(logits, vocab));
+    *accepted = id == draft;
+    return id;
+  }
+  const auto d = filtered_distribution(logits, vocab, p_);
+  double pd = 0;
+  for (const auto& [id, prob] : d) pd = id == draft ? prob : pd;
+  const double u = static_cast<double>(rng_() >> 11) * 0x1p-53;
+  *accepted = u < pd;
+  if (*accepted) return draft;
+  // The residual max(0, p - q) with q all on the draft: p without it.
+  const double v = static_cast<double>(rng_() >> 11) * 0x1p-53 * (1.0 - pd);
+  double cum = 0;
+  int32_t last = d.front().first;
+  for (const auto& [id, prob] : d) {
+    if (id == draft) continue;
+    cum += prob;
+    last = id;
+    if (v < cum) return id;
+  }
+  return last;
+}
+
 TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, int k) {
   double mx = -INFINITY;
   for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, static_cast<double>(logits[i]));

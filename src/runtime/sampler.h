@@ -78,6 +78,12 @@ class Sampler {
   // Picks the next token; `logits` is modified by the penalties.
   int32_t sample(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
                  const std::vector<int32_t>& output);
+  // Verifies a drafted token that the drafter chose outright (a one-point draft
+  // distribution): greedy keeps it when it is the model's choice; sampling keeps it with
+  // probability p(draft) and otherwise draws from p without it, renormalized, so that the
+  // token returned follows p exactly. `*accepted` says whether the draft was kept.
+  int32_t verify(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
+                 const std::vector<int32_t>& output, int32_t draft, bool* accepted);
 
  private:
   SamplingParams p_;

@@ -1,0 +1,94 @@
+#include "runtime/speculative.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mx {
+
+Result<SpecAlgorithm> parse_spec_algorithm(std::string_view name) {
+  if (name.empty() || name == "none") return SpecAlgorithm::kNone;
+  if (name == "ngram") return SpecAlgorithm::kNgram;
+  if (name == "mtp" || name == "nextn" || name == "draft" || name == "eagle" ||
+      name == "dflash" || name == "DFLASH" || name == "NEXTN" || name == "EAGLE") {
+    return unimplemented("--speculative-algorithm " + std::string(name) +
+                         " is not available yet; use ngram");
+  }
+  return invalid_argument("--speculative-algorithm: unknown algorithm '" + std::string(name) +
+                          "' (choose none or ngram)");
+}
+
+const char* spec_algorithm_name(SpecAlgorithm a) {
+  return a == SpecAlgorithm::kNgram ? "ngram" : "none";
+}
+
+void NgramDrafter::propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) {
+  out->clear();
+  const auto len = static_cast<int64_t>(history.size());
+  if (max <= 0) return;
+  for (int64_t n = std::min<int64_t>(max_n_, len - 1); n >= min_n_; --n) {
+    const int32_t* suffix = history.data() + len - n;
+    // The most recent earlier occurrence: text being repeated is usually the latest copy.
+    for (int64_t p = len - n - 1; p >= 0; --p) {
+      if (!std::equal(suffix, suffix + n, history.data() + p)) continue;
+      const int64_t from = p + n, to = std::min(len, from + max);
+      out->assign(history.begin() + from, history.begin() + to);
+      return;
+    }
+  }
+}
+
+std::unique_ptr<Drafter> make_drafter(const SpeculativeOptions& o) {
+  if (o.algorithm == SpecAlgorithm::kNgram) return std::make_unique<NgramDrafter>();
+  return nullptr;
+}
+
+DraftPolicy::DraftPolicy(int max_k) : max_k_(std::clamp(max_k, 0, kMaxDraftTokens)) {}
+
+double DraftPolicy::acceptance() const { return kept_ / (kept_ + rejected_); }
+
+double DraftPolicy::cost(int rows) const {
+  if (cost_[static_cast<size_t>(rows)] > 0) return cost_[static_cast<size_t>(rows)];
+  return cost_[1] > 0 ? cost_[1] : 1.0;
+}
+
+int DraftPolicy::choose() {
+  if (max_k_ == 0) return 0;
+  const double a = std::min(acceptance(), 0.999);
+  int best = 0;
+  double best_rate = 1.0 / cost(1);
+  for (int k = 1; k <= max_k_; ++k) {
+    const double tokens = (1.0 - std::pow(a, k + 1)) / (1.0 - a);
+    const double rate = tokens / cost(k + 1);
+    if (rate > best_rate) best = k, best_rate = rate;
+  }
+  // Acceptance changes with the text: a sequence that stopped drafting tries one guess now
+  // and then, so that its estimate can recover.
+  if (best == 0 && ++since_draft_ >= 32) best = 1;
+  if (best > 0) since_draft_ = 0;
+  return best;
+}
+
+void DraftPolicy::record_acceptance(int drafted, int accepted) {
+  if (drafted <= 0) return;
+  constexpr double kDecay = 0.95;
+  kept_ = kDecay * kept_ + accepted;
+  rejected_ = kDecay * rejected_ + (accepted < drafted ? 1 : 0);
+}
+
+void DraftPolicy::record_forward(int rows, double seconds) {
+  if (rows < 1 || rows > kMaxDraftTokens + 1 || !(seconds > 0)) return;
+  double& c = cost_[static_cast<size_t>(rows)];
+  c = c > 0 ? 0.8 * c + 0.2 * seconds : seconds;
+}
+
+double SpecStats::acceptance_rate() const {
+  return drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+}
+
+double SpecStats::mean_accepted_length() const {
+  return verify_steps > 0
+             ? 1.0 + static_cast<double>(accepted) / static_cast<double>(verify_steps)
+             : 0.0;
+}
+
+}  // namespace mx

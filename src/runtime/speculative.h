@@ -1,0 +1,89 @@
+// Speculative decoding: a drafter guesses the next tokens, one forward pass scores the last
+// sampled token and the guesses together, and the verifier keeps the guesses the model agrees
+// with. Greedy keeps a guess while it equals the model's own choice; sampling keeps it with
+// probability min(1, p/q) and otherwise draws from the rest of p, so that the output follows
+// the model's distribution exactly (Leviathan et al. 2023). How many tokens to guess is
+// chosen each step from the acceptance so far and the measured cost of scoring more rows.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace mx {
+
+enum class SpecAlgorithm { kNone, kNgram };
+
+struct SpeculativeOptions {
+  SpecAlgorithm algorithm = SpecAlgorithm::kNone;
+  int num_draft_tokens = 4;  // the most one step guesses (K)
+};
+inline constexpr int kMaxDraftTokens = 16;
+
+// --speculative-algorithm as SGLang and vLLM spell it ("" or "none": off). Names of drafters
+// that exist elsewhere but not here get an error that says so.
+Result<SpecAlgorithm> parse_spec_algorithm(std::string_view name);
+const char* spec_algorithm_name(SpecAlgorithm a);
+
+// Proposes the tokens likely to follow a sequence. A drafter may propose fewer than asked,
+// or none.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // `history`: prompt then output, the last sampled token included.
+  virtual void propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) = 0;
+};
+
+// Prompt lookup, as llama.cpp's n-gram modes: the longest suffix of the history (max_n down
+// to min_n tokens) that occurred before, most recent occurrence first, and the tokens that
+// followed it there. No model.
+class NgramDrafter : public Drafter {
+ public:
+  explicit NgramDrafter(int min_n = 2, int max_n = 4) : min_n_(min_n), max_n_(max_n) {}
+  void propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) override;
+
+ private:
+  int min_n_, max_n_;
+};
+
+std::unique_ptr<Drafter> make_drafter(const SpeculativeOptions& o);
+
+// Chooses how many tokens to draft. Acceptance is a decayed count of kept and rejected
+// guesses; cost is each forward's time by its number of rows, measured as the sequence runs.
+// With acceptance a per guess, k guesses yield (1 - a^(k+1)) / (1 - a) tokens a step; the
+// choice maximizes tokens per second, and 0 (plain decode) wins when nothing pays. Rows not
+// measured yet are assumed to cost what one row does, so that each width is tried once.
+class DraftPolicy {
+ public:
+  explicit DraftPolicy(int max_k);
+  int choose();
+  // After a verify step: `drafted` guesses, the first `accepted` of them kept.
+  void record_acceptance(int drafted, int accepted);
+  void record_forward(int rows, double seconds);
+  double acceptance() const;
+
+ private:
+  double cost(int rows) const;
+  int max_k_;
+  double kept_ = 1, rejected_ = 1;  // a prior of one each
+  std::array<double, kMaxDraftTokens + 2> cost_{};
+  int since_draft_ = 0;
+};
+
+// What speculation did over a generation: vLLM's spec_decode counters and the time split.
+struct SpecStats {
+  int64_t verify_steps = 0;  // forwards that scored guesses
+  int64_t drafted = 0, accepted = 0;
+  double draft_seconds = 0, verify_seconds = 0;
+  double acceptance_rate() const;
+  // Tokens per verify step: the accepted guesses plus the one the model adds.
+  double mean_accepted_length() const;
+};
+
+}  // namespace mx

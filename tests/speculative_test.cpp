@@ -1,0 +1,299 @@
+// Speculative decoding against plain decoding: greedy output (token ids and log-probs) bit for
+// bit on every fixture family, with drafts rejected at every position so that the paged KV and
+// the DeltaNet states roll back; sampled tokens against the model's exact distribution
+// (chi-square); the n-gram drafter and the draft-length policy against hand-worked cases.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+
+#include "loader/model_text.h"
+#include "runtime/generate.h"
+#include "runtime/speculative.h"
+#include "test_util.h"
+
+namespace mx {
+namespace {
+
+struct Loaded {
+  std::unique_ptr<DecoderModel> model;
+  std::shared_ptr<const Tokenizer> tok;
+};
+
+Loaded load(const std::string& path, std::optional<Scheme> scheme = std::nullopt) {
+  LoadOptions opt;
+  opt.threads = 2;
+  opt.quantization = scheme;
+  auto m = load_model(path, opt);
+  EXPECT_TRUE(m.is_ok()) << path << ": " << m.status().to_string();
+  auto t = load_model_tokenizer(path);
+  EXPECT_TRUE(t.is_ok()) << path;
+  if (!m.is_ok() || !t.is_ok()) return {};
+  return {std::move(*m), *t};
+}
+
+GenerateResult gen(Loaded& l, const std::vector<int32_t>& prompt, const SamplingParams& p,
+                   const GenerateOptions& o) {
+  auto r = generate(*l.model, *l.tok, prompt, p, 1024, {}, o);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  return r.is_ok() ? *r : GenerateResult{};
+}
+
+// Proposes the reference continuation with one token spoiled: the first, then the second, ...
+// then none, round after round, so that verification rejects at every draft position and
+// also accepts whole drafts.
+class ScriptedDrafter : public Drafter {
+ public:
+  ScriptedDrafter(std::vector<int32_t> ref, size_t prompt_len, int32_t vocab)
+      : ref_(std::move(ref)), prompt_len_(prompt_len), vocab_(vocab) {}
+  void propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) override {
+    out->clear();
+    const size_t at = history.size() - prompt_len_;
+    for (size_t i = at; i < ref_.size() && out->size() < static_cast<size_t>(max); ++i)
+      out->push_back(ref_[i]);
+    const int spoil = round_++ % (max + 1);
+    if (spoil < static_cast<int>(out->size())) {
+      int32_t& t = (*out)[static_cast<size_t>(spoil)];
+      t = (t + 1) % vocab_;
+    }
+  }
+
+ private:
+  std::vector<int32_t> ref_;
+  size_t prompt_len_;
+  int32_t vocab_;
+  int round_ = 0;
+};
+
+const char* const kRepeat =
+    "Repeat after me: the quick brown fox jumps over the lazy dog. The quick brown fox jumps "
+    "over the lazy dog. The quick brown fox";
+
+void check_lossless(const std::string& path, std::optional<Scheme> scheme = std::nullopt) {
+  SCOPED_TRACE(path);
+  Loaded l = load(path, scheme);
+  ASSERT_TRUE(l.model);
+  const std::vector<int32_t> prompt = l.tok->encode(kRepeat);
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 80;
+  p.ignore_eos = true;
+  GenerateOptions plain;
+  plain.logprobs = true;
+  const GenerateResult ref = gen(l, prompt, p, plain);
+  ASSERT_EQ(ref.token_ids.size(), 80u);
+  const auto same = [&](const GenerateResult& r, const std::string& what) {
+    EXPECT_EQ(r.token_ids, ref.token_ids) << what;
+    ASSERT_EQ(r.logprobs.size(), ref.logprobs.size()) << what;
+    EXPECT_EQ(0, std::memcmp(r.logprobs.data(), ref.logprobs.data(),
+                             ref.logprobs.size() * sizeof(float)))
+        << what << ": log-probs differ";
+  };
+  for (int k : {1, 4}) {
+    GenerateOptions o = plain;
+    o.spec = {SpecAlgorithm::kNgram, k};
+    same(gen(l, prompt, p, o), "ngram K=" + std::to_string(k));
+  }
+  for (int k : {3, 6}) {
+    ScriptedDrafter d(ref.token_ids, prompt.size(),
+                      static_cast<int32_t>(l.model->config().vocab_size));
+    GenerateOptions o = plain;
+    o.spec.num_draft_tokens = k;
+    o.drafter = &d;
+    const GenerateResult r = gen(l, prompt, p, o);
+    same(r, "scripted K=" + std::to_string(k));
+    EXPECT_GT(r.spec.accepted, 0);
+    EXPECT_LT(r.spec.accepted, r.spec.drafted);
+  }
+}
+
+TEST(Speculative, GreedyEqualsPlainQwen3Moe) {
+  check_lossless(test::source_dir() + "/models/tiny-qwen3-moe");
+}
+TEST(Speculative, GreedyEqualsPlainQwen3MoeW4A4) {
+  check_lossless(test::source_dir() + "/models/tiny-qwen3-moe", Scheme::kW4A4Mxfp4Dual);
+}
+TEST(Speculative, GreedyEqualsPlainQwen3Dense) {
+  check_lossless(test::shared_dir() + "/fixtures/tiny-qwen3-dense");
+}
+// The hybrid models roll back their conv and delta-rule states to each rejected position.
+TEST(Speculative, GreedyEqualsPlainQwen3_5Moe) {
+  check_lossless(test::shared_dir() + "/fixtures/tiny-qwen3_5-moe");
+}
+TEST(Speculative, GreedyEqualsPlainQwen3_5MoeW8A8) {
+  check_lossless(test::shared_dir() + "/fixtures/tiny-qwen3_5-moe", Scheme::kW8A8Mxfp8);
+}
+TEST(Speculative, GreedyEqualsPlainQwen3_5Dense) {
+  check_lossless(test::shared_dir() + "/fixtures/tiny-qwen3_5-dense");
+}
+TEST(Speculative, GreedyEqualsPlainGgufQ4KM) {
+  check_lossless(test::shared_dir() + "/fixtures/gguf/tiny-qwen3-moe-allmoe.Q4_K_M.gguf");
+}
+TEST(Speculative, GreedyEqualsPlainGgufQwen3_5Q8_0) {
+  check_lossless(test::shared_dir() + "/fixtures/gguf/tiny-qwen3_5-moe.Q8_0.gguf");
+}
+
+std::vector<double> softmax(const std::vector<float>& logits) {
+  double mx = -INFINITY;
+  for (float x : logits) mx = std::max(mx, static_cast<double>(x));
+  std::vector<double> p(logits.size());
+  double sum = 0;
+  for (size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp(static_cast<double>(logits[i]) - mx);
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+// The model's next-token distribution after `tokens`, from a plain forward.
+std::vector<double> next_probs(DecoderModel& m, const std::vector<int32_t>& tokens) {
+  KvCache cache(m.config(), static_cast<int64_t>(tokens.size()));
+  std::vector<float> logits(static_cast<size_t>(m.config().vocab_size));
+  EXPECT_TRUE(m.forward(tokens.data(), static_cast<int64_t>(tokens.size()), cache, false,
+                        logits.data())
+                  .is_ok());
+  return softmax(logits);
+}
+
+// Always proposes the same two tokens after the first generated one.
+class FixedDrafter : public Drafter {
+ public:
+  FixedDrafter(std::vector<int32_t> d, size_t prompt_len) : d_(std::move(d)), at_(prompt_len + 1) {}
+  void propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) override {
+    out->clear();
+    if (history.size() != at_) return;
+    for (size_t i = 0; i < d_.size() && out->size() < static_cast<size_t>(max); ++i)
+      out->push_back(d_[i]);
+  }
+
+ private:
+  std::vector<int32_t> d_;
+  size_t at_;
+};
+
+// Temperature 1: the first three generated tokens, the second and third verified against
+// drafts, follow the model's exact joint distribution. Exact probabilities come from plain
+// forwards; every (t1, t2, t3) expected at least 5 times is a bin, the rest one more bin.
+// The test fails when the statistic exceeds the chi-square quantile at p = 0.001 (Wilson-
+// Hilferty); the seeds are fixed, so the outcome is too.
+TEST(Speculative, SamplingFollowsTheModelsDistribution) {
+  Loaded l = load(test::source_dir() + "/models/tiny-qwen3-moe");
+  ASSERT_TRUE(l.model);
+  DecoderModel& m = *l.model;
+  const std::vector<int32_t> prompt = l.tok->encode("She said");
+  constexpr int kSamples = 2000;
+  std::map<std::vector<int32_t>, double> exact;
+  const auto p1 = next_probs(m, prompt);
+  for (size_t a = 0; a < p1.size(); ++a) {
+    if (p1[a] * kSamples < 5) continue;
+    std::vector<int32_t> s1 = prompt;
+    s1.push_back(static_cast<int32_t>(a));
+    const auto p2 = next_probs(m, s1);
+    for (size_t b = 0; b < p2.size(); ++b) {
+      if (p1[a] * p2[b] * kSamples < 5) continue;
+      std::vector<int32_t> s2 = s1;
+      s2.push_back(static_cast<int32_t>(b));
+      const auto p3 = next_probs(m, s2);
+      for (size_t c = 0; c < p3.size(); ++c) {
+        const double pr = p1[a] * p2[b] * p3[c];
+        if (pr * kSamples >= 5)
+          exact[{static_cast<int32_t>(a), static_cast<int32_t>(b), static_cast<int32_t>(c)}] = pr;
+      }
+    }
+  }
+  ASSERT_GE(exact.size(), 4u);
+  // Drafts: the most likely second and third tokens after the most likely first.
+  std::vector<int32_t> top = exact.begin()->first;
+  for (const auto& [k, v] : exact) top = v > exact[top] ? k : top;
+  FixedDrafter d({top[1], top[2]}, prompt.size());
+  SamplingParams p;
+  p.temperature = 1;
+  p.max_tokens = 4;  // room for two drafts after the first token
+  p.ignore_eos = true;
+  GenerateOptions o;
+  o.drafter = &d;
+  o.spec.num_draft_tokens = 2;
+  std::map<std::vector<int32_t>, int> seen;
+  int other = 0;
+  SpecStats total;
+  for (int i = 0; i < kSamples; ++i) {
+    p.seed = static_cast<uint64_t>(i + 1);
+    const GenerateResult r = gen(l, prompt, p, o);
+    ASSERT_GE(r.token_ids.size(), 3u);
+    const std::vector<int32_t> key(r.token_ids.begin(), r.token_ids.begin() + 3);
+    if (exact.count(key)) {
+      ++seen[key];
+    } else {
+      ++other;
+    }
+    total.drafted += r.spec.drafted;
+    total.accepted += r.spec.accepted;
+  }
+  // Both outcomes of verification took place.
+  EXPECT_GT(total.accepted, kSamples / 10);
+  EXPECT_LT(total.accepted, total.drafted - kSamples / 10);
+  double chi2 = 0, in_bins = 0;
+  for (const auto& [k, pr] : exact) {
+    const double e = pr * kSamples;
+    const double o_k = seen.count(k) ? seen[k] : 0;
+    chi2 += (o_k - e) * (o_k - e) / e;
+    in_bins += pr;
+  }
+  const double e_other = (1 - in_bins) * kSamples;
+  ASSERT_GE(e_other, 5);
+  chi2 += (other - e_other) * (other - e_other) / e_other;
+  const double df = static_cast<double>(exact.size());  // bins - 1, the "other" bin included
+  const double z = 3.0902;                              // the standard normal's 0.999 quantile
+  const double h = 2.0 / (9.0 * df);
+  const double limit = df * std::pow(1 - h + z * std::sqrt(h), 3);
+  EXPECT_LT(chi2, limit) << exact.size() + 1 << " bins";
+  std::printf("chi-square %.1f over %zu bins (limit %.1f at p = 0.001); drafts %lld, kept %lld\n",
+              chi2, exact.size() + 1, limit, static_cast<long long>(total.drafted),
+              static_cast<long long>(total.accepted));
+}
+
+TEST(Speculative, NgramProposesWhatFollowedTheLatestMatch) {
+  NgramDrafter d(2, 4);
+  std::vector<int32_t> out;
+  // "1 2 3 9 ... 1 2 3 7 8 ... 1 2 3": the latest "1 2 3" was followed by 7 8.
+  d.propose(std::vector<int32_t>{1, 2, 3, 9, 5, 1, 2, 3, 7, 8, 6, 1, 2, 3}, 3, &out);
+  EXPECT_EQ(out, (std::vector<int32_t>{7, 8, 6}));
+  // Only the last two tokens recur; the continuation stops at the end of the history.
+  d.propose(std::vector<int32_t>{4, 5, 6, 9, 5, 6}, 5, &out);
+  EXPECT_EQ(out, (std::vector<int32_t>{9, 5, 6}));
+  // No suffix of two or more tokens occurred before.
+  d.propose(std::vector<int32_t>{1, 2, 3, 4, 3}, 4, &out);
+  EXPECT_TRUE(out.empty());
+  d.propose(std::vector<int32_t>{1, 2, 1, 2}, 0, &out);
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(Speculative, PolicyDraftsOnlyWhatPays) {
+  // Rows cost as many times one row as they are: drafting can never pay.
+  DraftPolicy linear(4);
+  for (int r = 1; r <= 5; ++r) linear.record_forward(r, 0.001 * r);
+  for (int i = 0; i < 20; ++i) linear.record_acceptance(4, 4);
+  EXPECT_EQ(linear.choose(), 0);
+  // Rows nearly free and guesses usually kept: draft the most.
+  DraftPolicy flat(4);
+  for (int r = 1; r <= 5; ++r) flat.record_forward(r, 0.001 * (1 + 0.02 * r));
+  for (int i = 0; i < 20; ++i) flat.record_acceptance(4, 4);
+  EXPECT_EQ(flat.choose(), 4);
+  // Guesses always rejected: plain decode, with a probe of one guess every 32 steps.
+  DraftPolicy rejected(4);
+  for (int r = 1; r <= 5; ++r) rejected.record_forward(r, 0.001 * (1 + 0.1 * r));
+  for (int i = 0; i < 40; ++i) rejected.record_acceptance(4, 0);
+  int drafted_steps = 0;
+  for (int i = 0; i < 64; ++i) drafted_steps += rejected.choose() > 0 ? 1 : 0;
+  EXPECT_EQ(drafted_steps, 2);
+}
+
+TEST(Speculative, FlagsNameWhatIsMissing) {
+  EXPECT_EQ(*parse_spec_algorithm("ngram"), SpecAlgorithm::kNgram);
+  EXPECT_EQ(*parse_spec_algorithm(""), SpecAlgorithm::kNone);
+  EXPECT_EQ(parse_spec_algorithm("mtp").status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(parse_spec_algorithm("magic").status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mx
