@@ -1,22 +1,99 @@
 #include <cstdio>
 
 #include "app/commands.h"
+#include "loader/model_text.h"
 #include "runtime/bench.h"
 #include "runtime/ep_runtime.h"
+#include "runtime/spec_bench.h"
 
 namespace mx::app {
 namespace {
+
+// A passage to repeat with an edit: what prompt lookup serves best, and what users ask of
+// coding agents all day.
+constexpr const char* kRepeatEdit =
+    "Repeat the passage below word for word, but write \"cat\" for \"fox\".\n\n"
+    "The quick brown fox jumps over the lazy dog. The fox runs into the forest, where the old "
+    "oak tree stands by the river. Every morning the fox drinks from the river and watches the "
+    "birds in the oak tree. In the evening the fox goes home to its den under the hill.\n\n";
 
 struct BenchArgs {
   ModelArgs m;
   BenchOptions opt;
   bool json = false;
+  bool spec_cost = false;
+  int spec_reps = 9;
+  SpeculativeOptions spec;
+  std::string text = kRepeatEdit;
 };
+
+// --speculative-cost: the verify cost curve for K = 1..8 at a context of -p positions.
+int bench_spec_cost(const BenchArgs& a, DecoderModel& model) {
+  SpecCostOptions o;
+  o.context = a.opt.prompt;
+  o.max_k = std::max(8, a.spec.num_draft_tokens);
+  o.reps = a.spec_reps;
+  o.seed = a.opt.seed;
+  o.profile = a.opt.profile;
+  auto r = run_spec_cost(model, o);
+  if (!r.is_ok()) {
+    std::fprintf(stderr, "mxserve bench: %s\n", r.status().to_string().c_str());
+    return 1;
+  }
+  if (a.json) {
+    auto j = r->to_json();
+    j["model"] = a.m.model;
+    j["schemes"] = model.scheme_summary();
+    j["threads"] = a.m.threads;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("model: %s (%s), %d threads\n%s", a.m.model.c_str(),
+                model.scheme_summary().c_str(), a.m.threads, r->report().c_str());
+  }
+  return 0;
+}
+
+// --speculative-algorithm: --text decoded greedily for -n tokens with and without drafting.
+int bench_spec_gain(const BenchArgs& a, DecoderModel& model) {
+  auto tok = load_model_tokenizer(a.m.model);
+  if (!tok.is_ok()) {
+    std::fprintf(stderr, "mxserve bench: %s\n", tok.status().to_string().c_str());
+    return 1;
+  }
+  SpecGainOptions o;
+  o.prompt = (*tok)->encode(a.text);
+  o.max_tokens = static_cast<int>(a.opt.gen);
+  o.reps = static_cast<int>(a.opt.reps);
+  o.spec = a.spec;
+  auto r = run_spec_gain(model, **tok, o);
+  if (!r.is_ok()) {
+    std::fprintf(stderr, "mxserve bench: %s\n", r.status().to_string().c_str());
+    return 1;
+  }
+  if (a.json) {
+    auto j = r->to_json();
+    j["model"] = a.m.model;
+    j["schemes"] = model.scheme_summary();
+    j["threads"] = a.m.threads;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("model: %s (%s), %d threads\n%s", a.m.model.c_str(),
+                model.scheme_summary().c_str(), a.m.threads, r->report().c_str());
+  }
+  return r->identical ? 0 : 1;
+}
 
 int bench(const BenchArgs& a) {
   auto model = load_model_or_report(a.m, "bench");
   if (!model) return 1;
   if (int code = 0; ep_worker_takes_over(*model, &code)) return code;
+  if ((a.spec_cost || a.spec.algorithm != SpecAlgorithm::kNone) && model->replays_steps()) {
+    std::fprintf(stderr, "mxserve bench: speculative decoding under --ep-size is not available "
+                         "yet\n");
+    return 1;
+  }
+  if (a.spec_cost) return bench_spec_cost(a, *model);
+  if (a.spec.algorithm != SpecAlgorithm::kNone) return bench_spec_gain(a, *model);
   BenchOptions opt = a.opt;
   if (Comm* comm = ep_comm()) {
     opt.ep_stats = [&model, comm] { return total_dispatch_stats(*model, *comm); };
@@ -73,6 +150,16 @@ void register_bench(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--profile", a->opt.profile, "Time every kernel of the forward pass");
   cmd->add_flag("--json", a->json, "Print one JSON object");
+  add_speculative_flags(cmd, &a->spec);
+  cmd->add_flag("--speculative-cost", a->spec_cost,
+                "Time verify steps of K = 1..8 guesses against a decode step at a context of "
+                "-p positions, and the speedup they imply");
+  cmd->add_option("--speculative-reps", a->spec_reps, "Timings per width for --speculative-cost")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_option("--text", a->text,
+                  "With --speculative-algorithm: the prompt decoded with and without drafting "
+                  "(default: a passage to repeat with an edit)");
   cmd->callback([a, &exit_code] { exit_code = bench(*a); });
 }
 

@@ -51,16 +51,26 @@ double DraftPolicy::cost(int rows) const {
   return cost_[1] > 0 ? cost_[1] : 1.0;
 }
 
-int DraftPolicy::choose() {
-  if (max_k_ == 0) return 0;
-  const double a = std::min(acceptance(), 0.999);
+double DraftPolicy::expected_tokens(int k, double a) {
+  a = std::clamp(a, 0.0, 0.999);
+  return (1.0 - std::pow(a, k + 1)) / (1.0 - a);
+}
+
+int DraftPolicy::best_k(std::span<const double> cost_by_rows, double a, int max_k) {
   int best = 0;
-  double best_rate = 1.0 / cost(1);
-  for (int k = 1; k <= max_k_; ++k) {
-    const double tokens = (1.0 - std::pow(a, k + 1)) / (1.0 - a);
-    const double rate = tokens / cost(k + 1);
+  double best_rate = 1.0 / cost_by_rows[1];
+  for (int k = 1; k <= max_k; ++k) {
+    const double rate = expected_tokens(k, a) / cost_by_rows[static_cast<size_t>(k + 1)];
     if (rate > best_rate) best = k, best_rate = rate;
   }
+  return best;
+}
+
+int DraftPolicy::choose() {
+  if (max_k_ == 0) return 0;
+  std::array<double, kMaxDraftTokens + 2> c{};
+  for (int r = 1; r <= max_k_ + 1; ++r) c[static_cast<size_t>(r)] = cost(r);
+  int best = best_k(c, acceptance(), max_k_);
   // Acceptance changes with the text: a sequence that stopped drafting tries one guess now
   // and then, so that its estimate can recover.
   if (best == 0 && ++since_draft_ >= 32) best = 1;

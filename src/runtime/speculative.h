@@ -67,6 +67,11 @@ class DraftPolicy {
   void record_acceptance(int drafted, int accepted);
   void record_forward(int rows, double seconds);
   double acceptance() const;
+  // Tokens one step yields with k guesses at acceptance a per guess.
+  static double expected_tokens(int k, double a);
+  // The k in 0..max_k with the most tokens per second, given each width's cost
+  // (cost_by_rows[r]: a forward of r rows, r = 1..max_k + 1).
+  static int best_k(std::span<const double> cost_by_rows, double a, int max_k);
 
  private:
   double cost(int rows) const;
