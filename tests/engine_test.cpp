@@ -18,6 +18,7 @@ struct Collector {
   std::mutex mu;
   std::condition_variable cv;
   std::map<uint64_t, std::vector<int32_t>> tokens;
+  std::map<uint64_t, std::vector<float>> logprobs;
   std::map<uint64_t, std::string> text, reason;
   int finished = 0;
   // The events of one request, kept under `key`: a request's first tokens can arrive before
@@ -27,6 +28,7 @@ struct Collector {
       std::lock_guard<std::mutex> lock(mu);
       auto& t = tokens[key];
       t.insert(t.end(), e.tokens.begin(), e.tokens.end());
+      for (const TokenLogprob& lp : e.logprobs) logprobs[key].push_back(lp.logprob);
       text[key] += e.text;
       if (e.finished) {
         reason[key] = e.finish_reason;
@@ -63,34 +65,45 @@ Fixture make_fixture(const std::string& dir = test::source_dir() + "/models/tiny
   return f;
 }
 
-// Returns the engine's preemption count.
-int64_t run_concurrent(Fixture& f, const SchedulerConfig& cfg) {
+// Returns the engine's stats. With `spec`, the engine decodes speculatively and each request
+// runs longer, so that the bundled model's loops give the drafter something to find; the
+// reference is always plain decoding alone, log-probs included.
+EngineStats run_concurrent(Fixture& f, const SchedulerConfig& cfg, SpeculativeOptions spec = {}) {
   SamplingParams p;
   p.temperature = 0;
-  p.max_tokens = 24;
+  p.max_tokens = spec.algorithm == SpecAlgorithm::kNone ? 24 : 64;
   p.stop = {". "};  // prose hits it: both paths must stop at the same place
   Collector c;
-  int64_t preemptions = 0;
+  EngineStats stats;
   {
-    Engine engine(*f.model, *f.tok, cfg);
+    Engine engine(*f.model, *f.tok, cfg, spec);
     for (size_t i = 0; i < f.prompts.size(); ++i) {
-      auto r = engine.submit({f.prompts[i], p, c.sink(i)});
+      EngineRequest req{f.prompts[i], p, c.sink(i)};
+      req.top_logprobs = 0;
+      auto r = engine.submit(std::move(req));
       EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-      if (!r.is_ok()) return -1;
+      if (!r.is_ok()) return stats;
     }
     EXPECT_TRUE(c.wait_for(static_cast<int>(f.prompts.size())));
     EXPECT_EQ(engine.stats().kv_blocks_used, 0);
-    preemptions = engine.stats().preemptions;
+    stats = engine.stats();
   }
+  GenerateOptions plain;
+  plain.logprobs = true;
   for (size_t i = 0; i < f.prompts.size(); ++i) {
-    auto alone = generate(*f.model, *f.tok, f.prompts[i], p, 1024);
+    auto alone = generate(*f.model, *f.tok, f.prompts[i], p, 1024, {}, plain);
     EXPECT_TRUE(alone.is_ok());
-    if (!alone.is_ok()) return -1;
+    if (!alone.is_ok()) return stats;
     EXPECT_EQ(c.tokens[i], alone->token_ids) << "request " << i;
+    // A hybrid model's chunked delta rule rounds by where a prompt's chunks fall, which the
+    // batch decides: its log-probs are compared alone (speculative_test), its tokens here.
+    if (PagedKv(f.model->config(), 0, 1).slot_bytes() == 0) {
+      EXPECT_EQ(c.logprobs[i], alone->logprobs) << "request " << i;
+    }
     EXPECT_EQ(c.text[i], alone->text) << "request " << i;
     EXPECT_EQ(c.reason[i], alone->finish_reason);
   }
-  return preemptions;
+  return stats;
 }
 
 // 16 running requests; with `tight` blocks (384 slots for ~1,900 needed) requests get
@@ -106,12 +119,35 @@ SchedulerConfig concurrency(bool tight) {
 
 TEST(Engine, ConcurrentGreedyEqualsOneAtATime) {
   Fixture f = make_fixture();
-  EXPECT_EQ(run_concurrent(f, concurrency(false)), 0);
+  EXPECT_EQ(run_concurrent(f, concurrency(false)).preemptions, 0);
 }
 
 TEST(Engine, PreemptionKeepsResultsExact) {
   Fixture f = make_fixture();
-  EXPECT_GT(run_concurrent(f, concurrency(true)), 0);
+  EXPECT_GT(run_concurrent(f, concurrency(true)).preemptions, 0);
+}
+
+// Speculative decoding under 16 concurrent requests: the tokens and log-probs of plain
+// decoding alone, with and without the prefix cache and preemption.
+void check_speculative(Fixture& f, SchedulerConfig cfg, bool expect_preemption) {
+  const EngineStats s = run_concurrent(f, cfg, {SpecAlgorithm::kNgram, 4});
+  EXPECT_GT(s.spec_accepted_tokens, 0);
+  EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens);
+  int64_t per_pos = 0;
+  for (int64_t n : s.spec_accepted_per_pos) per_pos += n;
+  EXPECT_EQ(per_pos, s.spec_accepted_tokens);
+  if (expect_preemption) {
+    EXPECT_GT(s.preemptions, 0);
+  }
+}
+
+TEST(Engine, SpeculativeEqualsPlain) {
+  Fixture f = make_fixture();
+  check_speculative(f, concurrency(false), false);
+  SchedulerConfig no_cache = concurrency(false);
+  no_cache.prefix_caching = false;
+  check_speculative(f, no_cache, false);
+  check_speculative(f, concurrency(true), true);
 }
 
 // Qwen3.5: each running request's recurrent state in its own slot, carried across prefill
@@ -120,12 +156,19 @@ std::string qwen3_5_dir() { return test::shared_dir() + "/fixtures/tiny-qwen3_5-
 
 TEST(Engine, HybridConcurrentGreedyEqualsOneAtATime) {
   Fixture f = make_fixture(qwen3_5_dir());
-  EXPECT_EQ(run_concurrent(f, concurrency(false)), 0);
+  EXPECT_EQ(run_concurrent(f, concurrency(false)).preemptions, 0);
 }
 
 TEST(Engine, HybridPreemptionKeepsResults) {
   Fixture f = make_fixture(qwen3_5_dir());
-  EXPECT_GT(run_concurrent(f, concurrency(true)), 0);
+  EXPECT_GT(run_concurrent(f, concurrency(true)).preemptions, 0);
+}
+
+// Each request's recurrent state returns to its last kept position in its own slot.
+TEST(Engine, HybridSpeculativeEqualsPlain) {
+  Fixture f = make_fixture(qwen3_5_dir());
+  check_speculative(f, concurrency(false), false);
+  check_speculative(f, concurrency(true), true);
 }
 
 TEST(Engine, CancelFreesBlocksAndFullQueueRefuses) {

@@ -22,6 +22,20 @@ run_suite() {
     API_KEY=test-key MXSERVE="$bin" \
     MODEL_DIR="$model" GOLDEN_FILE="$golden" SERVED_MODEL="$served" \
     node --test tests/e2e/openai.test.mjs) || exit 1
+  if [[ " ${extra[*]} " == *" --speculative-algorithm "* ]]; then
+    # The suite's requests drafted, and the counters say so as vLLM names them.
+    local m drafted kept
+    m=$(curl -s -H "Authorization: Bearer test-key" "$main_url/metrics")
+    drafted=$(awk '/^mxserve_spec_decode_num_draft_tokens_total /{print int($2)}' <<<"$m")
+    kept=$(awk '/^mxserve_spec_decode_num_accepted_tokens_total /{print int($2)}' <<<"$m")
+    [ "${drafted:-0}" -gt 0 ] && [ "${kept:-0}" -gt 0 ] ||
+      { echo "FAIL: no drafting in /metrics: $(grep spec_decode <<<"$m")"; exit 1; }
+    grep -q 'mxserve_spec_decode_num_accepted_tokens_per_pos_total{position="0"}' <<<"$m" ||
+      { echo "FAIL: no per-position counters"; exit 1; }
+    grep -qE "completion tokens, .* drafted tokens accepted" "${logs[-3]}" ||
+      { echo "FAIL: no drafting in the request log"; exit 1; }
+    echo "ok speculative: $kept of $drafted drafted tokens accepted"
+  fi
 }
 # The HTTP layer's limits, with curl as README shows it.
 http_checks() {
@@ -100,3 +114,10 @@ model=$shared/fixtures/gguf/tiny-qwen3_5-moe.Q4_K_M.gguf
 extra=(--gguf-activations f32)
 run_suite "$shared/fixtures/gguf/golden/tiny-qwen3_5-moe.Q4_K_M.golden.json" \
   tiny-qwen3_5-moe.Q4_K_M
+# Speculative decoding with prompt lookup: the same suite and goldens, on the bundled model
+# and on the hybrid (whose recurrent states roll back to each request's last kept token).
+extra=(--speculative-algorithm ngram)
+model=$src/models/tiny-qwen3-moe
+run_suite "$shared/fixtures/tiny-qwen3-moe/golden/golden.json" tiny-qwen3-moe
+model=$shared/fixtures/tiny-qwen3_5-moe
+run_suite "$model/golden/golden.json" tiny-qwen3_5-moe

@@ -270,21 +270,27 @@ TEST(Speculative, NgramProposesWhatFollowedTheLatestMatch) {
 
 TEST(Speculative, PolicyDraftsOnlyWhatPays) {
   // Rows cost as many times one row as they are: drafting can never pay.
-  DraftPolicy linear(4);
-  for (int r = 1; r <= 5; ++r) linear.record_forward(r, 0.001 * r);
-  for (int i = 0; i < 20; ++i) linear.record_acceptance(4, 4);
-  EXPECT_EQ(linear.choose(), 0);
+  RowCost linear;
+  for (int r = 1; r <= 5; ++r) linear.record(r, 0.001 * r);
+  DraftPolicy sure(4);
+  for (int i = 0; i < 20; ++i) sure.record_acceptance(4, 4);
+  EXPECT_EQ(sure.choose(linear), 0);
   // Rows nearly free and guesses usually kept: draft the most.
-  DraftPolicy flat(4);
-  for (int r = 1; r <= 5; ++r) flat.record_forward(r, 0.001 * (1 + 0.02 * r));
-  for (int i = 0; i < 20; ++i) flat.record_acceptance(4, 4);
-  EXPECT_EQ(flat.choose(), 4);
+  RowCost flat;
+  for (int r = 1; r <= 5; ++r) flat.record(r, 0.001 * (1 + 0.02 * r));
+  EXPECT_EQ(sure.choose(flat), 4);
+  // In a step of 8 rows, the cost at 9..12 rows decides, not at 2..5.
+  RowCost batch;
+  for (int r = 1; r <= 12; ++r) batch.record(r, r <= 8 ? 0.001 * (1 + 0.02 * r) : 0.001 * r);
+  EXPECT_EQ(sure.choose(batch, 1), 4);
+  EXPECT_EQ(sure.choose(batch, 8), 0);
   // Guesses always rejected: plain decode, with a probe of one guess every 32 steps.
+  RowCost mild;
+  for (int r = 1; r <= 5; ++r) mild.record(r, 0.001 * (1 + 0.1 * r));
   DraftPolicy rejected(4);
-  for (int r = 1; r <= 5; ++r) rejected.record_forward(r, 0.001 * (1 + 0.1 * r));
   for (int i = 0; i < 40; ++i) rejected.record_acceptance(4, 0);
   int drafted_steps = 0;
-  for (int i = 0; i < 64; ++i) drafted_steps += rejected.choose() > 0 ? 1 : 0;
+  for (int i = 0; i < 64; ++i) drafted_steps += rejected.choose(mild) > 0 ? 1 : 0;
   EXPECT_EQ(drafted_steps, 2);
 }
 

@@ -152,6 +152,11 @@ Pooling resolve_pooling(const std::string& flag, const std::string& model_path) 
 }
 
 int serve(ServeArgs& a) {
+  if (a.server.spec.algorithm != SpecAlgorithm::kNone && a.m.ep_size > 1) {
+    std::fprintf(stderr,
+                 "mxserve serve: speculative decoding under --ep-size is not available yet\n");
+    return 1;
+  }
   auto model = load_model_or_report(a.m, "serve");
   if (!model) return 1;
   if (int code = 0; ep_worker_takes_over(*model, &code)) return code;
@@ -185,8 +190,12 @@ int serve(ServeArgs& a) {
       std::ceil(2.0 * static_cast<double>(attention_layers * mc.num_kv_heads * mc.head_dim) *
                 kv_element_bytes(model->kv_dtype(), mc.head_dim)));
   // Hybrid models hold a recurrent state per running request: it comes out of the budget.
+  // Verification keeps a state per fed position too (SeqSlice::keep_states).
+  const int64_t kept_states =
+      c.spec.algorithm != SpecAlgorithm::kNone ? c.spec.num_draft_tokens + 1 : 0;
   const int64_t slot_bytes =
-      static_cast<int64_t>(PagedKv(mc, 0, 1, model->kv_dtype(), 1).slot_bytes());
+      static_cast<int64_t>(PagedKv(mc, 0, 1, model->kv_dtype(), 1).slot_bytes()) *
+      (1 + kept_states);
   auto plan = plan_kv_cache(a, mc.max_position_embeddings, token_bytes, slot_bytes);
   if (!plan.is_ok()) {
     std::fprintf(stderr, "mxserve serve: %s\n", plan.status().message().c_str());
@@ -232,6 +241,7 @@ void register_serve(CLI::App& app, int& exit_code) {
   cmd->add_option("--api-key", c.api_key, "Require this bearer token");
   // Bounds far above any real deployment, below where a count would overflow a product (blocks
   // are int32, slots are allocated per running request).
+  add_speculative_flags(cmd, &c.spec);
   cmd->add_option("--max-running-requests", c.scheduler.max_running_requests,
                   "Requests decoded together")
       ->check(CLI::Range(1, 1 << 16))

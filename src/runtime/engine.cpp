@@ -26,14 +26,21 @@ bool uses_history(const SamplingParams& p) {
 }
 }  // namespace
 
-Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config)
+Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config,
+               const SpeculativeOptions& spec)
     : model_(model),
       tok_(tok),
       config_(checked_prefix_caching(config, model.config())),
       kv_(model.config(), config.num_blocks, config.block_size, model.kv_dtype(),
           config.max_running_requests),
-      sched_(config_) {
+      sched_(config_),
+      spec_(spec),
+      drafter_(make_drafter(spec)) {
   stats_.kv_blocks_total = config.num_blocks;
+  if (drafter_) {
+    kv_.reserve_state_steps(spec.num_draft_tokens + 1);
+    stats_.spec_accepted_per_pos.assign(static_cast<size_t>(spec.num_draft_tokens), 0);
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -109,6 +116,8 @@ void Engine::finish(uint64_t id, const std::string& reason) {
   if (reason == "stop") ev.stop_reason = l.text->stop_reason();
   ev.prompt_tokens = static_cast<int64_t>(l.req.prompt.size());
   ev.completion_tokens = static_cast<int64_t>(l.tokens.size() - l.req.prompt.size());
+  ev.spec_draft_tokens = l.drafted;
+  ev.spec_accepted_tokens = l.kept;
   if (l.req.on_event) l.req.on_event(ev);
   const double e2e = seconds_since(l.arrival);
   live_.erase(it);
@@ -145,7 +154,7 @@ void Engine::loop() {
   for (uint64_t id : ids) finish(id, "cancelled");
 }
 
-int32_t Engine::sample_for(Live& l, float* row, bool* ended) {
+int32_t Engine::sample_for(Live& l, float* row, bool* ended, int32_t draft, bool* accepted) {
   const int64_t vocab = model_.config().vocab_size;
   const SamplingParams& p = l.req.params;
   const auto split = l.tokens.begin() + static_cast<std::ptrdiff_t>(l.req.prompt.size());
@@ -163,18 +172,86 @@ int32_t Engine::sample_for(Live& l, float* row, bool* ended) {
       }
     }
   }
-  int32_t id;
+  static const std::vector<int32_t> none;
+  std::vector<int32_t> prompt, output;
   if (uses_history(p)) {
-    const std::vector<int32_t> prompt(l.tokens.begin(), split), output(split, l.tokens.end());
-    id = l.sampler->sample(row, vocab, prompt, output);
-  } else {
-    static const std::vector<int32_t> none;
-    id = l.sampler->sample(row, vocab, none, none);
+    prompt.assign(l.tokens.begin(), split);
+    output.assign(split, l.tokens.end());
   }
+  const int32_t id = accepted != nullptr
+                         ? l.sampler->verify(row, vocab, prompt, output, draft, accepted)
+                         : l.sampler->sample(row, vocab, prompt, output);
   // A grammar that is complete ends the output; one that cannot take the token (no allowed
   // token had a finite logit) ends it too rather than emit text outside the grammar.
   *ended = l.req.grammar && (!l.req.grammar->accept(id) || l.req.grammar->must_end());
   return id;
+}
+
+void Engine::draft_guesses() {
+  if (!drafter_) return;
+  // The step's rows without guesses: one per decoding request (prefill rows come on top).
+  int base = 0;
+  for (const auto& [id, l] : live_) {
+    const SeqInfo* info = sched_.find(id);
+    base += info != nullptr && info->decoding() ? 1 : 0;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& [id, l] : live_) {
+    const SeqInfo* info = sched_.find(id);
+    if (info == nullptr || !info->decoding() || l.req.grammar || l.stopped) continue;
+    const int64_t room = l.req.params.max_tokens - info->generated - 1;
+    const int k = static_cast<int>(std::min<int64_t>(l.policy.choose(row_cost_, base), room));
+    l.draft.clear();
+    if (k > 0) drafter_->propose(l.tokens, k, &l.draft);
+    sched_.set_draft(id, static_cast<int32_t>(l.draft.size()));
+  }
+  stats_.spec_draft_seconds += seconds_since(t0);
+}
+
+std::vector<int32_t> Engine::sample_item(uint64_t id, const PlanItem& item, int32_t slot,
+                                         float* rows, std::chrono::steady_clock::time_point now,
+                                         bool* stopped) {
+  const int64_t vocab = model_.config().vocab_size;
+  Live& l = live_.at(id);
+  StreamEvent ev;
+  std::vector<float> raw;
+  int32_t kept = 0;
+  for (int32_t r = 0; r <= item.guesses && !*stopped; ++r) {
+    float* row = rows + r * vocab;
+    if (l.req.top_logprobs >= 0) raw.assign(row, row + vocab);
+    bool ended = false, accepted = false;
+    const bool guess = r < item.guesses;
+    const int32_t tok = guess ? sample_for(l, row, &ended, l.draft[static_cast<size_t>(r)], &accepted)
+                              : sample_for(l, row, &ended);
+    l.tokens.push_back(tok);
+    ev.tokens.push_back(tok);
+    const TextStream::Step ts = l.text->push(tok);
+    ev.text += ts.delta;
+    if (!raw.empty()) ev.logprobs.push_back(token_logprob(raw.data(), vocab, tok, l.req.top_logprobs));
+    *stopped = ts.stop || ended;
+    if (guess && !accepted) break;
+    kept += guess ? 1 : 0;
+  }
+  // Latencies per token: a step that yields several spreads its time over them.
+  const bool first = l.tokens.size() == l.req.prompt.size() + ev.tokens.size();
+  const double dt = std::chrono::duration<double>(now - (first ? l.arrival : l.last_token)).count();
+  (first ? ttft_ : itl_).push_back(first ? dt : dt / static_cast<double>(ev.tokens.size()));
+  for (size_t i = 1; i < ev.tokens.size(); ++i) itl_.push_back(dt / static_cast<double>(ev.tokens.size()));
+  l.last_token = now;
+  if (item.guesses > 0) {
+    l.policy.record_acceptance(item.guesses, kept);
+    l.drafted += item.guesses;
+    l.kept += kept;
+    // The recurrent state returns to the one after the last kept position.
+    if (kept < item.guesses) kv_.restore_state(slot, kept);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.spec_drafts;
+    stats_.spec_draft_tokens += item.guesses;
+    stats_.spec_accepted_tokens += kept;
+    for (int32_t p = 0; p < kept; ++p) ++stats_.spec_accepted_per_pos[static_cast<size_t>(p)];
+  }
+  if (l.req.on_event) l.req.on_event(ev);
+  return ev.tokens;
 }
 
 void Engine::step_once() {
@@ -189,6 +266,7 @@ void Engine::step_once() {
       l.req = std::move(in.req);
       l.arrival = in.arrival;
       l.text = std::make_unique<TextStream>(tok_, l.req.params);
+      l.policy = DraftPolicy(drafter_ ? spec_.num_draft_tokens : 0);
       stats_.prompt_tokens += static_cast<int64_t>(l.tokens.size());
       live_.emplace(in.id, std::move(l));
     }
@@ -197,16 +275,20 @@ void Engine::step_once() {
       if (sched_.cancel(id)) cancelled.push_back(id);
     }
     cancels_.clear();
+    draft_guesses();
     plan = sched_.schedule();
     stats_.preemptions += static_cast<int64_t>(plan.preempted.size());
   }
   for (uint64_t id : cancelled) finish(id, "cancelled");
   if (plan.empty()) return;
   std::vector<SeqSlice> slices;
-  std::vector<uint64_t> samplers;
+  std::vector<size_t> samplers;  // plan items that sample
+  std::vector<int32_t> slots;
+  int64_t logit_rows = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const PlanItem& item : plan.items) {
+    for (size_t i = 0; i < plan.items.size(); ++i) {
+      const PlanItem& item = plan.items[i];
       const SeqInfo* info = sched_.find(item.id);
       Live& l = live_.at(item.id);
       SeqSlice s;
@@ -216,12 +298,22 @@ void Engine::step_once() {
       s.blocks = info->table.blocks.data();
       s.slot = info->slot;
       s.logits = item.samples ? SeqSlice::Logits::kLast : SeqSlice::Logits::kNone;
+      if (item.guesses > 0) {
+        l.feed.assign(1, l.tokens.back());
+        l.feed.insert(l.feed.end(), l.draft.begin(), l.draft.begin() + item.guesses);
+        s.tokens = l.feed.data();
+        s.logits = SeqSlice::Logits::kAll;
+        s.keep_states = true;
+      }
       slices.push_back(s);
-      if (item.samples) samplers.push_back(item.id);
+      slots.push_back(info->slot);
+      if (item.samples) samplers.push_back(i);
+      if (item.samples) logit_rows += 1 + item.guesses;
     }
   }
   const int64_t vocab = model_.config().vocab_size;
-  std::vector<float> logits(samplers.size() * static_cast<size_t>(vocab));
+  std::vector<float> logits(static_cast<size_t>(logit_rows * vocab));
+  const auto t0 = std::chrono::steady_clock::now();
   const Status st = model_.forward_batch(slices, kv_, logits.data());
   if (!st.is_ok()) {
     // A request the model rejects cannot be served; end it rather than the server.
@@ -229,42 +321,33 @@ void Engine::step_once() {
     for (const PlanItem& item : plan.items) cancel(item.id);
     return;
   }
+  row_cost_.record(static_cast<int>(std::min<int64_t>(plan.tokens(), RowCost::kMaxRows)),
+                   seconds_since(t0));
   std::vector<uint64_t> stopped;
-  std::vector<int32_t> sampled;
-  std::vector<double> ttft, itl;
+  std::vector<std::vector<int32_t>> yielded;
+  ttft_.clear();
+  itl_.clear();
   const auto now = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < samplers.size(); ++i) {
-    Live& l = live_.at(samplers[i]);
-    float* row = logits.data() + i * static_cast<size_t>(vocab);
-    std::vector<float> raw;
-    if (l.req.top_logprobs >= 0) raw.assign(row, row + vocab);
-    bool ended = false;
-    const int32_t id = sample_for(l, row, &ended);
-    const bool first = l.tokens.size() == l.req.prompt.size();
-    (first ? ttft : itl)
-        .push_back(std::chrono::duration<double>(now - (first ? l.arrival : l.last_token)).count());
-    l.last_token = now;
-    l.tokens.push_back(id);
-    sampled.push_back(id);
-    const TextStream::Step ts = l.text->push(id);
-    if (ts.stop || ended) {
-      l.stopped = true;
-      stopped.push_back(samplers[i]);
+  int64_t row = 0, generated = 0;
+  for (size_t i : samplers) {
+    const PlanItem& item = plan.items[i];
+    bool stop = false;
+    yielded.push_back(
+        sample_item(item.id, item, slots[i], logits.data() + row * vocab, now, &stop));
+    row += 1 + item.guesses;
+    generated += static_cast<int64_t>(yielded.back().size());
+    if (stop) {
+      live_.at(item.id).stopped = true;
+      stopped.push_back(item.id);
     }
-    StreamEvent ev;
-    ev.text = ts.delta;
-    ev.tokens = {id};
-    if (!raw.empty())
-      ev.logprobs.push_back(token_logprob(raw.data(), vocab, id, l.req.top_logprobs));
-    if (l.req.on_event) l.req.on_event(ev);
   }
   std::vector<uint64_t> retired;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    retired = sched_.complete(plan, sampled, stopped);
-    stats_.generated_tokens += static_cast<int64_t>(samplers.size());
-    for (double t : ttft) stats_.time_to_first_token.observe(t);
-    for (double t : itl) stats_.inter_token_latency.observe(t);
+    retired = sched_.complete_runs(plan, yielded, stopped);
+    stats_.generated_tokens += generated;
+    for (double t : ttft_) stats_.time_to_first_token.observe(t);
+    for (double t : itl_) stats_.inter_token_latency.observe(t);
     ++stats_.steps;
   }
   for (uint64_t id : retired) finish(id, live_.at(id).stopped ? "stop" : "length");

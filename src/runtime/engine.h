@@ -22,6 +22,7 @@
 #include "runtime/histogram.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
+#include "runtime/speculative.h"
 #include "text/grammar.h"
 #include "text/tokenizer.h"
 
@@ -37,6 +38,8 @@ struct StreamEvent {
   int64_t completion_tokens = 0;
   std::vector<TokenLogprob> logprobs;  // one per token in `tokens` when requested
   nlohmann::json stop_reason;          // once finished: vLLM's stop_reason
+  // Once finished: drafted tokens verified for this request and those kept.
+  int64_t spec_draft_tokens = 0, spec_accepted_tokens = 0;
 };
 
 struct EngineRequest {
@@ -59,11 +62,19 @@ struct EngineStats {
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0;  // totals since start
   int64_t finished_requests = 0, steps = 0, preemptions = 0;
+  // Speculative decoding, as vLLM's spec_decode counters: verify steps of a sequence that
+  // carried guesses, the guesses, those kept, and those kept at each draft position.
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_pos;
+  double spec_draft_seconds = 0;
 };
 
 class Engine {
  public:
-  Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config);
+  // With `spec`, decode steps verify drafted tokens (the same outputs under greedy decoding,
+  // the same distribution when sampling). Requests under a grammar decode plainly.
+  Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config,
+         const SpeculativeOptions& spec = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -88,6 +99,9 @@ class Engine {
     std::unique_ptr<TextStream> text;
     std::vector<uint32_t> mask;  // the grammar's token mask, reused each step
     bool stopped = false;
+    DraftPolicy policy{0};
+    std::vector<int32_t> draft, feed;  // the guesses, and the last token followed by them
+    int64_t drafted = 0, kept = 0;
     std::chrono::steady_clock::time_point arrival, last_token;
   };
   struct Pending {
@@ -99,8 +113,14 @@ class Engine {
   void step_once();
   void finish(uint64_t id, const std::string& reason);
   // Applies the request's logit processors and grammar to `row` and samples; `ended` is set
-  // when the grammar allows nothing more.
-  int32_t sample_for(Live& l, float* row, bool* ended);
+  // when the grammar allows nothing more. With `accepted`, verifies the guess `draft`.
+  int32_t sample_for(Live& l, float* row, bool* ended, int32_t draft = -1,
+                     bool* accepted = nullptr);
+  // Drafts for the decoding requests that speculation pays for (under mu_).
+  void draft_guesses();
+  // Samples the rows of one item; returns the tokens it yields and sends its event.
+  std::vector<int32_t> sample_item(uint64_t id, const PlanItem& item, int32_t slot, float* rows,
+                                   std::chrono::steady_clock::time_point now, bool* stopped);
 
   DecoderModel& model_;
   const Tokenizer& tok_;
@@ -116,6 +136,10 @@ class Engine {
   uint64_t next_id_ = 1;
   bool stop_ = false;
   EngineStats stats_;
+  SpeculativeOptions spec_;
+  std::unique_ptr<Drafter> drafter_;
+  RowCost row_cost_;
+  std::vector<double> ttft_, itl_;  // of the step being sampled
   std::thread thread_;
 };
 

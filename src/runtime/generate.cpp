@@ -188,7 +188,7 @@ class Decoder {
     const int room = static_cast<int>(std::min<int64_t>(kMaxDraftTokens, budget - generated() - 1));
     draft_.clear();
     if (drafter_ && room > 0) {
-      const int k = std::min(policy_.choose(), room);
+      const int k = std::min(policy_.choose(cost_), room);
       if (k > 0) {
         const auto t = Clock::now();
         drafter_->propose(history_, k, &draft_);
@@ -206,7 +206,7 @@ class Decoder {
       MX_RETURN_IF_ERROR(verify_forward());
     }
     const double secs = seconds_since(t);
-    policy_.record_forward(static_cast<int>(n + 1), secs);
+    cost_.record(static_cast<int>(n + 1), secs);
     if (n > 0) r_.spec.verify_seconds += secs, ++r_.spec.verify_steps;
     int64_t kept = 0;
     for (int64_t i = 0; i <= n && !*stop; ++i) {
@@ -260,6 +260,7 @@ class Decoder {
   std::unique_ptr<Drafter> owned_;
   Drafter* drafter_;
   DraftPolicy policy_;
+  RowCost cost_;
   bool logprobs_;
   Sampler sampler_;
   TextStream stream_;

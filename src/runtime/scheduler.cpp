@@ -117,6 +117,7 @@ void Scheduler::preempt(uint64_t id) {
   SeqInfo& s = seqs_.at(id);
   release_blocks(s);
   s.computed = 0;
+  s.draft = 0;
   ++s.preemptions;
   free_slots_.push_back(s.slot);
   s.slot = -1;
@@ -132,12 +133,19 @@ BatchPlan Scheduler::schedule() {
   // 1. Decode: every running request whose prompt is fully computed gets one token.
   std::vector<uint64_t> decoding;
   for (uint64_t id : running_) {
-    const SeqInfo& s = seqs_.at(id);
-    if (s.generated > 0 && s.computed == s.known() - 1) decoding.push_back(id);
+    if (seqs_.at(id).decoding()) decoding.push_back(id);
   }
   for (uint64_t id : decoding) {
     if (std::find(running_.begin(), running_.end(), id) == running_.end()) continue;  // preempted
     SeqInfo& s = seqs_.at(id);
+    int32_t guesses = s.draft;
+    const int32_t need = BlockAllocator::blocks_for(s.computed + 1 + guesses, alloc_.block_size()) -
+                         static_cast<int32_t>(s.table.blocks.size());
+    if (guesses > 0 && need <= alloc_.free_blocks()) {
+      MX_CHECK(s.table.reserve(s.computed + 1 + guesses, &alloc_));
+    } else {
+      guesses = 0;
+    }
     while (!reserve(s, s.computed + 1)) {
       const uint64_t victim = running_.back();  // the latest arrival
       preempt(victim);
@@ -145,7 +153,7 @@ BatchPlan Scheduler::schedule() {
       if (victim == id) break;
     }
     if (std::find(running_.begin(), running_.end(), id) == running_.end()) continue;
-    plan.items.push_back({id, s.computed, 1, true});
+    plan.items.push_back({id, s.computed, 1 + guesses, true, guesses});
   }
   // Planned decode items of requests preempted later in this loop are dropped.
   plan.items.erase(std::remove_if(plan.items.begin(), plan.items.end(),
@@ -166,8 +174,7 @@ BatchPlan Scheduler::schedule() {
   };
   for (uint64_t id : running_) {
     SeqInfo& s = seqs_.at(id);
-    const bool is_decoding = s.generated > 0 && s.computed == s.known() - 1;
-    if (!is_decoding && budget > 0) prefill(s);
+    if (!s.decoding() && budget > 0) prefill(s);
   }
   const size_t admitted_from = plan.items.size();
   while (!waiting_.empty() && budget > 0 &&
@@ -205,24 +212,45 @@ void Scheduler::retire(uint64_t id) {
   seqs_.erase(it);
 }
 
+void Scheduler::set_draft(uint64_t id, int32_t guesses) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || !it->second.decoding()) return;
+  SeqInfo& s = it->second;
+  s.draft = static_cast<int32_t>(
+      std::clamp<int64_t>(guesses, 0, s.max_new_tokens - s.generated - 1));
+}
+
 std::vector<uint64_t> Scheduler::complete(const BatchPlan& plan,
                                           const std::vector<int32_t>& sampled,
                                           const std::vector<uint64_t>& finished) {
+  std::vector<std::vector<int32_t>> runs;
+  runs.reserve(sampled.size());
+  for (int32_t t : sampled) runs.push_back({t});
+  return complete_runs(plan, runs, finished);
+}
+
+std::vector<uint64_t> Scheduler::complete_runs(const BatchPlan& plan,
+                                               const std::vector<std::vector<int32_t>>& yielded,
+                                               const std::vector<uint64_t>& finished) {
   std::vector<uint64_t> retired;
   size_t next_sample = 0;
   for (const PlanItem& i : plan.items) {
-    int32_t token = -1;
+    const std::vector<int32_t>* run = nullptr;
     if (i.samples) {
-      MX_CHECK(next_sample < sampled.size());
-      token = sampled[next_sample++];
+      MX_CHECK(next_sample < yielded.size());
+      run = &yielded[next_sample++];
+      MX_CHECK(!run->empty() && run->size() <= static_cast<size_t>(i.guesses) + 1);
     }
     auto it = seqs_.find(i.id);
     if (it == seqs_.end()) continue;  // cancelled meanwhile
     SeqInfo& s = it->second;
-    s.computed = std::max(s.computed, i.start + i.count);
-    if (i.samples) {
-      ++s.generated;
-      s.tokens.push_back(token);
+    // A verified item computed the fed token and the guesses kept: one fewer than it yielded.
+    const int64_t done = i.guesses > 0 ? static_cast<int64_t>(run->size()) : i.count;
+    s.computed = std::max(s.computed, i.start + done);
+    s.draft = 0;
+    if (run != nullptr) {
+      s.generated += static_cast<int64_t>(run->size());
+      s.tokens.insert(s.tokens.end(), run->begin(), run->end());
     }
     cache_full_blocks(s);
     const bool stop = std::find(finished.begin(), finished.end(), i.id) != finished.end();
@@ -231,7 +259,7 @@ std::vector<uint64_t> Scheduler::complete(const BatchPlan& plan,
       retire(i.id);
     }
   }
-  MX_CHECK(next_sample == sampled.size());
+  MX_CHECK(next_sample == yielded.size());
   return retired;
 }
 

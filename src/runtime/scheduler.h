@@ -47,11 +47,15 @@ struct PrefixCacheStats {
 
 // Compute positions [start, start + count) of request `id`; when `samples`, the last
 // position's logits sample the request's next token.
+// A decode item with `guesses` > 0 feeds the last sampled token and as many drafted ones
+// (count = 1 + guesses): every position's logits are verified, and the step yields from 1 to
+// guesses + 1 tokens.
 struct PlanItem {
   uint64_t id;
   int64_t start;
   int64_t count;
   bool samples;
+  int32_t guesses = 0;
 };
 
 struct BatchPlan {
@@ -77,7 +81,9 @@ struct SeqInfo {
   // a reference to each); the rest are its own.
   int32_t shared_blocks = 0;
   std::vector<int32_t> tokens;  // prompt then generated
+  int32_t draft = 0;            // guesses to verify in the next decode step (set_draft)
   int64_t known() const { return prompt_len + generated; }
+  bool decoding() const { return generated > 0 && computed == known() - 1; }
 };
 
 class Scheduler {
@@ -94,6 +100,16 @@ class Scheduler {
   // ids retired.
   std::vector<uint64_t> complete(const BatchPlan& plan, const std::vector<int32_t>& sampled,
                                  const std::vector<uint64_t>& finished = {});
+  // The same with the tokens each sampling item yielded: one, or for an item with guesses
+  // the kept guesses and the token after them. Positions past what was kept are dropped from
+  // the computed length, so their keys are overwritten and no block they filled is cached.
+  std::vector<uint64_t> complete_runs(const BatchPlan& plan,
+                                      const std::vector<std::vector<int32_t>>& yielded,
+                                      const std::vector<uint64_t>& finished = {});
+  // Asks the next step to verify `guesses` drafted tokens of a decoding request, within its
+  // token budget. The guesses get KV blocks only where free ones remain: they never evict a
+  // cached prefix or preempt a request.
+  void set_draft(uint64_t id, int32_t guesses);
   // Drops a request wherever it is and frees its blocks; false when unknown.
   bool cancel(uint64_t id);
 

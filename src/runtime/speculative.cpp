@@ -42,14 +42,22 @@ std::unique_ptr<Drafter> make_drafter(const SpeculativeOptions& o) {
   return nullptr;
 }
 
+void RowCost::record(int rows, double seconds) {
+  if (rows < 1 || rows > kMaxRows || !(seconds > 0)) return;
+  double& c = c_[static_cast<size_t>(rows)];
+  c = c > 0 ? 0.8 * c + 0.2 * seconds : seconds;
+}
+
+double RowCost::at(int rows) const {
+  for (int r = std::min(rows, kMaxRows); r >= 1; --r) {
+    if (c_[static_cast<size_t>(r)] > 0) return c_[static_cast<size_t>(r)];
+  }
+  return 1.0;
+}
+
 DraftPolicy::DraftPolicy(int max_k) : max_k_(std::clamp(max_k, 0, kMaxDraftTokens)) {}
 
 double DraftPolicy::acceptance() const { return kept_ / (kept_ + rejected_); }
-
-double DraftPolicy::cost(int rows) const {
-  if (cost_[static_cast<size_t>(rows)] > 0) return cost_[static_cast<size_t>(rows)];
-  return cost_[1] > 0 ? cost_[1] : 1.0;
-}
 
 double DraftPolicy::expected_tokens(int k, double a) {
   a = std::clamp(a, 0.0, 0.999);
@@ -66,10 +74,10 @@ int DraftPolicy::best_k(std::span<const double> cost_by_rows, double a, int max_
   return best;
 }
 
-int DraftPolicy::choose() {
+int DraftPolicy::choose(const RowCost& cost, int base_rows) {
   if (max_k_ == 0) return 0;
   std::array<double, kMaxDraftTokens + 2> c{};
-  for (int r = 1; r <= max_k_ + 1; ++r) c[static_cast<size_t>(r)] = cost(r);
+  for (int r = 1; r <= max_k_ + 1; ++r) c[static_cast<size_t>(r)] = cost.at(base_rows - 1 + r);
   int best = best_k(c, acceptance(), max_k_);
   // Acceptance changes with the text: a sequence that stopped drafting tries one guess now
   // and then, so that its estimate can recover.
@@ -83,12 +91,6 @@ void DraftPolicy::record_acceptance(int drafted, int accepted) {
   constexpr double kDecay = 0.95;
   kept_ = kDecay * kept_ + accepted;
   rejected_ = kDecay * rejected_ + (accepted < drafted ? 1 : 0);
-}
-
-void DraftPolicy::record_forward(int rows, double seconds) {
-  if (rows < 1 || rows > kMaxDraftTokens + 1 || !(seconds > 0)) return;
-  double& c = cost_[static_cast<size_t>(rows)];
-  c = c > 0 ? 0.8 * c + 0.2 * seconds : seconds;
 }
 
 double SpecStats::acceptance_rate() const {

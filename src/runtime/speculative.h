@@ -54,18 +54,30 @@ class NgramDrafter : public Drafter {
 
 std::unique_ptr<Drafter> make_drafter(const SpeculativeOptions& o);
 
-// Chooses how many tokens to draft. Acceptance is a decayed count of kept and rejected
-// guesses; cost is each forward's time by its number of rows, measured as the sequence runs.
-// With acceptance a per guess, k guesses yield (1 - a^(k+1)) / (1 - a) tokens a step; the
-// choice maximizes tokens per second, and 0 (plain decode) wins when nothing pays. Rows not
-// measured yet are assumed to cost what one row does, so that each width is tried once.
+// Forward time by the rows of a step, measured as the run goes (a decayed mean per count).
+class RowCost {
+ public:
+  static constexpr int kMaxRows = 1024;
+  void record(int rows, double seconds);
+  // A count not measured yet costs what the nearest measured count below it does, so that a
+  // policy reading it tries each width once; 1 when nothing is measured.
+  double at(int rows) const;
+
+ private:
+  std::array<double, kMaxRows + 1> c_{};
+};
+
+// Chooses how many tokens one sequence drafts. Acceptance is a decayed count of kept and
+// rejected guesses. With acceptance a per guess, k guesses yield (1 - a^(k+1)) / (1 - a)
+// tokens a step; the choice maximizes tokens per second of the step the sequence is in, and
+// 0 (plain decode) wins when nothing pays.
 class DraftPolicy {
  public:
   explicit DraftPolicy(int max_k);
-  int choose();
+  // `base_rows`: the step's rows without this sequence's guesses (1 for a sequence alone).
+  int choose(const RowCost& cost, int base_rows = 1);
   // After a verify step: `drafted` guesses, the first `accepted` of them kept.
   void record_acceptance(int drafted, int accepted);
-  void record_forward(int rows, double seconds);
   double acceptance() const;
   // Tokens one step yields with k guesses at acceptance a per guess.
   static double expected_tokens(int k, double a);
@@ -74,10 +86,8 @@ class DraftPolicy {
   static int best_k(std::span<const double> cost_by_rows, double a, int max_k);
 
  private:
-  double cost(int rows) const;
   int max_k_;
   double kept_ = 1, rejected_ = 1;  // a prior of one each
-  std::array<double, kMaxDraftTokens + 2> cost_{};
   int since_draft_ = 0;
 };
 

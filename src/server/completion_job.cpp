@@ -37,9 +37,14 @@ void CompletionJob::log_line(int status, int64_t prompt, int64_t completion,
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3g s",
                 std::chrono::duration<double>(Clock::now() - start_).count());
+  int64_t drafted = 0, kept = 0;
+  for (const Seq& q : seqs_) drafted += q.spec_drafted, kept += q.spec_accepted;
+  const std::string spec = drafted > 0 ? ", " + std::to_string(kept) + " of " +
+                                             std::to_string(drafted) + " drafted tokens accepted"
+                                       : std::string();
   MX_LOG_INFO("request " + setup_.rid + " " + setup_.path + ": " + std::to_string(status) + ", " +
               std::to_string(prompt) + " prompt + " + std::to_string(completion) +
-              " completion tokens, " + secs + ", " + outcome);
+              " completion tokens, " + secs + ", " + outcome + spec);
 }
 
 std::vector<uint64_t> CompletionJob::engine_ids() {
@@ -153,6 +158,8 @@ void CompletionJob::handle(size_t s, const StreamEvent& e) {
   ++finished_;
   q.prompt_tokens = e.prompt_tokens;
   q.completion_tokens = e.completion_tokens;
+  q.spec_drafted = e.spec_draft_tokens;
+  q.spec_accepted = e.spec_accepted_tokens;
   q.finish_reason = e.finish_reason;
   q.stop_reason = e.stop_reason;
   if (e.finish_reason == "cancelled") any_cancelled_ = true;

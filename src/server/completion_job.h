@@ -67,6 +67,7 @@ class CompletionJob {
     std::string text;
     double cumulative_logprob = 0;
     int64_t prompt_tokens = 0, completion_tokens = 0;
+    int64_t spec_drafted = 0, spec_accepted = 0;
     std::string finish_reason;
     OJson stop_reason;
   };

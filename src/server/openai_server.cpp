@@ -87,7 +87,7 @@ struct OpenAiServer::Impl {
     };
     http = std::make_unique<HttpServer>(hc, std::move(h));
     vocab = build_vocab();
-    engine = std::make_unique<Engine>(model, *tok, config.scheduler);
+    engine = std::make_unique<Engine>(model, *tok, config.scheduler, config.spec);
   }
 
   std::shared_ptr<const TokenVocab> build_vocab() const {
@@ -474,6 +474,24 @@ struct OpenAiServer::Impl {
     });
   }
 
+  // vLLM's spec_decode counters, under this server's prefix.
+  template <typename Gauge>
+  static void spec_metrics(const EngineStats& s, Gauge& gauge, std::string* out) {
+    gauge("mxserve_spec_decode_num_drafts_total", "Verify steps of a request that drafted.",
+          "counter", static_cast<double>(s.spec_drafts));
+    gauge("mxserve_spec_decode_num_draft_tokens_total", "Drafted tokens verified.", "counter",
+          static_cast<double>(s.spec_draft_tokens));
+    gauge("mxserve_spec_decode_num_accepted_tokens_total", "Drafted tokens accepted.", "counter",
+          static_cast<double>(s.spec_accepted_tokens));
+    const char* per = "mxserve_spec_decode_num_accepted_tokens_per_pos_total";
+    *out += std::string("# HELP ") + per + " Drafted tokens accepted at each draft position.\n" +
+            "# TYPE " + per + " counter\n";
+    for (size_t p = 0; p < s.spec_accepted_per_pos.size(); ++p) {
+      *out += std::string(per) + "{position=\"" + std::to_string(p) + "\"} " +
+              std::to_string(static_cast<double>(s.spec_accepted_per_pos[p])) + "\n";
+    }
+  }
+
   std::string metrics() const {
     const EngineStats s = engine->stats();
     std::string out;
@@ -512,6 +530,7 @@ struct OpenAiServer::Impl {
           static_cast<double>(s.preemptions));
     gauge("mxserve_http_connections", "Open HTTP connections.", "gauge",
           static_cast<double>(http->open_connections()));
+    if (!s.spec_accepted_per_pos.empty()) spec_metrics(s, gauge, &out);
     out += s.time_to_first_token.exposition("mxserve_time_to_first_token_seconds",
                                             "Time from arrival to the first generated token.");
     out += s.inter_token_latency.exposition("mxserve_inter_token_latency_seconds",

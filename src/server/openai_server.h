@@ -31,6 +31,7 @@ struct ServerConfig {
   bool web_ui = true;                // the chat page at /
   Pooling pooling = Pooling::kMean;  // /v1/embeddings
   SchedulerConfig scheduler;
+  SpeculativeOptions spec;
 };
 
 class OpenAiServer {
