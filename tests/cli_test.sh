@@ -107,6 +107,37 @@ check "bench --json --profile: speeds, roofline fractions, kernel shares" $?
 grep -qE '^decode: .* tok/s .*% of the bandwidth roofline' "$tmp/out" && grep -qE '^machine: [0-9.]+ GB/s read' "$tmp/out"
 check "bench: text report" $?
 expect_fail "bench: prompt past the context" "exceeds the context length of 1024" "$bin" bench -m "$model" -p 1000 -n 100
+# Speculative decoding: the golden greedy ids again (drafting changes no token), its counters,
+# the cost curve, and the drafters that are not here named as such.
+"$bin" run -m "$model" -p "It is a truth universally acknowledged, that" --temp 0 -n 8 --json \
+  --speculative-algorithm ngram --speculative-num-draft-tokens 3 >"$tmp/spec.json" 2>"$tmp/err"
+python3 - "$tmp/spec.json" "$want" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert json.dumps(d["token_ids"]).replace(" ", "") == sys.argv[2], d["token_ids"]
+s = d["speculative"]
+assert s["algorithm"] == "ngram" and s["accepted"] <= s["drafted"], s
+PY
+check "run --speculative-algorithm ngram: the golden greedy ids" $?
+"$bin" bench -m "$model" -p 64 --speculative-cost --speculative-reps 2 --json >"$tmp/cost.json" 2>"$tmp/err"
+python3 - "$tmp/cost.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["context"] == 64 and d["decode_ms"] > 0, d
+assert [v["k"] for v in d["verify"]] == list(range(1, 9)), d["verify"]
+assert all(v["verify_ms"] > 0 and set(v["speedup"]) == {"0.5", "0.7", "0.9"} for v in d["verify"])
+assert set(d["chosen_k"]) == {"0.5", "0.7", "0.9"}
+PY
+check "bench --speculative-cost: K = 1..8 against decode" $?
+"$bin" bench -m "$model" -n 48 -r 1 --speculative-algorithm ngram >"$tmp/out" 2>&1
+grep -qE 'decode .* tok/s plain, .* tok/s speculative .*x$' "$tmp/out" && grep -q 'outputs identical' "$tmp/out"
+check "bench --speculative-algorithm ngram: both speeds, identical outputs" $?
+expect_fail "run: a drafter that is not here" "speculative-algorithm mtp is not available yet" \
+  "$bin" run -m "$model" -p hi --speculative-algorithm mtp
+expect_fail "run: an unknown drafter" "unknown algorithm 'magic'" \
+  "$bin" run -m "$model" -p hi --speculative-algorithm magic
+expect_fail "run: too many draft tokens" "speculative-num-draft-tokens" \
+  "$bin" run -m "$model" -p hi --speculative-algorithm ngram --speculative-num-draft-tokens 99
 expect_fail "synth: unknown model shape" "unknown model 'llama-7b' \\(known: qwen3-30b-a3b, qwen3-8b, qwen3.5-35b-a3b\\)" "$bin" synth --like llama-7b -o "$tmp/synth"
 
 # GGUF: a file alone serves every command (weights, config, tokenizer, chat template).
