@@ -132,8 +132,19 @@ check "bench --speculative-cost: K = 1..8 against decode" $?
 "$bin" bench -m "$model" -n 48 -r 1 --speculative-algorithm ngram >"$tmp/out" 2>&1
 grep -qE 'decode .* tok/s plain, .* tok/s speculative .*x$' "$tmp/out" && grep -q 'outputs identical' "$tmp/out"
 check "bench --speculative-algorithm ngram: both speeds, identical outputs" $?
-expect_fail "run: a drafter that is not here" "speculative-algorithm mtp is not available yet" \
+expect_fail "run: a drafter that is not here" "speculative-algorithm draft is not available yet" \
+  "$bin" run -m "$model" -p hi --speculative-algorithm draft
+expect_fail "run: mtp on a checkpoint without the head" "no multi-token-prediction head" \
   "$bin" run -m "$model" -p hi --speculative-algorithm mtp
+# The checkpoint's MTP head (safetensors and the GGUF's nextn block): the plain greedy ids.
+for m in "$shared/fixtures/tiny-qwen3_5-moe" "$shared/fixtures/gguf/tiny-qwen3_5-moe.Q4_K_M.gguf"; do
+  "$bin" run -m "$m" -p "It is a truth" --temp 0 -n 24 --json >"$tmp/plain.json" 2>/dev/null
+  "$bin" run -m "$m" -p "It is a truth" --temp 0 -n 24 --json --speculative-algorithm mtp \
+    --speculative-num-draft-tokens 2 >"$tmp/mtp.json" 2>/dev/null
+  python3 -c "import json,sys;a,b=(json.load(open(f)) for f in sys.argv[1:]);assert a['token_ids']==b['token_ids'] and b['speculative']['algorithm']=='mtp'" \
+    "$tmp/plain.json" "$tmp/mtp.json"
+  check "run --speculative-algorithm mtp ($(basename "$m")): the plain greedy ids" $?
+done
 expect_fail "run: an unknown drafter" "unknown algorithm 'magic'" \
   "$bin" run -m "$model" -p hi --speculative-algorithm magic
 expect_fail "run: too many draft tokens" "speculative-num-draft-tokens" \

@@ -48,7 +48,7 @@ class ScriptedDrafter : public Drafter {
  public:
   ScriptedDrafter(std::vector<int32_t> ref, size_t prompt_len, int32_t vocab)
       : ref_(std::move(ref)), prompt_len_(prompt_len), vocab_(vocab) {}
-  void propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) override {
+  Status propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) override {
     out->clear();
     const size_t at = history.size() - prompt_len_;
     for (size_t i = at; i < ref_.size() && out->size() < static_cast<size_t>(max); ++i)
@@ -58,6 +58,7 @@ class ScriptedDrafter : public Drafter {
       int32_t& t = (*out)[static_cast<size_t>(spoil)];
       t = (t + 1) % vocab_;
     }
+    return Status::ok();
   }
 
  private:
@@ -101,6 +102,7 @@ void check_lossless(const std::string& path, std::optional<Scheme> scheme = std:
                       static_cast<int32_t>(l.model->config().vocab_size));
     GenerateOptions o = plain;
     o.spec.num_draft_tokens = k;
+    o.spec.adaptive = false;  // every step drafts: rejections at every position
     o.drafter = &d;
     const GenerateResult r = gen(l, prompt, p, o);
     same(r, "scripted K=" + std::to_string(k));
@@ -159,11 +161,12 @@ std::vector<double> next_probs(DecoderModel& m, const std::vector<int32_t>& toke
 class FixedDrafter : public Drafter {
  public:
   FixedDrafter(std::vector<int32_t> d, size_t prompt_len) : d_(std::move(d)), at_(prompt_len + 1) {}
-  void propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) override {
+  Status propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) override {
     out->clear();
-    if (history.size() != at_) return;
+    if (history.size() != at_) return Status::ok();
     for (size_t i = 0; i < d_.size() && out->size() < static_cast<size_t>(max); ++i)
       out->push_back(d_[i]);
+    return Status::ok();
   }
 
  private:
@@ -213,6 +216,7 @@ TEST(Speculative, SamplingFollowsTheModelsDistribution) {
   GenerateOptions o;
   o.drafter = &d;
   o.spec.num_draft_tokens = 2;
+  o.spec.adaptive = false;
   std::map<std::vector<int32_t>, int> seen;
   int other = 0;
   SpecStats total;
@@ -256,15 +260,15 @@ TEST(Speculative, NgramProposesWhatFollowedTheLatestMatch) {
   NgramDrafter d(2, 4);
   std::vector<int32_t> out;
   // "1 2 3 9 ... 1 2 3 7 8 ... 1 2 3": the latest "1 2 3" was followed by 7 8.
-  d.propose(std::vector<int32_t>{1, 2, 3, 9, 5, 1, 2, 3, 7, 8, 6, 1, 2, 3}, 3, &out);
+  ASSERT_TRUE(d.propose(std::vector<int32_t>{1, 2, 3, 9, 5, 1, 2, 3, 7, 8, 6, 1, 2, 3}, 3, &out).is_ok());
   EXPECT_EQ(out, (std::vector<int32_t>{7, 8, 6}));
   // Only the last two tokens recur; the continuation stops at the end of the history.
-  d.propose(std::vector<int32_t>{4, 5, 6, 9, 5, 6}, 5, &out);
+  ASSERT_TRUE(d.propose(std::vector<int32_t>{4, 5, 6, 9, 5, 6}, 5, &out).is_ok());
   EXPECT_EQ(out, (std::vector<int32_t>{9, 5, 6}));
   // No suffix of two or more tokens occurred before.
-  d.propose(std::vector<int32_t>{1, 2, 3, 4, 3}, 4, &out);
+  ASSERT_TRUE(d.propose(std::vector<int32_t>{1, 2, 3, 4, 3}, 4, &out).is_ok());
   EXPECT_TRUE(out.empty());
-  d.propose(std::vector<int32_t>{1, 2, 1, 2}, 0, &out);
+  ASSERT_TRUE(d.propose(std::vector<int32_t>{1, 2, 1, 2}, 0, &out).is_ok());
   EXPECT_TRUE(out.empty());
 }
 
@@ -297,7 +301,9 @@ TEST(Speculative, PolicyDraftsOnlyWhatPays) {
 TEST(Speculative, FlagsNameWhatIsMissing) {
   EXPECT_EQ(*parse_spec_algorithm("ngram"), SpecAlgorithm::kNgram);
   EXPECT_EQ(*parse_spec_algorithm(""), SpecAlgorithm::kNone);
-  EXPECT_EQ(parse_spec_algorithm("mtp").status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(*parse_spec_algorithm("mtp"), SpecAlgorithm::kMtp);
+  EXPECT_EQ(*parse_spec_algorithm("nextn"), SpecAlgorithm::kMtp);
+  EXPECT_EQ(parse_spec_algorithm("dflash").status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(parse_spec_algorithm("magic").status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -65,6 +65,9 @@ int bench_spec_gain(const BenchArgs& a, DecoderModel& model) {
   o.max_tokens = static_cast<int>(a.opt.gen);
   o.reps = static_cast<int>(a.opt.reps);
   o.spec = a.spec;
+  auto drafter = drafter_or_report(a.m, model, a.spec, "bench");
+  if (!drafter) return 1;
+  o.drafter = drafter->drafter.get();
   auto r = run_spec_gain(model, **tok, o);
   if (!r.is_ok()) {
     std::fprintf(stderr, "mxserve bench: %s\n", r.status().to_string().c_str());

@@ -67,6 +67,8 @@ int chat(ChatArgs& a) {
   }
   const auto stops = stop_token_ids_or_report(a.m.model, **tok, &*tmpl, "chat");
   if (!stops) return 1;
+  auto drafter = drafter_or_report(a.m, *model, a.spec, "chat");
+  if (!drafter) return 1;
   a.sampling.stop_token_ids.insert(a.sampling.stop_token_ids.end(), stops->begin(), stops->end());
   const bool tty = ::isatty(STDIN_FILENO) != 0;
   const bool out_tty = ::isatty(STDOUT_FILENO) != 0;
@@ -100,7 +102,7 @@ int chat(ChatArgs& a) {
     auto r = generate(*model, **tok, (*tok)->encode(*prompt), a.sampling,
                       model->config().max_position_embeddings,
                       [&](const std::string& s) { printer.print(think.push(s)); },
-                      {.spec = a.spec});
+                      {.spec = a.spec, .drafter = drafter->drafter.get()});
     printer.print(think.finish());
     printer.end_dim();
     if (!r.is_ok()) {

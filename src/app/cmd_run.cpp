@@ -49,7 +49,10 @@ int run(RunArgs& a) {
       std::fflush(stdout);
     };
   }
-  auto r = generate(*model, **tok, prompt, a.sampling, ctx, stream, {.spec = a.spec});
+  auto drafter = drafter_or_report(a.m, *model, a.spec, "run");
+  if (!drafter) return 1;
+  auto r = generate(*model, **tok, prompt, a.sampling, ctx, stream,
+                    {.spec = a.spec, .drafter = drafter->drafter.get()});
   if (!r.is_ok()) {
     if (!a.json) std::fputs("\n", stdout);
     std::fprintf(stderr, "mxserve run: %s\n", r.status().to_string().c_str());

@@ -152,6 +152,11 @@ Pooling resolve_pooling(const std::string& flag, const std::string& model_path) 
 }
 
 int serve(ServeArgs& a) {
+  if (a.server.spec.algorithm == SpecAlgorithm::kMtp) {
+    std::fprintf(stderr, "mxserve serve: --speculative-algorithm mtp is not available in serve "
+                         "yet (run, chat and bench have it); use ngram\n");
+    return 1;
+  }
   if (a.server.spec.algorithm != SpecAlgorithm::kNone && a.m.ep_size > 1) {
     std::fprintf(stderr,
                  "mxserve serve: speculative decoding under --ep-size is not available yet\n");

@@ -68,6 +68,15 @@ std::optional<std::vector<int32_t>> stop_token_ids_or_report(const std::string& 
                                                              const Tokenizer& tok,
                                                              const ChatTemplate* tmpl,
                                                              const char* command);
+// The drafter --speculative-algorithm needs a model for (mtp: the checkpoint's MTP head, which
+// shares the target's embedding and lm_head); both null for the others, which generate() makes
+// itself. Prints the error and returns nullopt on failure.
+struct SpecDrafter {
+  std::unique_ptr<DecoderModel> head;
+  std::unique_ptr<Drafter> drafter;
+};
+std::optional<SpecDrafter> drafter_or_report(const ModelArgs& a, DecoderModel& model,
+                                             const SpeculativeOptions& spec, const char* command);
 // Expert parallelism, after the model loaded: on ranks 1.. replays rank 0's steps until rank 0
 // ends the job and returns true (the command is done, *exit_code says how it ended); on rank 0
 // (or one process) arranges for every step to reach the other ranks and returns false.

@@ -264,20 +264,11 @@ std::optional<std::vector<int32_t>> stop_token_ids_or_report(const std::string& 
   return std::move(ids).value();
 }
 
-std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const char* command,
-                                                   bool expert_parallel) {
-  const std::string& dir = a.model;
+namespace {
+
+// What the model flags ask of the loader, expert parallelism aside.
+LoadOptions load_options_of(const ModelArgs& a) {
   LoadOptions opt;
-  if (expert_parallel) {
-    auto comm = ep_setup(a);
-    if (!comm.is_ok()) {
-      std::fprintf(stderr, "mxserve %s: %s\n", command, comm.status().message().c_str());
-      return nullptr;
-    }
-    opt.ep.comm = *comm;
-    parse_ep_dispatch(a.ep_dispatch, &opt.ep.mode);
-    opt.ep.max_dispatch_tokens = a.ep_max_dispatch_tokens;
-  }
   opt.threads = a.threads;
   if (a.quantization == "modelslim") {
     opt.expect_modelslim = true;
@@ -292,6 +283,40 @@ std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const cha
   opt.kv_dtype = a.kv_cache_dtype == "bf16"                                    ? KvDtype::kBF16
                  : a.kv_cache_dtype == "fp8" || a.kv_cache_dtype == "fp8_e4m3" ? KvDtype::kFp8E4M3
                                                                                : KvDtype::kF32;
+  return opt;
+}
+
+}  // namespace
+
+std::optional<SpecDrafter> drafter_or_report(const ModelArgs& a, DecoderModel& model,
+                                             const SpeculativeOptions& spec,
+                                             const char* command) {
+  SpecDrafter d;
+  if (spec.algorithm != SpecAlgorithm::kMtp) return d;
+  auto head = load_mtp_head(a.model, model, load_options_of(a));
+  if (!head.is_ok()) {
+    std::fprintf(stderr, "mxserve %s: %s\n", command, head.status().to_string().c_str());
+    return std::nullopt;
+  }
+  d.head = std::move(head).value();
+  d.drafter = std::make_unique<MtpDrafter>(*d.head);
+  return d;
+}
+
+std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const char* command,
+                                                   bool expert_parallel) {
+  const std::string& dir = a.model;
+  LoadOptions opt = load_options_of(a);
+  if (expert_parallel) {
+    auto comm = ep_setup(a);
+    if (!comm.is_ok()) {
+      std::fprintf(stderr, "mxserve %s: %s\n", command, comm.status().message().c_str());
+      return nullptr;
+    }
+    opt.ep.comm = *comm;
+    parse_ep_dispatch(a.ep_dispatch, &opt.ep.mode);
+    opt.ep.max_dispatch_tokens = a.ep_max_dispatch_tokens;
+  }
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   opt.progress = terminal_progress("loading", "layers");
   auto m = load_model(dir, opt);

@@ -60,6 +60,7 @@ enum WorkspaceSlot : int {
   kWsHeadShare,   // vocabulary-parallel lm_head: this rank's share of the logits
   kWsHeadGather,  // rank 0: every rank's share
   kWsHeadCounts,  // the gather's byte counts and offsets
+  kWsMtpConcat,   // an MTP head's [normed embedding | normed hidden] rows
 };
 // Slots of each pool thread's arena, after the schemes'.
 enum ArenaSlot : int {

@@ -118,7 +118,7 @@ uint64_t DecoderLayer::mixer_weight_bytes() const {
 }
 
 uint64_t DecoderModel::weight_bytes() const {
-  uint64_t b = embed.table.nbytes() + lm_head->weight_bytes();
+  uint64_t b = embed.table.nbytes() + head().weight_bytes();
   for (const DecoderLayer& l : layers) {
     b += l.mixer_weight_bytes();
     if (l.mlp) b += l.mlp->gate_up->weight_bytes() + l.mlp->down->weight_bytes();
@@ -206,7 +206,8 @@ Status DecoderModel::plan_rows(std::span<const SeqSlice> seqs, const PagedKv& kv
   return Status::ok();
 }
 
-Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, float* logits) {
+Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, float* logits,
+                                   float* hidden) {
   const ModelConfig& c = config_;
   const int64_t hid = c.hidden_size;
   MX_RETURN_IF_ERROR(plan_rows(seqs, kv));
@@ -230,6 +231,7 @@ Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, 
     for (int64_t i = 0; i < seqs[sidx].count; ++i, ++r)
       embed.row(seqs[sidx].tokens[i], x + r * hid);
   }
+  if (mtp_input) mtp_inputs(n, x);
   // Rotary angles once per row for every layer: sin and cos cost more than the rotations.
   std::vector<int64_t>& row_pos = row_pos_;
   row_pos.resize(static_cast<size_t>(n));
@@ -262,25 +264,56 @@ Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, 
     layer_forward(layers[static_cast<size_t>(li)], li, ctx, x, h);
   }
   const int64_t rows = static_cast<int64_t>(logit_rows.size());
+  if (hidden != nullptr) {
+    for (int64_t r = 0; r < n; ++r) {
+      rms_norm(x + r * hid, final_norm.data_as<float>(), hid, c.rms_norm_eps, hidden + r * hid);
+    }
+  }
   if (rows == 0) return Status::ok();
   PhaseTimer t_head(profile_, Phase::kLmHead);
   for (int64_t i = 0; i < rows; ++i) {
-    rms_norm(x + logit_rows[i] * hid, final_norm.data_as<float>(), hid, c.rms_norm_eps,
-             h + i * hid);
+    if (hidden != nullptr) {
+      std::memcpy(h + i * hid, hidden + logit_rows[i] * hid, static_cast<size_t>(hid) * sizeof(float));
+    } else {
+      rms_norm(x + logit_rows[i] * hid, final_norm.data_as<float>(), hid, c.rms_norm_eps,
+               h + i * hid);
+    }
   }
   if (hidden_out_ != nullptr) {
     std::memcpy(hidden_out_, h, static_cast<size_t>(rows * hid) * sizeof(float));
     return Status::ok();
   }
   if (head_comm == nullptr) {
-    lm_head->forward(h, rows, logits, *exec_);
+    head().forward(h, rows, logits, *exec_);
     return Status::ok();
   }
   const int64_t share = rows * (head_end - head_begin);
   float* mine = exec_->workspace().floats(kWsHeadShare, share);
-  lm_head->forward(h, rows, mine, *exec_);
+  head().forward(h, rows, mine, *exec_);
   gather_logits(mine, share, rows, logits);
   return Status::ok();
+}
+
+Status DecoderModel::forward_mtp(std::span<const SeqSlice> seqs, PagedKv& kv,
+                                 const float* hidden_in, float* logits, float* hidden) {
+  if (!mtp_input) return invalid_argument("forward_mtp: not an MTP head");
+  mtp_hidden_ = hidden_in;
+  const Status st = forward_batch(seqs, kv, logits, hidden);
+  mtp_hidden_ = nullptr;
+  return st;
+}
+
+void DecoderModel::mtp_inputs(int64_t n, float* x) {
+  const int64_t hid = config_.hidden_size;
+  const double eps = config_.rms_norm_eps;
+  MX_CHECK(mtp_hidden_ != nullptr);
+  float* cat = exec_->workspace().floats(kWsMtpConcat, n * 2 * hid);
+  for (int64_t r = 0; r < n; ++r) {
+    rms_norm(x + r * hid, mtp_input->norm_embedding.data_as<float>(), hid, eps, cat + r * 2 * hid);
+    rms_norm(mtp_hidden_ + r * hid, mtp_input->norm_hidden.data_as<float>(), hid, eps,
+             cat + r * 2 * hid + hid);
+  }
+  mtp_input->fc->forward(cat, n, x, *exec_);
 }
 
 Status DecoderModel::forward_hidden(std::span<const SeqSlice> seqs, PagedKv& kv, float* hidden) {

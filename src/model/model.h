@@ -243,11 +243,19 @@ class DecoderModel {
   Status forward(const int32_t* tokens, int64_t n, KvCache& cache, bool all_logits, float* logits);
   // Many sequences in one pass (continuous batching): logits rows in slice order, one per
   // kLast slice and `count` per kAll slice. Each row's result is independent of the others.
-  // Under expert parallelism only rank 0 receives logits (the others may pass null).
-  Status forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, float* logits);
+  // Under expert parallelism only rank 0 receives logits (the others may pass null). With
+  // `hidden`, also the final-normed hidden state of every row [rows, hidden_size], what the
+  // lm_head reads (and what an MTP head is fed).
+  Status forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, float* logits,
+                       float* hidden = nullptr);
   // As forward_batch, but writes the final-normed hidden state of each row that would have
   // had logits ([rows, hidden_size]) instead: what embedding models pool.
   Status forward_hidden(std::span<const SeqSlice> seqs, PagedKv& kv, float* hidden);
+  // A multi-token-prediction head (has_mtp_input()): row r's input is
+  // fc(cat[norm_e(embed(token r)), norm_h(hidden_in row r)]) instead of the embedding alone.
+  Status forward_mtp(std::span<const SeqSlice> seqs, PagedKv& kv, const float* hidden_in,
+                     float* logits, float* hidden);
+  bool has_mtp_input() const { return mtp_input != nullptr; }
   // Every forward is replayed by other ranks (expert parallelism): a forward outside the
   // engine's steps would leave them behind.
   bool replays_steps() const { return static_cast<bool>(step_hook_); }
@@ -283,6 +291,13 @@ class DecoderModel {
   Embedding embed;
   Tensor final_norm;                // [H] FP32
   std::unique_ptr<Linear> lm_head;  // logits [head_begin, head_end) of the vocabulary
+  // An MTP head's: the target model's lm_head, which it shares (lm_head then null).
+  const Linear* shared_head = nullptr;
+  struct MtpInput {
+    std::unique_ptr<Linear> fc;                // [H, 2H]: the embedding half first
+    Tensor norm_embedding, norm_hidden;        // [H] FP32, (1 + w) applied
+  };
+  std::unique_ptr<MtpInput> mtp_input;
   std::vector<DecoderLayer> layers;
   // Vocabulary-parallel lm_head under expert parallelism: each rank computes its share of the
   // logits and rank 0 gathers them (head_comm null: one process, the whole vocabulary).
@@ -301,6 +316,8 @@ class DecoderModel {
   // checking the tokens and the recurrent-state slots.
   Status plan_rows(std::span<const SeqSlice> seqs, const PagedKv& kv);
   friend Result<std::unique_ptr<DecoderModel>> load_model(const std::string&, const LoadOptions&);
+  friend Result<std::unique_ptr<DecoderModel>> load_mtp_head(const std::string&, DecoderModel&,
+                                                             const LoadOptions&);
   std::vector<RouterTrace> router_trace_;
   std::vector<float> inv_freq_;
   // What every forward lends its layers: pool_, the activations' workspace (model/blocks.h and
@@ -311,11 +328,22 @@ class DecoderModel {
   std::vector<char> slot_taken_;
   std::unique_ptr<MoeDispatcher> dispatcher_;
   StepHook step_hook_;
-  float* hidden_out_ = nullptr;  // set by forward_hidden for its pass
+  float* hidden_out_ = nullptr;       // set by forward_hidden for its pass
+  const float* mtp_hidden_ = nullptr;  // set by forward_mtp for its pass
+  const Linear& head() const { return shared_head != nullptr ? *shared_head : *lm_head; }
+  // Each row's MTP input into x: fc over the normed embedding and hidden state.
+  void mtp_inputs(int64_t n, float* x);
   uint64_t steps_ = 0;
 };
 
 Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
                                                  const LoadOptions& options);
+// The checkpoint's multi-token-prediction head (mtp.* in safetensors, the nextn block of a
+// GGUF) as a one-layer model that shares `target`'s embedding, lm_head and threads: its
+// layer a full-attention one with the target's MLP or MoE, its final norm mtp.norm. Weights
+// load in the scheme `options` gives, as the target's did. Fails naming the checkpoint when it
+// has no such head.
+Result<std::unique_ptr<DecoderModel>> load_mtp_head(const std::string& dir, DecoderModel& target,
+                                                    const LoadOptions& options);
 
 }  // namespace mx

@@ -202,7 +202,8 @@ void Engine::draft_guesses() {
     const int64_t room = l.req.params.max_tokens - info->generated - 1;
     const int k = static_cast<int>(std::min<int64_t>(l.policy.choose(row_cost_, base), room));
     l.draft.clear();
-    if (k > 0) drafter_->propose(l.tokens, k, &l.draft);
+    // A drafter that fails drafts nothing: the request decodes plainly.
+    if (k > 0 && !drafter_->propose(l.tokens, k, &l.draft).is_ok()) l.draft.clear();
     sched_.set_draft(id, static_cast<int32_t>(l.draft.size()));
   }
   stats_.spec_draft_seconds += seconds_since(t0);

@@ -114,19 +114,28 @@ class Decoder {
         owned_(opt.drafter ? nullptr : make_drafter(opt.spec)),
         drafter_(opt.drafter ? opt.drafter : owned_.get()),
         policy_(drafter_ ? opt.spec.num_draft_tokens : 0),
+        adaptive_(opt.spec.adaptive),
+        fixed_k_(opt.spec.num_draft_tokens),
         logprobs_(opt.logprobs),
         sampler_(params),
         stream_(tok, params),
         logits_(static_cast<size_t>((policy_max(opt) + 1) * vocab_)) {
     history_ = prompt;
     if (drafter_) cache_.paged().reserve_state_steps(opt.spec.num_draft_tokens + 1);
+    if (drafter_ && drafter_->needs_hidden()) {
+      const int64_t rows = std::max<int64_t>(static_cast<int64_t>(prompt.size()),
+                                             opt.spec.num_draft_tokens + 1);
+      hidden_.resize(static_cast<size_t>(rows * model.config().hidden_size));
+    }
   }
 
   // Prefill, then tokens until a stop or `budget`.
   Status run(int64_t budget) {
     const auto t0 = Clock::now();
-    MX_RETURN_IF_ERROR(model_.forward(prompt_.data(), static_cast<int64_t>(prompt_.size()),
-                                      cache_, false, logits_.data()));
+    if (drafter_) MX_RETURN_IF_ERROR(drafter_->begin(cache_.capacity() + kMaxDraftTokens + 1));
+    const auto n = static_cast<int64_t>(prompt_.size());
+    MX_RETURN_IF_ERROR(feed(prompt_.data(), n, false));
+    MX_RETURN_IF_ERROR(observe(0, n));
     r_.finish_reason = "length";
     int32_t last = 0;
     bool stop = false;
@@ -188,11 +197,15 @@ class Decoder {
     const int room = static_cast<int>(std::min<int64_t>(kMaxDraftTokens, budget - generated() - 1));
     draft_.clear();
     if (drafter_ && room > 0) {
-      const int k = std::min(policy_.choose(cost_), room);
+      const int k = std::min(adaptive_ ? policy_.choose(cost_, 1, &draft_cost_)
+                                       : fixed_k_, room);
       if (k > 0) {
         const auto t = Clock::now();
-        drafter_->propose(history_, k, &draft_);
-        r_.spec.draft_seconds += seconds_since(t);
+        MX_RETURN_IF_ERROR(drafter_->propose(history_, k, &draft_));
+        if (static_cast<int>(draft_.size()) > k) draft_.resize(static_cast<size_t>(k));
+        const double secs = seconds_since(t);
+        if (!draft_.empty()) draft_cost_.record(static_cast<int>(draft_.size()), secs);
+        r_.spec.draft_seconds += secs;
       }
     }
     const auto n = static_cast<int64_t>(draft_.size());
@@ -200,11 +213,7 @@ class Decoder {
     feed_.insert(feed_.end(), draft_.begin(), draft_.end());
     const int64_t before = cache_.length();
     const auto t = Clock::now();
-    if (n == 0) {
-      MX_RETURN_IF_ERROR(model_.forward(feed_.data(), 1, cache_, false, logits_.data()));
-    } else {
-      MX_RETURN_IF_ERROR(verify_forward());
-    }
+    MX_RETURN_IF_ERROR(feed(feed_.data(), n + 1, n > 0));
     const double secs = seconds_since(t);
     cost_.record(static_cast<int>(n + 1), secs);
     if (n > 0) r_.spec.verify_seconds += secs, ++r_.spec.verify_steps;
@@ -224,23 +233,36 @@ class Decoder {
       r_.spec.accepted += kept;
       if (kept < n) rollback(before, kept);
     }
+    return observe(before, kept + 1);
+  }
+
+  // Scores `n` tokens after the cache's: the last row's logits, or every row's when verifying
+  // (whose recurrent states are kept for a rollback); the hidden states too for a drafter that
+  // reads them.
+  Status feed(const int32_t* tokens, int64_t n, bool verify) {
+    SeqSlice s;
+    const int32_t block = 0;
+    s.tokens = tokens;
+    s.count = n;
+    s.start = cache_.length();
+    s.blocks = &block;
+    s.logits = verify ? SeqSlice::Logits::kAll : SeqSlice::Logits::kLast;
+    s.keep_states = verify;
+    if (s.start + n > cache_.capacity()) {
+      return invalid_argument("sequence of " + std::to_string(s.start + n) +
+                              " tokens exceeds the KV cache capacity of " +
+                              std::to_string(cache_.capacity()));
+    }
+    MX_RETURN_IF_ERROR(model_.forward_batch(std::span<const SeqSlice>(&s, 1), cache_.paged(),
+                                            logits_.data(),
+                                            hidden_.empty() ? nullptr : hidden_.data()));
+    cache_.set_length(s.start + n);
     return Status::ok();
   }
 
-  Status verify_forward() {
-    SeqSlice s;
-    const int32_t block = 0;
-    s.tokens = feed_.data();
-    s.count = static_cast<int64_t>(feed_.size());
-    s.start = cache_.length();
-    s.blocks = &block;
-    s.logits = SeqSlice::Logits::kAll;
-    s.keep_states = true;
-    if (s.start + s.count > cache_.capacity()) return invalid_argument("verify: the cache is full");
-    MX_RETURN_IF_ERROR(model_.forward_batch(std::span<const SeqSlice>(&s, 1), cache_.paged(),
-                                            logits_.data()));
-    cache_.set_length(s.start + s.count);
-    return Status::ok();
+  Status observe(int64_t start, int64_t count) {
+    if (hidden_.empty()) return Status::ok();
+    return drafter_->observe(start, count, hidden_.data());
   }
 
   // Keeps the fed token and the first `kept` guesses: later keys are overwritten by the next
@@ -260,12 +282,15 @@ class Decoder {
   std::unique_ptr<Drafter> owned_;
   Drafter* drafter_;
   DraftPolicy policy_;
-  RowCost cost_;
+  RowCost cost_, draft_cost_;
+  bool adaptive_;
+  int fixed_k_;
   bool logprobs_;
   Sampler sampler_;
   TextStream stream_;
   std::vector<float> logits_, raw_ = std::vector<float>(logprobs_ ? vocab_ : 0);
   std::vector<int32_t> history_, draft_, feed_;
+  std::vector<float> hidden_;  // the last feed's final-normed rows, for drafter_
 };
 
 }  // namespace

@@ -146,6 +146,7 @@ Result<SpecGainResult> run_spec_gain(DecoderModel& model, const Tokenizer& tok,
   const int64_t ctx = model.config().max_position_embeddings;
   GenerateOptions spec;
   spec.spec = opt.spec;
+  spec.drafter = opt.drafter;
   SpecGainResult r;
   r.options = opt;
   std::vector<int32_t> first;

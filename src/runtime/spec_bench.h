@@ -42,6 +42,7 @@ struct SpecGainOptions {
   int max_tokens = 256;
   int reps = 3;
   SpeculativeOptions spec;
+  Drafter* drafter = nullptr;  // instead of spec.algorithm's own (mtp)
 };
 
 struct SpecGainResult {

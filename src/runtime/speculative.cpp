@@ -3,28 +3,40 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/sampler.h"
+
 namespace mx {
 
 Result<SpecAlgorithm> parse_spec_algorithm(std::string_view name) {
   if (name.empty() || name == "none") return SpecAlgorithm::kNone;
   if (name == "ngram") return SpecAlgorithm::kNgram;
-  if (name == "mtp" || name == "nextn" || name == "draft" || name == "eagle" ||
-      name == "dflash" || name == "DFLASH" || name == "NEXTN" || name == "EAGLE") {
+  if (name == "mtp" || name == "nextn" || name == "NEXTN") return SpecAlgorithm::kMtp;
+  if (name == "draft" || name == "eagle" || name == "dflash" || name == "DFLASH" ||
+      name == "EAGLE") {
     return unimplemented("--speculative-algorithm " + std::string(name) +
-                         " is not available yet; use ngram");
+                         " is not available yet; use ngram or mtp");
   }
   return invalid_argument("--speculative-algorithm: unknown algorithm '" + std::string(name) +
-                          "' (choose none or ngram)");
+                          "' (choose none, ngram or mtp)");
 }
 
 const char* spec_algorithm_name(SpecAlgorithm a) {
-  return a == SpecAlgorithm::kNgram ? "ngram" : "none";
+  switch (a) {
+    case SpecAlgorithm::kNgram:
+      return "ngram";
+    case SpecAlgorithm::kMtp:
+      return "mtp";
+    case SpecAlgorithm::kNone:
+      break;
+  }
+  return "none";
 }
 
-void NgramDrafter::propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) {
+Status NgramDrafter::propose(std::span<const int32_t> history, int max,
+                             std::vector<int32_t>* out) {
   out->clear();
   const auto len = static_cast<int64_t>(history.size());
-  if (max <= 0) return;
+  if (max <= 0) return Status::ok();
   for (int64_t n = std::min<int64_t>(max_n_, len - 1); n >= min_n_; --n) {
     const int32_t* suffix = history.data() + len - n;
     // The most recent earlier occurrence: text being repeated is usually the latest copy.
@@ -32,9 +44,66 @@ void NgramDrafter::propose(std::span<const int32_t> history, int max, std::vecto
       if (!std::equal(suffix, suffix + n, history.data() + p)) continue;
       const int64_t from = p + n, to = std::min(len, from + max);
       out->assign(history.begin() + from, history.begin() + to);
-      return;
+      return Status::ok();
     }
   }
+  return Status::ok();
+}
+
+Status MtpDrafter::begin(int64_t capacity) {
+  if (!cache_ || cache_->capacity() < capacity) {
+    cache_ = std::make_unique<KvCache>(head_.config(), capacity, head_.kv_dtype());
+  }
+  done_ = 0;
+  pending_.clear();
+  return Status::ok();
+}
+
+Status MtpDrafter::observe(int64_t start, int64_t count, const float* hidden) {
+  const int64_t hid = head_.config().hidden_size;
+  const int64_t have = done_ + static_cast<int64_t>(pending_.size()) / hid;
+  if (start > have || start < done_) {
+    return invalid_argument("MTP drafter: positions observed out of order");
+  }
+  pending_.resize(static_cast<size_t>((start - done_) * hid));
+  pending_.insert(pending_.end(), hidden, hidden + count * hid);
+  return Status::ok();
+}
+
+Status MtpDrafter::propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) {
+  out->clear();
+  const int64_t hid = head_.config().hidden_size, vocab = head_.config().vocab_size;
+  const auto len = static_cast<int64_t>(history.size());
+  const int64_t rows = static_cast<int64_t>(pending_.size()) / hid;
+  // Row t needs token t + 1 and the hidden state at t: every position before the last token.
+  if (max <= 0 || !cache_ || done_ + rows != len - 1 || rows == 0) return Status::ok();
+  if (len - 1 + max > cache_->capacity()) return Status::ok();
+  logits_.resize(static_cast<size_t>(vocab));
+  out_.resize(static_cast<size_t>(rows * hid));
+  const int32_t block = 0;
+  SeqSlice s;
+  s.tokens = history.data() + done_ + 1;
+  s.count = rows;
+  s.start = done_;
+  s.blocks = &block;
+  MX_RETURN_IF_ERROR(head_.forward_mtp(std::span<const SeqSlice>(&s, 1), cache_->paged(),
+                                       pending_.data(), logits_.data(), out_.data()));
+  done_ = len - 1;
+  pending_.clear();
+  std::vector<float> y(out_.end() - hid, out_.end());
+  out->push_back(static_cast<int32_t>(argmax(logits_.data(), vocab)));
+  // The chain: each guess with the head's own output as the hidden state, one row a time at
+  // the positions after done_, which the next catch-up computes again.
+  for (int i = 1; i < max; ++i) {
+    s.tokens = &out->back();
+    s.count = 1;
+    s.start = done_ + i - 1;
+    MX_RETURN_IF_ERROR(head_.forward_mtp(std::span<const SeqSlice>(&s, 1), cache_->paged(),
+                                         y.data(), logits_.data(), out_.data()));
+    y.assign(out_.begin(), out_.begin() + hid);
+    out->push_back(static_cast<int32_t>(argmax(logits_.data(), vocab)));
+  }
+  return Status::ok();
 }
 
 std::unique_ptr<Drafter> make_drafter(const SpeculativeOptions& o) {
@@ -48,11 +117,14 @@ void RowCost::record(int rows, double seconds) {
   c = c > 0 ? 0.8 * c + 0.2 * seconds : seconds;
 }
 
-double RowCost::at(int rows) const {
+double RowCost::at(int rows, double none) const {
   for (int r = std::min(rows, kMaxRows); r >= 1; --r) {
     if (c_[static_cast<size_t>(r)] > 0) return c_[static_cast<size_t>(r)];
   }
-  return 1.0;
+  for (int r = std::max(rows, 1); r <= kMaxRows; ++r) {
+    if (c_[static_cast<size_t>(r)] > 0) return c_[static_cast<size_t>(r)];
+  }
+  return none;
 }
 
 DraftPolicy::DraftPolicy(int max_k) : max_k_(std::clamp(max_k, 0, kMaxDraftTokens)) {}
@@ -74,10 +146,21 @@ int DraftPolicy::best_k(std::span<const double> cost_by_rows, double a, int max_
   return best;
 }
 
-int DraftPolicy::choose(const RowCost& cost, int base_rows) {
-  if (max_k_ == 0) return 0;
+bool RowCost::measured_up_to(int rows) const {
+  for (int r = std::min(rows, kMaxRows); r >= 1; --r) {
+    if (c_[static_cast<size_t>(r)] > 0) return true;
+  }
+  return false;
+}
+
+int DraftPolicy::choose(const RowCost& cost, int base_rows, const RowCost* draft) {
+  // Plain steps first: what drafting saves is measured against them.
+  if (max_k_ == 0 || !cost.measured_up_to(base_rows)) return 0;
   std::array<double, kMaxDraftTokens + 2> c{};
-  for (int r = 1; r <= max_k_ + 1; ++r) c[static_cast<size_t>(r)] = cost.at(base_rows - 1 + r);
+  for (int r = 1; r <= max_k_ + 1; ++r) {
+    c[static_cast<size_t>(r)] = cost.at(base_rows - 1 + r);
+    if (draft != nullptr && r > 1) c[static_cast<size_t>(r)] += draft->at(r - 1, 0.0);
+  }
   int best = best_k(c, acceptance(), max_k_);
   // Acceptance changes with the text: a sequence that stopped drafting tries one guess now
   // and then, so that its estimate can recover.

@@ -15,14 +15,17 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/model.h"
 
 namespace mx {
 
-enum class SpecAlgorithm { kNone, kNgram };
+enum class SpecAlgorithm { kNone, kNgram, kMtp };
 
 struct SpeculativeOptions {
   SpecAlgorithm algorithm = SpecAlgorithm::kNone;
   int num_draft_tokens = 4;  // the most one step guesses (K)
+  // Off: every step guesses num_draft_tokens whatever they cost (as vLLM's fixed K).
+  bool adaptive = true;
 };
 inline constexpr int kMaxDraftTokens = 16;
 
@@ -32,12 +35,19 @@ Result<SpecAlgorithm> parse_spec_algorithm(std::string_view name);
 const char* spec_algorithm_name(SpecAlgorithm a);
 
 // Proposes the tokens likely to follow a sequence. A drafter may propose fewer than asked,
-// or none.
+// or none. One drafter follows one sequence at a time.
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // `history`: prompt then output, the last sampled token included.
-  virtual void propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) = 0;
+  // A new sequence of at most `capacity` positions, guesses included.
+  virtual Status begin(int64_t capacity) { return Status::ok(); }
+  // Whether observe() wants the target's final-normed hidden states (MTP, DFlash).
+  virtual bool needs_hidden() const { return false; }
+  // The target scored positions [start, start + count) and they stand (rejected guesses are
+  // not observed): their hidden states, [count, hidden_size].
+  virtual Status observe(int64_t start, int64_t count, const float* hidden) { return Status::ok(); }
+  // `history`: prompt then output, the last sampled token included (not yet scored).
+  virtual Status propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) = 0;
 };
 
 // Prompt lookup, as llama.cpp's n-gram modes: the longest suffix of the history (max_n down
@@ -46,12 +56,34 @@ class Drafter {
 class NgramDrafter : public Drafter {
  public:
   explicit NgramDrafter(int min_n = 2, int max_n = 4) : min_n_(min_n), max_n_(max_n) {}
-  void propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) override;
+  Status propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) override;
 
  private:
   int min_n_, max_n_;
 };
 
+// The checkpoint's MTP head (load_mtp_head), greedy: row t takes token t + 1 and the target's
+// hidden state at t. Rows the target has confirmed are computed once with its hidden states
+// (catching up over every position scored since the last draft); the chain then feeds back
+// the head's own output after mtp.norm for each further guess, in rows that the next catch-up
+// overwrites.
+class MtpDrafter : public Drafter {
+ public:
+  explicit MtpDrafter(DecoderModel& head) : head_(head) {}
+  Status begin(int64_t capacity) override;
+  bool needs_hidden() const override { return true; }
+  Status observe(int64_t start, int64_t count, const float* hidden) override;
+  Status propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) override;
+
+ private:
+  DecoderModel& head_;
+  std::unique_ptr<KvCache> cache_;
+  int64_t done_ = 0;            // rows computed with the target's hidden states
+  std::vector<float> pending_;  // hidden states of positions done_ .. done_ + rows - 1
+  std::vector<float> logits_, out_;
+};
+
+// The drafters that need no model (ngram); null for none or one that needs a model.
 std::unique_ptr<Drafter> make_drafter(const SpeculativeOptions& o);
 
 // Forward time by the rows of a step, measured as the run goes (a decayed mean per count).
@@ -60,8 +92,11 @@ class RowCost {
   static constexpr int kMaxRows = 1024;
   void record(int rows, double seconds);
   // A count not measured yet costs what the nearest measured count below it does, so that a
-  // policy reading it tries each width once; 1 when nothing is measured.
-  double at(int rows) const;
+  // policy reading it tries each width once; with none below, the nearest above; `none` when
+  // nothing is measured.
+  double at(int rows, double none = 1.0) const;
+  // Whether some count up to `rows` has been measured.
+  bool measured_up_to(int rows) const;
 
  private:
   std::array<double, kMaxRows + 1> c_{};
@@ -74,8 +109,9 @@ class RowCost {
 class DraftPolicy {
  public:
   explicit DraftPolicy(int max_k);
-  // `base_rows`: the step's rows without this sequence's guesses (1 for a sequence alone).
-  int choose(const RowCost& cost, int base_rows = 1);
+  // `base_rows`: the step's rows without this sequence's guesses (1 for a sequence alone);
+  // `draft`: the drafter's time by the number of guesses (null: free).
+  int choose(const RowCost& cost, int base_rows = 1, const RowCost* draft = nullptr);
   // After a verify step: `drafted` guesses, the first `accepted` of them kept.
   void record_acceptance(int drafted, int accepted);
   double acceptance() const;
