@@ -68,7 +68,8 @@ Fixture make_fixture(const std::string& dir = test::source_dir() + "/models/tiny
 // Returns the engine's stats. With `spec`, the engine decodes speculatively and each request
 // runs longer, so that the bundled model's loops give the drafter something to find; the
 // reference is always plain decoding alone, log-probs included.
-EngineStats run_concurrent(Fixture& f, const SchedulerConfig& cfg, SpeculativeOptions spec = {}) {
+EngineStats run_concurrent(Fixture& f, const SchedulerConfig& cfg, SpeculativeOptions spec = {},
+                           DecoderModel* mtp_head = nullptr) {
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = spec.algorithm == SpecAlgorithm::kNone ? 24 : 64;
@@ -76,7 +77,7 @@ EngineStats run_concurrent(Fixture& f, const SchedulerConfig& cfg, SpeculativeOp
   Collector c;
   EngineStats stats;
   {
-    Engine engine(*f.model, *f.tok, cfg, spec);
+    Engine engine(*f.model, *f.tok, cfg, spec, mtp_head);
     for (size_t i = 0; i < f.prompts.size(); ++i) {
       EngineRequest req{f.prompts[i], p, c.sink(i)};
       req.top_logprobs = 0;
@@ -129,9 +130,15 @@ TEST(Engine, PreemptionKeepsResultsExact) {
 
 // Speculative decoding under 16 concurrent requests: the tokens and log-probs of plain
 // decoding alone, with and without the prefix cache and preemption.
-void check_speculative(Fixture& f, SchedulerConfig cfg, bool expect_preemption) {
-  const EngineStats s = run_concurrent(f, cfg, {SpecAlgorithm::kNgram, 4});
-  EXPECT_GT(s.spec_accepted_tokens, 0);
+void check_speculative(Fixture& f, SchedulerConfig cfg, bool expect_preemption,
+                       DecoderModel* mtp_head = nullptr) {
+  const SpecAlgorithm a = mtp_head ? SpecAlgorithm::kMtp : SpecAlgorithm::kNgram;
+  const EngineStats s = run_concurrent(f, cfg, {a, 4}, mtp_head);
+  // The fixtures' MTP weights are random: their guesses are drafted and rejected.
+  if (mtp_head == nullptr) {
+    EXPECT_GT(s.spec_accepted_tokens, 0);
+  }
+  EXPECT_GT(s.spec_draft_tokens, 0);
   EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens);
   int64_t per_pos = 0;
   for (int64_t n : s.spec_accepted_per_pos) per_pos += n;
@@ -169,6 +176,17 @@ TEST(Engine, HybridSpeculativeEqualsPlain) {
   Fixture f = make_fixture(qwen3_5_dir());
   check_speculative(f, concurrency(false), false);
   check_speculative(f, concurrency(true), true);
+}
+
+// The MTP head, one drafter per request fed the rows that stood; restarted after preemption.
+TEST(Engine, HybridMtpEqualsPlain) {
+  Fixture f = make_fixture(qwen3_5_dir());
+  LoadOptions opt;
+  opt.threads = 2;
+  auto head = load_mtp_head(qwen3_5_dir(), *f.model, opt);
+  ASSERT_TRUE(head.is_ok()) << head.status().to_string();
+  check_speculative(f, concurrency(false), false, head->get());
+  check_speculative(f, concurrency(true), true, head->get());
 }
 
 TEST(Engine, CancelFreesBlocksAndFullQueueRefuses) {

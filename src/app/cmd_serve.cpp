@@ -152,11 +152,6 @@ Pooling resolve_pooling(const std::string& flag, const std::string& model_path) 
 }
 
 int serve(ServeArgs& a) {
-  if (a.server.spec.algorithm == SpecAlgorithm::kMtp) {
-    std::fprintf(stderr, "mxserve serve: --speculative-algorithm mtp is not available in serve "
-                         "yet (run, chat and bench have it); use ngram\n");
-    return 1;
-  }
   if (a.server.spec.algorithm != SpecAlgorithm::kNone && a.m.ep_size > 1) {
     std::fprintf(stderr,
                  "mxserve serve: speculative decoding under --ep-size is not available yet\n");
@@ -181,6 +176,9 @@ int serve(ServeArgs& a) {
   }
   auto stops = stop_token_ids_or_report(a.m.model, **tok, tmpl ? &*tmpl : nullptr, "serve");
   if (!stops) return 1;
+  auto drafter = drafter_or_report(a.m, *model, a.server.spec, "serve");
+  if (!drafter) return 1;
+  a.server.mtp_head = drafter->head.get();
   ServerConfig& c = a.server;
   if (c.served_model_name.empty()) {
     // A directory's name, or a GGUF file's name without ".gguf" (llama.cpp's alias).

@@ -27,7 +27,7 @@ bool uses_history(const SamplingParams& p) {
 }  // namespace
 
 Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config,
-               const SpeculativeOptions& spec)
+               const SpeculativeOptions& spec, DecoderModel* mtp_head)
     : model_(model),
       tok_(tok),
       config_(checked_prefix_caching(config, model.config())),
@@ -35,9 +35,11 @@ Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig&
           config.max_running_requests),
       sched_(config_),
       spec_(spec),
-      drafter_(make_drafter(spec)) {
+      drafter_(make_drafter(spec)),
+      mtp_head_(spec.algorithm == SpecAlgorithm::kMtp ? mtp_head : nullptr) {
   stats_.kv_blocks_total = config.num_blocks;
-  if (drafter_) {
+  drafts_ = drafter_ != nullptr || mtp_head_ != nullptr;
+  if (drafts_) {
     kv_.reserve_state_steps(spec.num_draft_tokens + 1);
     stats_.spec_accepted_per_pos.assign(static_cast<size_t>(spec.num_draft_tokens), 0);
   }
@@ -187,26 +189,67 @@ int32_t Engine::sample_for(Live& l, float* row, bool* ended, int32_t draft, bool
   return id;
 }
 
-void Engine::draft_guesses() {
-  if (!drafter_) return;
+void Engine::draft_guesses(std::unique_lock<std::mutex>& lock) {
+  if (!drafts_) return;
   // The step's rows without guesses: one per decoding request (prefill rows come on top).
+  struct Want {
+    uint64_t id;
+    int k;
+  };
+  std::vector<Want> wants;
   int base = 0;
   for (const auto& [id, l] : live_) {
     const SeqInfo* info = sched_.find(id);
     base += info != nullptr && info->decoding() ? 1 : 0;
   }
-  const auto t0 = std::chrono::steady_clock::now();
   for (auto& [id, l] : live_) {
     const SeqInfo* info = sched_.find(id);
+    l.draft.clear();
     if (info == nullptr || !info->decoding() || l.req.grammar || l.stopped) continue;
     const int64_t room = l.req.params.max_tokens - info->generated - 1;
     const int k = static_cast<int>(std::min<int64_t>(l.policy.choose(row_cost_, base), room));
-    l.draft.clear();
-    // A drafter that fails drafts nothing: the request decodes plainly.
-    if (k > 0 && !drafter_->propose(l.tokens, k, &l.draft).is_ok()) l.draft.clear();
-    sched_.set_draft(id, static_cast<int32_t>(l.draft.size()));
+    if (k > 0) wants.push_back({id, k});
   }
-  stats_.spec_draft_seconds += seconds_since(t0);
+  lock.unlock();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const Want& w : wants) {
+    Live& l = live_.at(w.id);
+    // A drafter that fails drafts nothing: the request decodes plainly.
+    if (!drafter_of(l)->propose(l.tokens, w.k, &l.draft).is_ok()) l.draft.clear();
+    if (static_cast<int>(l.draft.size()) > w.k) l.draft.resize(static_cast<size_t>(w.k));
+  }
+  const double secs = seconds_since(t0);
+  lock.lock();
+  stats_.spec_draft_seconds += secs;
+  for (const Want& w : wants) {
+    sched_.set_draft(w.id, static_cast<int32_t>(live_.at(w.id).draft.size()));
+  }
+}
+
+void Engine::observe_hidden(const BatchPlan& plan, const std::vector<std::vector<int32_t>>& yielded,
+                            const std::vector<size_t>& samplers) {
+  const int64_t hid = model_.config().hidden_size;
+  int64_t row = 0;
+  size_t next = 0;
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const PlanItem& item = plan.items[i];
+    const bool samples = next < samplers.size() && samplers[next] == i;
+    // A verified item's rows stand up to the last kept guess.
+    const int64_t stand =
+        samples && item.guesses > 0 ? static_cast<int64_t>(yielded[next].size()) : item.count;
+    if (samples) ++next;
+    auto it = live_.find(item.id);
+    if (it != live_.end() && it->second.own_drafter) {
+      Drafter& d = *it->second.own_drafter;
+      // A request (re)starting from its first position starts its drafter over.
+      Status st = item.start == 0 ? d.begin(static_cast<int64_t>(it->second.req.prompt.size()) +
+                                            it->second.req.params.max_tokens + kMaxDraftTokens + 1)
+                                  : Status::ok();
+      if (st.is_ok()) st = d.observe(item.start, stand, hidden_.data() + row * hid);
+      if (!st.is_ok()) MX_LOG_ERROR("drafter: " + st.to_string());
+    }
+    row += item.count;
+  }
 }
 
 std::vector<int32_t> Engine::sample_item(uint64_t id, const PlanItem& item, int32_t slot,
@@ -255,28 +298,35 @@ std::vector<int32_t> Engine::sample_item(uint64_t id, const PlanItem& item, int3
   return ev.tokens;
 }
 
+void Engine::take_inbox() {
+  for (Pending& in : inbox_) {
+    Live l;
+    l.tokens = in.req.prompt;
+    l.sampler = std::make_unique<Sampler>(in.req.params);
+    l.req = std::move(in.req);
+    l.arrival = in.arrival;
+    l.text = std::make_unique<TextStream>(tok_, l.req.params);
+    l.policy = DraftPolicy(drafts_ ? spec_.num_draft_tokens : 0);
+    if (mtp_head_ != nullptr) l.own_drafter = std::make_unique<MtpDrafter>(*mtp_head_);
+    stats_.prompt_tokens += static_cast<int64_t>(l.tokens.size());
+    live_.emplace(in.id, std::move(l));
+  }
+  inbox_.clear();
+}
+
 void Engine::step_once() {
   BatchPlan plan;
   std::vector<uint64_t> cancelled;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (Pending& in : inbox_) {
-      Live l;
-      l.tokens = in.req.prompt;
-      l.sampler = std::make_unique<Sampler>(in.req.params);
-      l.req = std::move(in.req);
-      l.arrival = in.arrival;
-      l.text = std::make_unique<TextStream>(tok_, l.req.params);
-      l.policy = DraftPolicy(drafter_ ? spec_.num_draft_tokens : 0);
-      stats_.prompt_tokens += static_cast<int64_t>(l.tokens.size());
-      live_.emplace(in.id, std::move(l));
-    }
-    inbox_.clear();
+    std::unique_lock<std::mutex> lock(mu_);
+    take_inbox();
     for (uint64_t id : cancels_) {
       if (sched_.cancel(id)) cancelled.push_back(id);
     }
     cancels_.clear();
-    draft_guesses();
+    draft_guesses(lock);
+    // After drafting, which lets go of the lock: what arrived meanwhile is admitted too.
+    take_inbox();
     plan = sched_.schedule();
     stats_.preemptions += static_cast<int64_t>(plan.preempted.size());
   }
@@ -315,7 +365,9 @@ void Engine::step_once() {
   const int64_t vocab = model_.config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(logit_rows * vocab));
   const auto t0 = std::chrono::steady_clock::now();
-  const Status st = model_.forward_batch(slices, kv_, logits.data());
+  if (mtp_head_ != nullptr) hidden_.resize(static_cast<size_t>(plan.tokens() * model_.config().hidden_size));
+  const Status st = model_.forward_batch(slices, kv_, logits.data(),
+                                         mtp_head_ != nullptr ? hidden_.data() : nullptr);
   if (!st.is_ok()) {
     // A request the model rejects cannot be served; end it rather than the server.
     MX_LOG_ERROR("engine step failed: " + st.to_string());
@@ -342,6 +394,7 @@ void Engine::step_once() {
       stopped.push_back(item.id);
     }
   }
+  if (mtp_head_ != nullptr) observe_hidden(plan, yielded, samplers);
   std::vector<uint64_t> retired;
   {
     std::lock_guard<std::mutex> lock(mu_);

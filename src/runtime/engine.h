@@ -73,8 +73,10 @@ class Engine {
  public:
   // With `spec`, decode steps verify drafted tokens (the same outputs under greedy decoding,
   // the same distribution when sampling). Requests under a grammar decode plainly.
+  // `mtp_head`: the checkpoint's MTP head (load_mtp_head) for spec.algorithm mtp; each request
+  // then drafts with its own MtpDrafter over it.
   Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config,
-         const SpeculativeOptions& spec = {});
+         const SpeculativeOptions& spec = {}, DecoderModel* mtp_head = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -100,7 +102,8 @@ class Engine {
     std::vector<uint32_t> mask;  // the grammar's token mask, reused each step
     bool stopped = false;
     DraftPolicy policy{0};
-    std::vector<int32_t> draft, feed;  // the guesses, and the last token followed by them
+    std::unique_ptr<Drafter> own_drafter;  // one that follows this request (MTP)
+    std::vector<int32_t> draft, feed;      // the guesses, and the last token followed by them
     int64_t drafted = 0, kept = 0;
     std::chrono::steady_clock::time_point arrival, last_token;
   };
@@ -111,13 +114,20 @@ class Engine {
   };
   void loop();
   void step_once();
+  // Makes the queued requests live (under mu_).
+  void take_inbox();
   void finish(uint64_t id, const std::string& reason);
   // Applies the request's logit processors and grammar to `row` and samples; `ended` is set
   // when the grammar allows nothing more. With `accepted`, verifies the guess `draft`.
   int32_t sample_for(Live& l, float* row, bool* ended, int32_t draft = -1,
                      bool* accepted = nullptr);
-  // Drafts for the decoding requests that speculation pays for (under mu_).
-  void draft_guesses();
+  // Drafts for the decoding requests that speculation pays for: which, under mu_; the drafting
+  // itself outside it (an MTP head runs a forward), then the scheduler learns the counts.
+  void draft_guesses(std::unique_lock<std::mutex>& lock);
+  Drafter* drafter_of(Live& l) { return l.own_drafter ? l.own_drafter.get() : drafter_.get(); }
+  // Hands each item's rows that stand to its request's drafter (those that read them).
+  void observe_hidden(const BatchPlan& plan, const std::vector<std::vector<int32_t>>& yielded,
+                      const std::vector<size_t>& samplers);
   // Samples the rows of one item; returns the tokens it yields and sends its event.
   std::vector<int32_t> sample_item(uint64_t id, const PlanItem& item, int32_t slot, float* rows,
                                    std::chrono::steady_clock::time_point now, bool* stopped);
@@ -138,6 +148,9 @@ class Engine {
   EngineStats stats_;
   SpeculativeOptions spec_;
   std::unique_ptr<Drafter> drafter_;
+  DecoderModel* mtp_head_;
+  bool drafts_ = false;        // some drafter follows the requests
+  std::vector<float> hidden_;  // the step's final-normed rows, for drafters that read them
   RowCost row_cost_;
   std::vector<double> ttft_, itl_;  // of the step being sampled
   std::thread thread_;

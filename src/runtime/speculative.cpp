@@ -118,13 +118,17 @@ void RowCost::record(int rows, double seconds) {
 }
 
 double RowCost::at(int rows, double none) const {
-  for (int r = std::min(rows, kMaxRows); r >= 1; --r) {
-    if (c_[static_cast<size_t>(r)] > 0) return c_[static_cast<size_t>(r)];
+  rows = std::clamp(rows, 1, kMaxRows);
+  int lo = rows, hi = rows;
+  while (lo >= 1 && !(c_[static_cast<size_t>(lo)] > 0)) --lo;
+  while (hi <= kMaxRows && !(c_[static_cast<size_t>(hi)] > 0)) ++hi;
+  if (lo >= 1 && hi <= kMaxRows) {
+    if (lo == hi) return c_[static_cast<size_t>(lo)];
+    const double f = static_cast<double>(rows - lo) / static_cast<double>(hi - lo);
+    return c_[static_cast<size_t>(lo)] + f * (c_[static_cast<size_t>(hi)] - c_[static_cast<size_t>(lo)]);
   }
-  for (int r = std::max(rows, 1); r <= kMaxRows; ++r) {
-    if (c_[static_cast<size_t>(r)] > 0) return c_[static_cast<size_t>(r)];
-  }
-  return none;
+  if (lo >= 1) return c_[static_cast<size_t>(lo)];
+  return hi <= kMaxRows ? c_[static_cast<size_t>(hi)] : none;
 }
 
 DraftPolicy::DraftPolicy(int max_k) : max_k_(std::clamp(max_k, 0, kMaxDraftTokens)) {}

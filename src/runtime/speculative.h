@@ -91,9 +91,9 @@ class RowCost {
  public:
   static constexpr int kMaxRows = 1024;
   void record(int rows, double seconds);
-  // A count not measured yet costs what the nearest measured count below it does, so that a
-  // policy reading it tries each width once; with none below, the nearest above; `none` when
-  // nothing is measured.
+  // A count not measured yet: interpolated between the nearest measured counts around it;
+  // past the largest measured, what that one costs, so that a policy reading it tries wider
+  // steps once; below the smallest, what that one costs; `none` when nothing is measured.
   double at(int rows, double none = 1.0) const;
   // Whether some count up to `rows` has been measured.
   bool measured_up_to(int rows) const;

@@ -87,7 +87,7 @@ struct OpenAiServer::Impl {
     };
     http = std::make_unique<HttpServer>(hc, std::move(h));
     vocab = build_vocab();
-    engine = std::make_unique<Engine>(model, *tok, config.scheduler, config.spec);
+    engine = std::make_unique<Engine>(model, *tok, config.scheduler, config.spec, config.mtp_head);
   }
 
   std::shared_ptr<const TokenVocab> build_vocab() const {

@@ -32,6 +32,7 @@ struct ServerConfig {
   Pooling pooling = Pooling::kMean;  // /v1/embeddings
   SchedulerConfig scheduler;
   SpeculativeOptions spec;
+  DecoderModel* mtp_head = nullptr;  // spec.algorithm mtp: the checkpoint's MTP head
 };
 
 class OpenAiServer {
