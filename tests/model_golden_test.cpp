@@ -227,8 +227,10 @@ TEST(ModelGolden, Fp8KvCacheStaysCloseToTheReference) {
   if (HasFatalFailure()) return;
   print_kv_run("fp8", run);
   EXPECT_GE(run.prompts, 2);
-  // Measured: 156 of 170 positions beyond 1e-2, max 1.58, router 394/399, greedy 67/68.
-  EXPECT_LE(run.max_logprob_err, 2.5);
+  // Measured: 156 of 170 positions beyond 1e-2, max 1.58 (the scalar, AVX2 and AVX-512 tables
+  // alike: a router choice that flips at a near-tie), router 394/399, greedy 67/68. The bound
+  // is that figure plus a margin of 0.1 for other machines' rounding of the FP32 attention.
+  EXPECT_LE(run.max_logprob_err, 1.58 + 0.1);
   EXPECT_LE(run.router_mismatch * 50, run.router_tokens);  // 98% of router sets agree
   EXPECT_LE(run.greedy_mismatch, 1);
 }
