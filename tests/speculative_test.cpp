@@ -137,6 +137,50 @@ TEST(Speculative, GreedyEqualsPlainGgufQwen3_5Q8_0) {
   check_lossless(test::shared_dir() + "/fixtures/gguf/tiny-qwen3_5-moe.Q8_0.gguf");
 }
 
+// The request's processors see each verified row as plain decoding sees that position:
+// penalties over the tokens kept so far, logit_bias, min_tokens, a stop string and a stop
+// token, with drafts rejected at every position.
+TEST(Speculative, ProcessorsAndStopsEqualPlain) {
+  Loaded l = load(test::source_dir() + "/models/tiny-qwen3-moe");
+  ASSERT_TRUE(l.model);
+  const std::vector<int32_t> prompt = l.tok->encode(kRepeat);
+  for (int variant = 0; variant < 3; ++variant) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 60;
+    if (variant == 0) {
+      p.repetition_penalty = 1.3f;
+      p.frequency_penalty = 0.4f;
+      p.logit_bias = {{275, 3.0f}};
+    } else if (variant == 1) {
+      p.stop = {" the most"};
+      p.min_tokens = 5;
+    } else {
+      p.presence_penalty = 0.8f;
+      p.stop_token_ids = {318};
+      p.min_tokens = 3;
+    }
+    GenerateOptions plain;
+    plain.logprobs = true;
+    const GenerateResult ref = gen(l, prompt, p, plain);
+    // The stop variants do stop, and before the budget.
+    if (variant > 0) {
+      EXPECT_EQ(ref.finish_reason, "stop") << "variant " << variant;
+    }
+    ScriptedDrafter d(ref.token_ids, prompt.size(),
+                      static_cast<int32_t>(l.model->config().vocab_size));
+    GenerateOptions o = plain;
+    o.spec.num_draft_tokens = 4;
+    o.spec.adaptive = false;
+    o.drafter = &d;
+    const GenerateResult r = gen(l, prompt, p, o);
+    EXPECT_EQ(r.token_ids, ref.token_ids) << "variant " << variant;
+    EXPECT_EQ(r.text, ref.text) << "variant " << variant;
+    EXPECT_EQ(r.finish_reason, ref.finish_reason) << "variant " << variant;
+    EXPECT_EQ(r.logprobs, ref.logprobs) << "variant " << variant;
+  }
+}
+
 std::vector<double> softmax(const std::vector<float>& logits) {
   double mx = -INFINITY;
   for (float x : logits) mx = std::max(mx, static_cast<double>(x));
