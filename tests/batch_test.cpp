@@ -147,3 +147,29 @@ TEST(Batch, BatchedEqualsAloneMxfp4Dual) { check_scheme(Scheme::kW4A4Mxfp4Dual);
 
 }  // namespace
 }  // namespace mx
+
+namespace mx {
+namespace {
+// A hybrid model's prompt split where the chunked delta rule's chunks begin (multiples of 64)
+// gives the bits of the prompt in one call: what lets the engine and the prefix cache split
+// hybrid prompts freely at those positions.
+TEST(Batch, HybridSplitsAtChunkBoundariesEqualWhole) {
+  LoadOptions opt;
+  opt.threads = 2;
+  auto m = load_model(test::shared_dir() + "/fixtures/tiny-qwen3_5-moe", opt);
+  ASSERT_TRUE(m.is_ok());
+  std::mt19937 rng(5);
+  // 385 = 6 chunks and a lone token, which runs as a decode step would.
+  std::vector<int32_t> seq(385);
+  for (int32_t& t : seq) t = static_cast<int32_t>(rng() % 4000);
+  const auto whole = alone(**m, seq);
+  for (const std::vector<int64_t>& split :
+       {std::vector<int64_t>{256, 128, 1}, std::vector<int64_t>{64, 321},
+        std::vector<int64_t>{320, 65}, std::vector<int64_t>{128, 128, 129}}) {
+    const auto parts = alone_split(**m, seq, split);
+    EXPECT_EQ(0, std::memcmp(parts.data(), whole.data(), whole.size() * sizeof(float)))
+        << "split " << split[0] << "+" << split[1];
+  }
+}
+}  // namespace
+}  // namespace mx

@@ -96,11 +96,9 @@ EngineStats run_concurrent(Fixture& f, const SchedulerConfig& cfg, SpeculativeOp
     EXPECT_TRUE(alone.is_ok());
     if (!alone.is_ok()) return stats;
     EXPECT_EQ(c.tokens[i], alone->token_ids) << "request " << i;
-    // A hybrid model's chunked delta rule rounds by where a prompt's chunks fall, which the
-    // batch decides: its log-probs are compared alone (speculative_test), its tokens here.
-    if (PagedKv(f.model->config(), 0, 1).slot_bytes() == 0) {
-      EXPECT_EQ(c.logprobs[i], alone->logprobs) << "request " << i;
-    }
+    // Hybrid models too: their prefill chunks start at the delta rule's chunk boundaries, so
+    // that every split of a prompt rounds alike.
+    EXPECT_EQ(c.logprobs[i], alone->logprobs) << "request " << i;
     EXPECT_EQ(c.text[i], alone->text) << "request " << i;
     EXPECT_EQ(c.reason[i], alone->finish_reason);
   }
@@ -187,6 +185,49 @@ TEST(Engine, HybridMtpEqualsPlain) {
   ASSERT_TRUE(head.is_ok()) << head.status().to_string();
   check_speculative(f, concurrency(false), false, head->get());
   check_speculative(f, concurrency(true), true, head->get());
+}
+
+// Prefix caching on a hybrid model: a request that shares a long prefix with an earlier one
+// loads the recurrent state saved where its cached blocks end, and its tokens and log-probs
+// equal those of the request alone.
+TEST(Engine, HybridPrefixCacheEqualsAlone) {
+  Fixture f = make_fixture(qwen3_5_dir());
+  auto prose = read_text_file(test::source_dir() + "/models/tiny-qwen3-moe/eval/prose_heldout.txt");
+  const std::string common = prose->substr(0, 1400);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(f.tok->encode(common + prose->substr(5000 + static_cast<size_t>(i) * 300, 80)));
+  }
+  SchedulerConfig cfg = concurrency(false);
+  cfg.chunked_prefill_size = 512;
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 16;
+  Collector c;
+  EngineStats s;
+  {
+    Engine engine(*f.model, *f.tok, cfg);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EngineRequest req{prompts[i], p, c.sink(i)};
+      req.top_logprobs = 0;
+      ASSERT_TRUE(engine.submit(std::move(req)).is_ok());
+      // The first alone, so that its states are kept before the others look.
+      if (i == 0) {
+        ASSERT_TRUE(c.wait_for(1));
+      }
+    }
+    ASSERT_TRUE(c.wait_for(static_cast<int>(prompts.size())));
+    s = engine.stats();
+  }
+  EXPECT_GE(s.prefix_cache_hits, 3 * 256);
+  GenerateOptions plain;
+  plain.logprobs = true;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto alone = generate(*f.model, *f.tok, prompts[i], p, 1024, {}, plain);
+    ASSERT_TRUE(alone.is_ok());
+    EXPECT_EQ(c.tokens[i], alone->token_ids) << "request " << i;
+    EXPECT_EQ(c.logprobs[i], alone->logprobs) << "request " << i;
+  }
 }
 
 TEST(Engine, CancelFreesBlocksAndFullQueueRefuses) {

@@ -271,9 +271,12 @@ void check_same_outputs(std::optional<Scheme> scheme, KvDtype kv = KvDtype::kF32
   EXPECT_EQ(s.kv_blocks_used, 0);
 }
 
-// A hybrid model's recurrent state at a prefix's end is not cached: the engine turns the cache
-// off, so two requests with the same 40-token prompt find nothing.
-TEST(PrefixCacheEngine, OffForHybridModels) {
+// A hybrid model resumes a cached prefix only where the recurrent state was kept: at a
+// 300-token prompt's multiples of 256 and its last multiple of 64 (the chunked rule's chunks).
+// A 40-token prompt has no such position and finds nothing; the 300-token one, again, resumes
+// at 256; one that shares its first 270 tokens, at 256 too. Outputs equal a server without the
+// cache, log-probs included.
+TEST(PrefixCacheEngine, HybridModelsResumeWhereStatesWereKept) {
   const std::string dir = test::shared_dir() + "/fixtures/tiny-qwen3_5-moe";
   auto m = load_model(dir, LoadOptions{});
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
@@ -281,15 +284,31 @@ TEST(PrefixCacheEngine, OffForHybridModels) {
   ASSERT_TRUE(tok.is_ok());
   SchedulerConfig c;
   ASSERT_TRUE(c.prefix_caching);
+  std::vector<int32_t> shortp, longp, other;
+  for (int32_t i = 0; i < 40; ++i) shortp.push_back(100 + i);
+  for (int32_t i = 0; i < 300; ++i) longp.push_back(100 + (i * 37) % 3000);
+  other.assign(longp.begin(), longp.begin() + 270);
+  for (int32_t i = 0; i < 30; ++i) other.push_back(3000 + i);
   Runner r(**m, **tok, c);
-  std::vector<int32_t> p;
-  for (int32_t i = 0; i < 40; ++i) p.push_back(100 + i);
-  r.run({p});
-  r.run({p});
+  std::vector<std::vector<Result1>> got;
+  for (const auto& p : {shortp, shortp, longp, longp, other}) got.push_back(r.run({p}));
   const EngineStats s = r.engine.stats();
-  EXPECT_EQ(s.prefix_cache_queries, 0);
-  EXPECT_EQ(s.prefix_cache_hits, 0);
-  EXPECT_EQ(s.kv_blocks_cached, 0);
+  // 256 for the second long prompt (its last multiple of 64, 256, holds the state at the end of
+  // its first chunk as well) and 256 for the other.
+  EXPECT_EQ(s.prefix_cache_hits, 512);
+  SchedulerConfig off = c;
+  off.prefix_caching = false;
+  Runner plain(**m, **tok, off);
+  size_t k = 0;
+  for (const auto& p : {shortp, shortp, longp, longp, other}) {
+    const std::vector<Result1> want = plain.run({p});
+    EXPECT_EQ(got[k][0].tokens, want[0].tokens) << "request " << k;
+    ASSERT_EQ(got[k][0].logprobs.size(), want[0].logprobs.size());
+    for (size_t i = 0; i < want[0].logprobs.size(); ++i) {
+      EXPECT_EQ(got[k][0].logprobs[i].logprob, want[0].logprobs[i].logprob) << "request " << k;
+    }
+    ++k;
+  }
 }
 
 TEST(PrefixCacheEngine, SameOutputsWithAndWithoutBf16) { check_same_outputs(std::nullopt); }

@@ -193,9 +193,11 @@ int serve(ServeArgs& a) {
       std::ceil(2.0 * static_cast<double>(attention_layers * mc.num_kv_heads * mc.head_dim) *
                 kv_element_bytes(model->kv_dtype(), mc.head_dim)));
   // Hybrid models hold a recurrent state per running request: it comes out of the budget.
-  // Verification keeps a state per fed position too (SeqSlice::keep_states).
+  // Verification keeps a state per fed position too (SeqSlice::keep_states), and prefix caching
+  // two saved states per running request (the engine's for_model).
   const int64_t kept_states =
-      c.spec.algorithm != SpecAlgorithm::kNone ? c.spec.num_draft_tokens + 1 : 0;
+      (c.spec.algorithm != SpecAlgorithm::kNone ? c.spec.num_draft_tokens + 1 : 0) +
+      (c.scheduler.prefix_caching ? 2 : 0);
   const int64_t slot_bytes =
       static_cast<int64_t>(PagedKv(mc, 0, 1, model->kv_dtype(), 1).slot_bytes()) *
       (1 + kept_states);

@@ -105,6 +105,30 @@ void PagedKv::restore_state(int32_t slot, int64_t p) {
   }
 }
 
+void PagedKv::reserve_saved_states(int32_t entries) {
+  if (rec_row_ == 0 || entries <= saved_) return;
+  saved_ = entries;
+  saved_states_ = HugeArray<float>(static_cast<size_t>(all_layers_ * entries * rec_row_));
+}
+
+void PagedKv::save_state(int32_t slot, int32_t entry) {
+  MX_CHECK(entry >= 0 && entry < saved_);
+  for (int64_t l = 0; l < all_layers_; ++l) {
+    if (!linear_[static_cast<size_t>(l)]) continue;
+    std::memcpy(saved_states_.get() + (l * saved_ + entry) * rec_row_, conv_state(l, slot),
+                static_cast<size_t>(rec_row_) * sizeof(float));
+  }
+}
+
+void PagedKv::load_state(int32_t entry, int32_t slot) {
+  MX_CHECK(entry >= 0 && entry < saved_);
+  for (int64_t l = 0; l < all_layers_; ++l) {
+    if (!linear_[static_cast<size_t>(l)]) continue;
+    std::memcpy(conv_state(l, slot), saved_states_.get() + (l * saved_ + entry) * rec_row_,
+                static_cast<size_t>(rec_row_) * sizeof(float));
+  }
+}
+
 uint64_t PagedKv::slot_bytes() const {
   return static_cast<uint64_t>(layers_ * rec_row_) * sizeof(float);
 }

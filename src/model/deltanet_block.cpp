@@ -122,8 +122,9 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
                         t,  d.nk,      d.nv,          d.dk, d.dv, ld,    ld,
                         ld, d.nv,      d.value};
   const int64_t conv_floats = (d.kernel - 1) * d.conv;
-  const int64_t scratch_floats = t > 1 ? delta_rule_chunked_scratch_floats(t, d.nv, d.dk, d.dv) : 0;
-  if (t > 1) ctx.exec.reserve_arenas<float>(kArenaDeltaRule, scratch_floats);
+  const bool chunked = t > 1 && !sq.stepwise && !sq.keep_states;
+  const int64_t scratch_floats = chunked ? delta_rule_chunked_scratch_floats(t, d.nv, d.dk, d.dv) : 0;
+  if (chunked) ctx.exec.reserve_arenas<float>(kArenaDeltaRule, scratch_floats);
   // Value heads are independent: threads split them, and every head runs the same operations
   // whatever the split. Each runs alone, reading the key head its order gives it.
   for_ranges(ctx.exec.pool(), d.nv, [&](int64_t h0, int64_t h1, int thread) {
@@ -156,10 +157,23 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
           one.q += part.ldq, one.k += part.ldk, one.v += part.ldv;
           one.g += part.ldg, one.beta += part.ldg, one.o += part.ldo;
         }
-      } else if (t == 1) {
+      } else if (t == 1 || sq.stepwise) {
         k.delta_rule_recurrent(part);
       } else {
-        k.delta_rule_chunked(part, ctx.exec.arena(thread).floats(kArenaDeltaRule, scratch_floats));
+        // A lone token after the last whole chunk runs as a call of that one token would (the
+        // recurrence), so that a prompt split where chunks begin rounds as the whole prompt.
+        const int64_t lone = t % kDeltaChunk == 1 ? 1 : 0;
+        DeltaRuleArgs head = part;
+        head.t = t - lone;
+        k.delta_rule_chunked(head, ctx.exec.arena(thread).floats(kArenaDeltaRule, scratch_floats));
+        if (lone != 0) {
+          DeltaRuleArgs last = part;
+          last.t = 1;
+          last.q += (t - 1) * part.ldq, last.k += (t - 1) * part.ldk, last.v += (t - 1) * part.ldv;
+          last.g += (t - 1) * part.ldg, last.beta += (t - 1) * part.ldg;
+          last.o += (t - 1) * part.ldo;
+          k.delta_rule_recurrent(last);
+        }
       }
     }
   });

@@ -80,6 +80,12 @@ class PagedKv {
   // Returns the slot's recurrent state, every layer, to the one after position `p` of its last
   // keep_states slice.
   void restore_state(int32_t slot, int64_t p);
+  // Saved states apart from the slots (prefix caching of hybrid models): `entries` of them, a
+  // slot's whole state copied in (save_state) or out (load_state).
+  void reserve_saved_states(int32_t entries);
+  int32_t saved_states() const { return saved_; }
+  void save_state(int32_t slot, int32_t entry);
+  void load_state(int32_t entry, int32_t slot);
   // Unique in the process: an expert-parallel step names the cache its replicas follow.
   uint64_t id() const { return id_; }
 
@@ -102,6 +108,8 @@ class PagedKv {
   HugeArray<float> rec_;                // read and written whole every step
   int32_t state_steps_ = 0;
   HugeArray<float> kept_;  // [layer][slot][position][rec_row]
+  int32_t saved_ = 0;
+  HugeArray<float> saved_states_;  // [layer][entry][rec_row]
   // Left uninitialized: a slot is always written before attention reads it, and untouched
   // pages of a large cache cost no memory until a sequence reaches them.
   std::unique_ptr<float[]> k_, v_;
@@ -125,6 +133,9 @@ struct SeqSlice {
   // do (so that every position's result equals a decode step's, bit for bit), and keep the
   // state after each position for PagedKv::restore_state (count <= PagedKv::state_steps()).
   bool keep_states = false;
+  // The recurrent layers run token by token without keeping states: a recomputation of tokens
+  // that were decoded (after preemption) rounds as their decode steps did.
+  bool stepwise = false;
 };
 
 // A single sequence's cache: one block as long as the capacity.

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+
+#include "kernels/deltanet.h"
 
 #include "core/log.h"
 
@@ -10,15 +13,28 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
-// Prefix caching reuses keys and values only; a model with recurrent state (linear-attention
-// layers) would also need that state at the prefix's end, which is not kept.
-SchedulerConfig checked_prefix_caching(SchedulerConfig c, const ModelConfig& m) {
-  for (LayerKind k : m.layer_kinds) {
-    if (c.prefix_caching && k == LayerKind::kLinearAttention) {
-      c.prefix_caching = false;
-      MX_LOG_INFO("prefix caching is off: the model keeps recurrent state, which is not cached");
-    }
+// A model with recurrent state (linear-attention layers): prefill chunks aligned to the
+// chunked delta rule's chunks (and whole blocks), so that every split of a prompt computes the
+// same bits; with prefix caching, as many saved states as running requests twice over.
+SchedulerConfig for_model(SchedulerConfig c, const ModelConfig& m, bool replays) {
+  const bool hybrid = std::any_of(m.layer_kinds.begin(), m.layer_kinds.end(),
+                                  [](LayerKind k) { return k == LayerKind::kLinearAttention; });
+  if (!hybrid) return c;
+  c.prefill_align = std::lcm<int64_t>(c.block_size, kDeltaChunk);
+  c.state_interval = (256 + c.prefill_align - 1) / c.prefill_align * c.prefill_align;
+  if (c.chunked_prefill_size < c.prefill_align) {
+    MX_LOG_INFO("chunked prefill of " + std::to_string(c.chunked_prefill_size) +
+                " tokens raised to " + std::to_string(c.prefill_align) +
+                ", the recurrent layers' chunk");
+    c.chunked_prefill_size = c.prefill_align;
   }
+  // Expert-parallel replicas keep their own recurrent states, which a saved one would not reach.
+  if (c.prefix_caching && replays) {
+    c.prefix_caching = false;
+    MX_LOG_INFO("prefix caching is off: a hybrid model's saved states under --ep-size are not "
+                "available yet");
+  }
+  if (c.prefix_caching) c.state_entries = 2 * c.max_running_requests;
   return c;
 }
 bool uses_history(const SamplingParams& p) {
@@ -30,7 +46,7 @@ Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig&
                const SpeculativeOptions& spec, DecoderModel* mtp_head)
     : model_(model),
       tok_(tok),
-      config_(checked_prefix_caching(config, model.config())),
+      config_(for_model(config, model.config(), model.replays_steps())),
       kv_(model.config(), config.num_blocks, config.block_size, model.kv_dtype(),
           config.max_running_requests),
       sched_(config_),
@@ -39,6 +55,7 @@ Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig&
       mtp_head_(spec.algorithm == SpecAlgorithm::kMtp ? mtp_head : nullptr) {
   stats_.kv_blocks_total = config.num_blocks;
   drafts_ = drafter_ != nullptr || mtp_head_ != nullptr;
+  kv_.reserve_saved_states(config_.state_entries);
   if (drafts_) {
     kv_.reserve_state_steps(spec.num_draft_tokens + 1);
     stats_.spec_accepted_per_pos.assign(static_cast<size_t>(spec.num_draft_tokens), 0);
@@ -349,6 +366,8 @@ void Engine::step_once() {
       s.blocks = info->table.blocks.data();
       s.slot = info->slot;
       s.logits = item.samples ? SeqSlice::Logits::kLast : SeqSlice::Logits::kNone;
+      // Generated tokens recomputed after preemption round as their decode steps did.
+      s.stepwise = item.start >= static_cast<int64_t>(l.req.prompt.size());
       if (item.guesses > 0) {
         l.feed.assign(1, l.tokens.back());
         l.feed.insert(l.feed.end(), l.draft.begin(), l.draft.begin() + item.guesses);
@@ -364,8 +383,14 @@ void Engine::step_once() {
   }
   const int64_t vocab = model_.config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(logit_rows * vocab));
+  if (mtp_head_ != nullptr) {
+    hidden_.resize(static_cast<size_t>(plan.tokens() * model_.config().hidden_size));
+  }
+  // A cached prefix's recurrent state comes in before the step, and a kept one goes out after.
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    if (plan.items[i].load_state >= 0) kv_.load_state(plan.items[i].load_state, slots[i]);
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  if (mtp_head_ != nullptr) hidden_.resize(static_cast<size_t>(plan.tokens() * model_.config().hidden_size));
   const Status st = model_.forward_batch(slices, kv_, logits.data(),
                                          mtp_head_ != nullptr ? hidden_.data() : nullptr);
   if (!st.is_ok()) {
@@ -376,6 +401,9 @@ void Engine::step_once() {
   }
   row_cost_.record(static_cast<int>(std::min<int64_t>(plan.tokens(), RowCost::kMaxRows)),
                    seconds_since(t0));
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    if (plan.items[i].save_state >= 0) kv_.save_state(slots[i], plan.items[i].save_state);
+  }
   std::vector<uint64_t> stopped;
   std::vector<std::vector<int32_t>> yielded;
   ttft_.clear();

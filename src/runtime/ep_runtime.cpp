@@ -32,12 +32,14 @@ struct StepHeader {
 // nonblocking ones.
 Status send_header(Comm& comm, StepHeader h) { return comm.broadcast_idle(&h, sizeof h, 0); }
 
-// Per slice: count, start, logits mode, slot, block count, then tokens and blocks.
+// Per slice: count, start, logits mode (the stepwise flag at bit 8), slot, block count, then
+// tokens and blocks.
 std::vector<int64_t> encode(std::span<const SeqSlice> seqs, const PagedKv& kv) {
   std::vector<int64_t> w;
   for (const SeqSlice& s : seqs) {
     const int64_t blocks = (s.start + s.count + kv.block_size() - 1) / kv.block_size();
-    w.insert(w.end(), {s.count, s.start, static_cast<int64_t>(s.logits), s.slot, blocks});
+    const int64_t mode = static_cast<int64_t>(s.logits) | (s.stepwise ? 256 : 0);
+    w.insert(w.end(), {s.count, s.start, mode, s.slot, blocks});
     w.insert(w.end(), s.tokens, s.tokens + s.count);
     w.insert(w.end(), s.blocks, s.blocks + blocks);
   }
@@ -77,7 +79,8 @@ Status replay(DecoderModel& model, Comm& comm, const StepHeader& h, KvReplicas& 
     s.count = w[at];
     s.start = w[at + 1];
     // Each rank computes its share of the vocabulary's logits for rank 0, which samples.
-    s.logits = static_cast<SeqSlice::Logits>(w[at + 2]);
+    s.logits = static_cast<SeqSlice::Logits>(w[at + 2] & 255);
+    s.stepwise = (w[at + 2] & 256) != 0;
     s.slot = static_cast<int32_t>(w[at + 3]);
     const int64_t nb = w[at + 4];
     at += 5;

@@ -16,6 +16,10 @@ Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config), alloc_(config.num_blocks, config.block_size), cache_(config.block_size) {
   for (int32_t s = config.max_running_requests - 1; s >= 0; --s) free_slots_.push_back(s);
   MX_CHECK(config.max_running_requests > 0 && config.chunked_prefill_size > 0);
+  MX_CHECK(config.prefill_align == 1 || config.prefill_align % config.block_size == 0);
+  MX_CHECK(config.state_interval % config.prefill_align == 0);
+  entry_block_.assign(static_cast<size_t>(std::max(0, config.state_entries)), -1);
+  entry_used_.assign(entry_block_.size(), 0);
 }
 
 Status Scheduler::add(uint64_t id, std::vector<int32_t> prompt, int64_t max_new_tokens) {
@@ -54,6 +58,7 @@ bool Scheduler::reserve(SeqInfo& s, int64_t tokens) {
   if (short_by > 0 && short_by <= cache_.evictable_blocks()) {
     std::vector<int32_t> freed;
     MX_CHECK(cache_.evict(short_by, &freed) == short_by);
+    for (int32_t b : freed) drop_state(b);
     MX_CHECK(alloc_.release(freed).is_ok());
   }
   return s.table.reserve(tokens, &alloc_);
@@ -71,9 +76,19 @@ void Scheduler::release_blocks(SeqInfo& s) {
 
 void Scheduler::match_prefix(SeqInfo& s) {
   if (!config_.prefix_caching || !s.table.blocks.empty()) return;
-  const int64_t bs = config_.block_size;
+  const int64_t bs = config_.block_size, align = config_.prefill_align;
   // The last known token is always computed: its logits sample the next one.
-  std::vector<int32_t> hit = cache_.match(s.tokens.data(), (s.known() - 1) / bs * bs);
+  std::vector<int32_t> hit = cache_.match(s.tokens.data(), (s.known() - 1) / align * align);
+  if (config_.state_entries > 0) {
+    // A hybrid model resumes only where a state was kept.
+    while (!hit.empty() && (static_cast<int64_t>(hit.size()) * bs % align != 0 ||
+                            !block_entry_.count(hit.back()))) {
+      hit.pop_back();
+    }
+    if (hit.empty()) return;
+    s.load_entry = block_entry_.at(hit.back());
+    entry_used_[static_cast<size_t>(s.load_entry)] = ++state_clock_;
+  }
   if (hit.empty()) return;
   MX_CHECK(cache_.acquire(hit).is_ok());
   s.shared_blocks = static_cast<int32_t>(hit.size());
@@ -118,6 +133,7 @@ void Scheduler::preempt(uint64_t id) {
   release_blocks(s);
   s.computed = 0;
   s.draft = 0;
+  s.load_entry = -1;
   ++s.preemptions;
   free_slots_.push_back(s.slot);
   s.slot = -1;
@@ -165,10 +181,14 @@ BatchPlan Scheduler::schedule() {
   // 2. Prefill: running requests still prefilling, then waiting ones in arrival order.
   int64_t budget = config_.chunked_prefill_size;
   auto prefill = [&](SeqInfo& s) -> bool {
-    const int64_t remaining = s.known() - s.computed;
-    const int64_t chunk = std::min(remaining, budget);
-    if (chunk <= 0 || !reserve(s, s.computed + chunk)) return false;
-    plan.items.push_back({s.id, s.computed, chunk, s.computed + chunk == s.known()});
+    const int64_t end = chunk_end(s, budget);
+    const int64_t chunk = end - s.computed;
+    if (chunk <= 0 || !reserve(s, end)) return false;
+    PlanItem item{s.id, s.computed, chunk, end == s.known()};
+    item.load_state = s.load_entry;
+    s.load_entry = -1;
+    if (keeps_states() && state_position(s, end)) item.save_state = take_entry();
+    plan.items.push_back(item);
     budget -= chunk;
     return true;
   };
@@ -185,6 +205,7 @@ BatchPlan Scheduler::schedule() {
     if (shares_with_admitted(s, plan, admitted_from) || !prefill(s)) {
       release_blocks(s);
       s.computed = 0;
+      s.load_entry = -1;
       break;
     }
     if (config_.prefix_caching) {
@@ -210,6 +231,74 @@ void Scheduler::retire(uint64_t id) {
   running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
   seqs_.erase(it);
+}
+
+int64_t Scheduler::chunk_end(const SeqInfo& s, int64_t budget) const {
+  int64_t end = std::min(s.known(), s.computed + budget);
+  const int64_t align = config_.prefill_align;
+  if (align == 1) return end;
+  // The prompt in aligned chunks (the last may end it anywhere); tokens that were generated
+  // (recomputed after preemption) run token by token, so in any split, from the prompt's end.
+  const int64_t prompt = s.prompt_len;
+  if (s.computed < prompt) {
+    end = std::min(end, prompt);
+    if (end < prompt) end = end / align * align;
+  }
+  if (keeps_states()) {
+    const int64_t interval = config_.state_interval;
+    const int64_t next = (s.computed / interval + 1) * interval;
+    const int64_t last = prompt / align * align;
+    if (next < end) end = next;
+    if (last > s.computed && last < end) end = last;
+  }
+  return std::max(end, s.computed);
+}
+
+bool Scheduler::state_position(const SeqInfo& s, int64_t end) const {
+  const int64_t align = config_.prefill_align;
+  return end % align == 0 &&
+         (end % config_.state_interval == 0 || end == s.prompt_len / align * align);
+}
+
+int32_t Scheduler::take_entry() {
+  int32_t best = -1;
+  for (size_t e = 0; e < entry_block_.size(); ++e) {
+    if (entry_block_[e] == -1) {
+      best = static_cast<int32_t>(e);
+      break;
+    }
+    if (entry_block_[e] >= 0 &&
+        (best < 0 || entry_used_[e] < entry_used_[static_cast<size_t>(best)])) {
+      best = static_cast<int32_t>(e);
+    }
+  }
+  if (best < 0) return -1;
+  if (entry_block_[static_cast<size_t>(best)] >= 0) block_entry_.erase(entry_block_[static_cast<size_t>(best)]);
+  entry_block_[static_cast<size_t>(best)] = -2;
+  return best;
+}
+
+void Scheduler::drop_state(int32_t block) {
+  auto it = block_entry_.find(block);
+  if (it == block_entry_.end()) return;
+  entry_block_[static_cast<size_t>(it->second)] = -1;
+  block_entry_.erase(it);
+}
+
+// After the step that saved the state at the end of item `i`: it follows the block that ends
+// there, once that block is cached (else the entry goes back).
+void Scheduler::keep_state(const PlanItem& i, SeqInfo* s) {
+  const auto e = static_cast<size_t>(i.save_state);
+  entry_block_[e] = -1;
+  if (s == nullptr) return;
+  const int64_t end = i.start + i.count, bs = config_.block_size;
+  const auto idx = static_cast<size_t>(end / bs - 1);
+  if (end % bs != 0 || idx >= s->table.blocks.size()) return;
+  const int32_t block = s->table.blocks[idx];
+  if (!cache_.contains(block) || block_entry_.count(block)) return;
+  entry_block_[e] = block;
+  entry_used_[e] = ++state_clock_;
+  block_entry_[block] = static_cast<int32_t>(e);
 }
 
 void Scheduler::set_draft(uint64_t id, int32_t guesses) {
@@ -242,7 +331,10 @@ std::vector<uint64_t> Scheduler::complete_runs(const BatchPlan& plan,
       MX_CHECK(!run->empty() && run->size() <= static_cast<size_t>(i.guesses) + 1);
     }
     auto it = seqs_.find(i.id);
-    if (it == seqs_.end()) continue;  // cancelled meanwhile
+    if (it == seqs_.end()) {  // cancelled meanwhile
+      if (i.save_state >= 0) keep_state(i, nullptr);
+      continue;
+    }
     SeqInfo& s = it->second;
     // A verified item computed the fed token and the guesses kept: one fewer than it yielded.
     const int64_t done = i.guesses > 0 ? static_cast<int64_t>(run->size()) : i.count;
@@ -253,6 +345,7 @@ std::vector<uint64_t> Scheduler::complete_runs(const BatchPlan& plan,
       s.tokens.insert(s.tokens.end(), run->begin(), run->end());
     }
     cache_full_blocks(s);
+    if (i.save_state >= 0) keep_state(i, &s);
     const bool stop = std::find(finished.begin(), finished.end(), i.id) != finished.end();
     if (s.generated >= s.max_new_tokens || stop) {
       retired.push_back(i.id);

@@ -34,9 +34,17 @@ struct SchedulerConfig {
   int32_t max_waiting_requests = 256;
   int32_t num_blocks = 1024;
   int32_t block_size = 16;
-  // Reuse the KV blocks of cached prefixes. The engine turns it off for models with recurrent
-  // state, whose state at a prefix's end is not cached.
+  // Reuse the KV blocks of cached prefixes.
   bool prefix_caching = true;
+  // Models with recurrent state (hybrid): prefill chunks start at multiples of prefill_align,
+  // so that a chunked rule splits a prompt the same way whatever the batch and the cache. With
+  // prefix caching, `state_entries` saved states hold the state after chosen positions: chunks
+  // stop at every multiple of state_interval and at the prompt's last multiple of
+  // prefill_align, and the state there is saved; a cached prefix is used only up to a
+  // position with a saved state.
+  int64_t prefill_align = 1;
+  int32_t state_entries = 0;
+  int64_t state_interval = 256;
 };
 
 // Prefix-cache lookups in tokens, as vLLM counts them: `queries` adds the known tokens of each
@@ -56,6 +64,9 @@ struct PlanItem {
   int64_t count;
   bool samples;
   int32_t guesses = 0;
+  // Hybrid prefix caching: the saved state to load into the request's slot before the step,
+  // and the one to save its state into after it (-1: none).
+  int32_t load_state = -1, save_state = -1;
 };
 
 struct BatchPlan {
@@ -82,6 +93,7 @@ struct SeqInfo {
   int32_t shared_blocks = 0;
   std::vector<int32_t> tokens;  // prompt then generated
   int32_t draft = 0;            // guesses to verify in the next decode step (set_draft)
+  int32_t load_entry = -1;      // the saved state its cached prefix ends with, until loaded
   int64_t known() const { return prompt_len + generated; }
   bool decoding() const { return generated > 0 && computed == known() - 1; }
 };
@@ -135,6 +147,16 @@ class Scheduler {
   void cache_full_blocks(SeqInfo& s);
   // Whether `s` should wait for blocks that plan items [from, end) are about to compute.
   bool shares_with_admitted(const SeqInfo& s, const BatchPlan& plan, size_t from) const;
+  // The end of `s`'s next prefill chunk given `budget` tokens (hybrid models: aligned, and
+  // stopping at the positions whose state is kept); s.computed when it must wait.
+  int64_t chunk_end(const SeqInfo& s, int64_t budget) const;
+  bool keeps_states() const { return config_.state_entries > 0 && config_.prefix_caching; }
+  bool state_position(const SeqInfo& s, int64_t end) const;
+  // A saved state to write: a free one, else the least recently used (its block loses it);
+  // -1 when every one is about to be written.
+  int32_t take_entry();
+  void drop_state(int32_t block);
+  void keep_state(const PlanItem& i, SeqInfo* s);
 
   SchedulerConfig config_;
   BlockAllocator alloc_;
@@ -145,6 +167,12 @@ class Scheduler {
   std::vector<uint64_t> running_;  // arrival order
   std::deque<uint64_t> waiting_;   // arrival order
   std::vector<int32_t> free_slots_;
+  // Saved states: the cached block each follows (-1 free, -2 being written), when each was last
+  // used, and each cached block's.
+  std::vector<int32_t> entry_block_;
+  std::vector<uint64_t> entry_used_;
+  std::map<int32_t, int32_t> block_entry_;
+  uint64_t state_clock_ = 0;
 };
 
 }  // namespace mx
