@@ -130,7 +130,8 @@ void check_lossless(const std::string& path, std::optional<Scheme> scheme = std:
   ASSERT_TRUE(head.is_ok()) << head.status().to_string();
   auto tok = load_model_tokenizer(path);
   ASSERT_TRUE(tok.is_ok());
-  const std::vector<int32_t> prompt = (*tok)->encode("It is a truth universally acknowledged, that");
+  const std::vector<int32_t> prompt =
+      (*tok)->encode("It is a truth universally acknowledged, that");
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = 40;
@@ -157,6 +158,8 @@ TEST(Mtp, SpeculativeEqualsPlain) {
   check_lossless(test::shared_dir() + "/fixtures/tiny-qwen3_5-dense");
   check_lossless(test::shared_dir() + "/fixtures/tiny-qwen3_5-moe", Scheme::kW4A8Mxfp4);
   check_lossless(test::shared_dir() + "/fixtures/gguf/tiny-qwen3_5-moe.Q8_0.gguf");
+  // Offline msmodelslim W8A8: the head's linears quantized in the checkpoint.
+  check_lossless(test::shared_dir() + "/fixtures/tiny-qwen3_5-moe-w8a8-mxfp8");
 }
 
 TEST(Mtp, MissingHeadIsNamed) {

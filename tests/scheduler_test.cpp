@@ -45,6 +45,10 @@ struct FakeEngine {
   std::vector<BatchPlan> history;
   std::vector<std::vector<uint64_t>> kv;  // [block][slot]: prefix_value of what it holds
   uint64_t max_id = 64;                   // ids 1 .. max_id are checked
+  // A hybrid model's recurrent state per slot and in each saved state: the prefix_value of
+  // the last position it has taken in (0: none).
+  std::map<int32_t, uint64_t> slot_state;
+  std::map<int32_t, uint64_t> saved;
 
   // Every block is free, in the prefix cache, or a request's own; a cached block's references
   // are the requests whose shared run holds it.
@@ -82,6 +86,7 @@ struct FakeEngine {
   void run_item(const PlanItem& i) {
     const SeqInfo* q = s.find(i.id);
     const int64_t bs = s.config().block_size;
+    if (s.config().prefill_align > 1) run_state(i, *q);
     for (int64_t p = 0; p < i.start + i.count; ++p) {
       const int32_t b = q->table.blocks[static_cast<size_t>(p / bs)];
       uint64_t& slot = kv[static_cast<size_t>(b)][static_cast<size_t>(p % bs)];
@@ -92,6 +97,25 @@ struct FakeEngine {
         slot = prefix_value(q->tokens, p);
       }
     }
+  }
+
+  // The recurrent state a hybrid item starts from is its own prefix's: reset at position 0,
+  // else carried in the slot or loaded from a saved state. Prompt chunks start aligned.
+  void run_state(const PlanItem& i, const SeqInfo& q) {
+    uint64_t& st = slot_state[q.slot];
+    if (i.start == 0) st = 0;
+    if (i.load_state >= 0) {
+      ASSERT_TRUE(saved.count(i.load_state)) << "load of a state never saved";
+      st = saved[i.load_state];
+    }
+    if (i.start > 0) {
+      ASSERT_EQ(st, prefix_value(q.tokens, i.start - 1)) << "request " << i.id << " at " << i.start;
+    }
+    if (i.start < q.prompt_len) {
+      ASSERT_EQ(i.start % s.config().prefill_align, 0) << "unaligned prompt chunk";
+    }
+    st = prefix_value(q.tokens, i.start + i.count - 1);
+    if (i.save_state >= 0) saved[i.save_state] = st;
   }
 
   void check_invariants(const BatchPlan& plan) {
@@ -222,8 +246,13 @@ TEST(Scheduler, PreemptionByRecomputeWhenKvRunsOut) {
 
 // 200 random requests through a small cache. Prompts start with one of three shared prefixes
 // (none, or 1 to 150 tokens) so that the prefix cache hits, evicts and dedups under preemption.
-void run_load(bool prefix_caching) {
+void run_load(bool prefix_caching, bool hybrid = false) {
   SchedulerConfig c;
+  if (hybrid) {
+    c.prefill_align = 64;
+    c.state_interval = 128;
+    c.state_entries = prefix_caching ? 6 : 0;
+  }
   c.max_running_requests = 4;
   c.chunked_prefill_size = 128;
   c.num_blocks = 40;
@@ -276,6 +305,10 @@ void run_load(bool prefix_caching) {
 
 TEST(Scheduler, NoStarvationUnderLoad) { run_load(false); }
 TEST(Scheduler, NoStarvationUnderLoadWithPrefixCache) { run_load(true); }
+// A hybrid model: aligned prompt chunks, and every cached prefix resumed from the state saved
+// where it ends (the fake engine checks each item's starting state against its own prefix).
+TEST(Scheduler, HybridUnderLoad) { run_load(false, true); }
+TEST(Scheduler, HybridUnderLoadWithPrefixCache) { run_load(true, true); }
 
 // The second prompt starts with the first one's 100 tokens: 6 full blocks of 16 are cached
 // when the first finishes, so the second computes from 96; its 120 tokens take 8 blocks, of

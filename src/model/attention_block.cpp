@@ -6,8 +6,6 @@
 #include <limits>
 #include <span>
 
-#include "formats/half.h"
-#include "formats/mx_block.h"
 #include "kernels/ops.h"
 #include "model/blocks.h"
 
@@ -42,39 +40,16 @@ void split_gated_queries(QkvLayout* l, int64_t n, Workspace& ws, float** gate) {
   *gate = g;
 }
 
-// One key or value row of an FP8 cache (model.h): its power-of-two scale by the MX floor
-// rule over the whole row, and its elements rounded to nearest even in E4M3 (x / scale is
-// exact). A row that is not finite keeps a NaN scale, so attention over it stays NaN as FP32
-// attention would.
-void store_fp8_row(const float* x, int64_t d, uint8_t* codes, float* scale) {
-  float amax = 0.0f;
-  bool finite = true;
-  for (int64_t j = 0; j < d; ++j) {
-    finite = finite && std::isfinite(x[j]);
-    amax = std::max(amax, std::fabs(x[j]));
-  }
-  if (!finite) {
-    for (int64_t j = 0; j < d; ++j) codes[j] = 0;
-    *scale = std::numeric_limits<float>::quiet_NaN();
-    return;
-  }
-  const int byte = mx_scale_byte(amax, ElemFormat::kE4M3, ScaleRule::kFloor);
-  const float s = std::ldexp(1.0f, byte - 127);
-  *scale = s;
-  for (int64_t j = 0; j < d; ++j) codes[j] = float_to_e4m3(static_cast<double>(x[j]) / s);
-}
-
 // q/k norms, RoPE, and the new keys and values into their blocks: all rows first, so that
 // rows of one prefill chunk see each other's keys. A block holds each KV head's slots together
 // ([kv_head][slot][head_dim]).
 void store_keys_values(const AttentionBlock& attn, int64_t li, ForwardContext& ctx,
                        const QkvLayout& l) {
-  const int64_t d = l.d, rot = l.rot, bs = ctx.kv.block_size(), head_block = bs * d;
+  const int64_t d = l.d, rot = l.rot, bs = ctx.kv.block_size();
   const double eps = ctx.config.rms_norm_eps;
   const auto* qn = attn.q_norm.data_as<float>();
   const auto* kn = attn.k_norm.data_as<float>();
-  PagedKv& kv = ctx.kv;
-  const KvDtype dtype = kv.dtype();
+  KvStore& store = ctx.kv.keys_values();
   for (int64_t t = 0; t < ctx.rows; ++t) {
     float* row = l.qkv + t * l.qkv_w;
     const int64_t pos = ctx.row_pos[static_cast<size_t>(t)];
@@ -91,23 +66,7 @@ void store_keys_values(const AttentionBlock& attn, int64_t li, ForwardContext& c
       float* kr = row + l.qw + hd * d;
       rms_norm(kr, kn, d, eps, kr);
       rope_neox_cs(kr, rot, cos, sin);
-      const int64_t at = hd * head_block + (pos % bs) * d;
-      const float* vr = row + l.qw + (l.nkv + hd) * d;
-      if (dtype == KvDtype::kBF16) {
-        uint16_t* k = kv.k_bf16(li, block) + at;
-        uint16_t* v = kv.v_bf16(li, block) + at;
-        for (int64_t j = 0; j < d; ++j) {
-          k[j] = float_to_bf16(kr[j]);
-          v[j] = float_to_bf16(vr[j]);
-        }
-      } else if (dtype == KvDtype::kFp8E4M3) {
-        const int64_t srow = hd * bs + pos % bs;
-        store_fp8_row(kr, d, kv.k_fp8(li, block) + at, kv.k_scales(li, block) + srow);
-        store_fp8_row(vr, d, kv.v_fp8(li, block) + at, kv.v_scales(li, block) + srow);
-      } else {
-        std::memcpy(kv.k(li, block) + at, kr, static_cast<size_t>(d) * sizeof(float));
-        std::memcpy(kv.v(li, block) + at, vr, static_cast<size_t>(d) * sizeof(float));
-      }
+      store.write(li, block, pos % bs, hd, kr, row + l.qw + (l.nkv + hd) * d);
     }
   }
 }
@@ -147,10 +106,9 @@ std::span<const RowRun> row_runs(ForwardContext& ctx, int64_t group) {
 // of a key and value row.
 void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
   const int64_t d = l.d, nq = l.nq, nkv = l.nkv, group = nq / nkv;
-  const int64_t bs = ctx.kv.block_size(), head_block = bs * d;
+  const int64_t bs = ctx.kv.block_size();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  PagedKv& kv = ctx.kv;
-  const KvDtype dtype = kv.dtype();
+  KvStore& store = ctx.kv.keys_values();
   const std::span<const RowRun> runs = row_runs(ctx, group);
   const auto n_items = static_cast<int64_t>(runs.size()) * nkv;
   // Scratch and block tables in steps of the context's length (it grows by a token a step),
@@ -165,9 +123,8 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
     tables = std::max(tables, workspace_steps((max_len + bs - 1) / bs));
   }
   ctx.exec.reserve_arenas<float>(kArenaAttention, scratch_floats);
-  for (int slot : {kArenaKeyBlocks, kArenaValueBlocks, kArenaKeyScales, kArenaValueScales}) {
-    ctx.exec.reserve_arenas<const void*>(slot, tables);
-  }
+  // The block pointers KvStore::attend lays out: keys, values and two tables of scales.
+  ctx.exec.reserve_arenas<const void*>(kArenaKeyBlocks, 4 * tables);
   ctx.exec.pool()->parallel_for(n_items, [&](int64_t b, int64_t e, int thread) {
     Workspace& arena = ctx.exec.arena(thread);
     for (int64_t idx = b; idx < e; ++idx) {
@@ -191,35 +148,8 @@ void attend(int64_t li, ForwardContext& ctx, const QkvLayout& l, float* out) {
                             d,
                             scale,
                             scratch};
-      if (dtype == KvDtype::kFp8E4M3) {
-        auto* kb = arena.get<const uint8_t*>(kArenaKeyBlocks, tables);
-        auto* vb = arena.get<const uint8_t*>(kArenaValueBlocks, tables);
-        auto* ks = arena.get<const float*>(kArenaKeyScales, tables);
-        auto* vs = arena.get<const float*>(kArenaValueScales, tables);
-        for (int64_t j = 0; j < nblk; ++j) {
-          kb[j] = kv.k_fp8(li, sq.blocks[j]) + kvh * head_block;
-          vb[j] = kv.v_fp8(li, sq.blocks[j]) + kvh * head_block;
-          ks[j] = kv.k_scales(li, sq.blocks[j]) + kvh * bs;
-          vs[j] = kv.v_scales(li, sq.blocks[j]) + kvh * bs;
-        }
-        attention_group_paged_fp8(a, kb, vb, ks, vs);
-      } else if (dtype == KvDtype::kBF16) {
-        auto* kb = arena.get<const uint16_t*>(kArenaKeyBlocks, tables);
-        auto* vb = arena.get<const uint16_t*>(kArenaValueBlocks, tables);
-        for (int64_t j = 0; j < nblk; ++j) {
-          kb[j] = kv.k_bf16(li, sq.blocks[j]) + kvh * head_block;
-          vb[j] = kv.v_bf16(li, sq.blocks[j]) + kvh * head_block;
-        }
-        attention_group_paged_bf16(a, kb, vb);
-      } else {
-        auto* kb = arena.get<const float*>(kArenaKeyBlocks, tables);
-        auto* vb = arena.get<const float*>(kArenaValueBlocks, tables);
-        for (int64_t j = 0; j < nblk; ++j) {
-          kb[j] = kv.k(li, sq.blocks[j]) + kvh * head_block;
-          vb[j] = kv.v(li, sq.blocks[j]) + kvh * head_block;
-        }
-        attention_group_paged(a, kb, vb);
-      }
+      store.attend(li, a, sq.blocks, nblk, kvh,
+                   arena.get<const void*>(kArenaKeyBlocks, 4 * tables));
     }
   });
 }

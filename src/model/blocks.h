@@ -66,10 +66,7 @@ enum WorkspaceSlot : int {
 enum ArenaSlot : int {
   kArenaAttention = kQuantArenaSlots,  // scores of one attention call
   kArenaKeyBlocks,                     // the paged blocks an attention call reads
-  kArenaValueBlocks,
-  kArenaKeyScales,
-  kArenaValueScales,
-  kArenaDeltaRule,  // one head's chunked delta rule
+  kArenaDeltaRule,                     // one head's chunked delta rule
 };
 
 Status load_attention(const WeightLoader& w, const ModelConfig& c, const std::string& prefix,

@@ -16,30 +16,6 @@
 
 namespace mx {
 
-const char* kv_dtype_name(KvDtype d) {
-  switch (d) {
-    case KvDtype::kBF16:
-      return "bf16";
-    case KvDtype::kFp8E4M3:
-      return "fp8_e4m3";
-    case KvDtype::kF32:
-      break;
-  }
-  return "fp32";
-}
-
-double kv_element_bytes(KvDtype d, int64_t head_dim) {
-  switch (d) {
-    case KvDtype::kBF16:
-      return 2.0;
-    case KvDtype::kFp8E4M3:
-      return 1.0 + 4.0 / static_cast<double>(head_dim);
-    case KvDtype::kF32:
-      break;
-  }
-  return 4.0;
-}
-
 namespace {
 uint64_t next_kv_id() {
   static std::atomic<uint64_t> next{1};
@@ -49,89 +25,7 @@ uint64_t next_kv_id() {
 
 PagedKv::PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size, KvDtype dtype,
                  int32_t slots)
-    : num_blocks_(num_blocks),
-      block_size_(block_size),
-      row_(c.num_kv_heads * c.head_dim),
-      kv_heads_(c.num_kv_heads),
-      dtype_(dtype),
-      slots_(slots),
-      id_(next_kv_id()) {
-  bool hybrid = false;
-  for (LayerKind k : c.layer_kinds) hybrid = hybrid || k == LayerKind::kLinearAttention;
-  if (hybrid) {
-    const int64_t conv_dim = 2 * c.linear_num_key_heads * c.linear_key_head_dim +
-                             c.linear_num_value_heads * c.linear_value_head_dim;
-    conv_row_ = (c.linear_conv_kernel_dim - 1) * conv_dim;
-    rec_row_ =
-        conv_row_ + c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
-    for (LayerKind k : c.layer_kinds) {
-      layers_ += k == LayerKind::kLinearAttention ? 1 : 0;
-      linear_.push_back(k == LayerKind::kLinearAttention);
-    }
-    all_layers_ = c.num_layers;
-    // Indexed by layer, so full-attention layers leave their part untouched (and unpaged);
-    // a slot is reset when its sequence starts.
-    rec_ = HugeArray<float>(static_cast<size_t>(c.num_layers * slots_ * rec_row_));
-  }
-  const size_t n = static_cast<size_t>(c.num_layers * num_blocks * block_size * row_);
-  if (dtype == KvDtype::kBF16) {
-    k16_ = std::make_unique_for_overwrite<uint16_t[]>(n);
-    v16_ = std::make_unique_for_overwrite<uint16_t[]>(n);
-  } else if (dtype == KvDtype::kFp8E4M3) {
-    k8_ = std::make_unique_for_overwrite<uint8_t[]>(n);
-    v8_ = std::make_unique_for_overwrite<uint8_t[]>(n);
-    const size_t rows = static_cast<size_t>(c.num_layers * num_blocks * block_size * kv_heads_);
-    ks_ = std::make_unique_for_overwrite<float[]>(rows);
-    vs_ = std::make_unique_for_overwrite<float[]>(rows);
-  } else {
-    k_ = std::make_unique_for_overwrite<float[]>(n);
-    v_ = std::make_unique_for_overwrite<float[]>(n);
-  }
-}
-
-void PagedKv::reserve_state_steps(int32_t positions) {
-  if (rec_row_ == 0 || positions <= state_steps_) return;
-  state_steps_ = positions;
-  kept_ = HugeArray<float>(static_cast<size_t>(all_layers_ * slots_ * positions * rec_row_));
-}
-
-void PagedKv::restore_state(int32_t slot, int64_t p) {
-  if (rec_row_ == 0) return;
-  MX_CHECK(p >= 0 && p < state_steps_);
-  for (int64_t l = 0; l < all_layers_; ++l) {
-    if (!linear_[static_cast<size_t>(l)]) continue;
-    std::memcpy(conv_state(l, slot), kept_state(l, slot, p),
-                static_cast<size_t>(rec_row_) * sizeof(float));
-  }
-}
-
-void PagedKv::reserve_saved_states(int32_t entries) {
-  if (rec_row_ == 0 || entries <= saved_) return;
-  saved_ = entries;
-  saved_states_ = HugeArray<float>(static_cast<size_t>(all_layers_ * entries * rec_row_));
-}
-
-void PagedKv::save_state(int32_t slot, int32_t entry) {
-  MX_CHECK(entry >= 0 && entry < saved_);
-  for (int64_t l = 0; l < all_layers_; ++l) {
-    if (!linear_[static_cast<size_t>(l)]) continue;
-    std::memcpy(saved_states_.get() + (l * saved_ + entry) * rec_row_, conv_state(l, slot),
-                static_cast<size_t>(rec_row_) * sizeof(float));
-  }
-}
-
-void PagedKv::load_state(int32_t entry, int32_t slot) {
-  MX_CHECK(entry >= 0 && entry < saved_);
-  for (int64_t l = 0; l < all_layers_; ++l) {
-    if (!linear_[static_cast<size_t>(l)]) continue;
-    std::memcpy(conv_state(l, slot), saved_states_.get() + (l * saved_ + entry) * rec_row_,
-                static_cast<size_t>(rec_row_) * sizeof(float));
-  }
-}
-
-uint64_t PagedKv::slot_bytes() const {
-  return static_cast<uint64_t>(layers_ * rec_row_) * sizeof(float);
-}
+    : kv_(c, num_blocks, block_size, dtype), rec_(c, slots), id_(next_kv_id()) {}
 
 uint64_t DecoderLayer::mixer_weight_bytes() const {
   if (deltanet) {
@@ -297,7 +191,8 @@ Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, 
   PhaseTimer t_head(profile_, Phase::kLmHead);
   for (int64_t i = 0; i < rows; ++i) {
     if (hidden != nullptr) {
-      std::memcpy(h + i * hid, hidden + logit_rows[i] * hid, static_cast<size_t>(hid) * sizeof(float));
+      std::memcpy(h + i * hid, hidden + logit_rows[i] * hid,
+                  static_cast<size_t>(hid) * sizeof(float));
     } else {
       rms_norm(x + logit_rows[i] * hid, final_norm.data_as<float>(), hid, c.rms_norm_eps,
                h + i * hid);

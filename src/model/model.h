@@ -18,104 +18,49 @@
 #include "core/thread_pool.h"
 #include "formats/ggml_types.h"
 #include "loader/model_config.h"
+#include "model/kv_store.h"
 #include "model/profile.h"
 #include "parallel/dispatch.h"
 #include "quant/linear.h"
 
 namespace mx {
 
-// How cached keys and values are stored: FP32, what the attention computes in; BF16, half
-// the bytes for every step's reads and twice the tokens in the same memory, at the cost of
-// rounding each key and value to 8 significant bits; or FP8 (E4M3), a quarter of the bytes:
-// each position's key and value row of each KV head takes its own power-of-two scale (the
-// OCP MX rule over the row: its largest element lands in [256, 448]), and its elements round
-// to 4 significant bits. The scale is computed from the row alone when it is written, so
-// results do not depend on what else is in the batch.
-enum class KvDtype { kF32, kBF16, kFp8E4M3 };
-const char* kv_dtype_name(KvDtype d);
-// Cache bytes per key or value element, FP8's row scales included.
-double kv_element_bytes(KvDtype d, int64_t head_dim);
-
-// Keys and values of many sequences in fixed-size blocks,
-// [layer][block][kv_head][slot][head_dim]. Which blocks a sequence owns is the scheduler's
-// business (runtime/kv_blocks.h); the model only follows block tables.
+// Keys and values of many sequences in fixed-size blocks (KvStore, which owns how they are
+// stored), and the recurrent states of a hybrid model's sequences (RecurrentStore). Which
+// blocks a sequence owns is the scheduler's business (runtime/kv_blocks.h); the model only
+// follows block tables.
 class PagedKv {
  public:
   // `slots`: recurrent states for as many sequences at once (hybrid models only).
   PagedKv(const ModelConfig& c, int32_t num_blocks, int32_t block_size,
           KvDtype dtype = KvDtype::kF32, int32_t slots = 1);
-  int32_t num_blocks() const { return num_blocks_; }
-  int32_t block_size() const { return block_size_; }
-  int64_t row() const { return row_; }
-  KvDtype dtype() const { return dtype_; }
-  // FP32 caches only.
-  float* k(int64_t layer, int32_t block) { return k_.get() + offset(layer, block); }
-  float* v(int64_t layer, int32_t block) { return v_.get() + offset(layer, block); }
-  // BF16 caches only.
-  uint16_t* k_bf16(int64_t layer, int32_t block) { return k16_.get() + offset(layer, block); }
-  uint16_t* v_bf16(int64_t layer, int32_t block) { return v16_.get() + offset(layer, block); }
-  // FP8 caches only: E4M3 codes, and the row scales of a block, [kv_head][slot].
-  uint8_t* k_fp8(int64_t layer, int32_t block) { return k8_.get() + offset(layer, block); }
-  uint8_t* v_fp8(int64_t layer, int32_t block) { return v8_.get() + offset(layer, block); }
-  float* k_scales(int64_t layer, int32_t block) { return ks_.get() + scale_offset(layer, block); }
-  float* v_scales(int64_t layer, int32_t block) { return vs_.get() + scale_offset(layer, block); }
-  // A linear-attention layer's recurrent state of one sequence slot: the conv inputs
-  // [kernel - 1, conv_dim] and the delta-rule state [nv, dk, dv], FP32.
-  int32_t slots() const { return slots_; }
-  float* conv_state(int64_t layer, int32_t slot) {
-    return rec_.get() + (layer * slots_ + slot) * rec_row_;
-  }
-  float* delta_state(int64_t layer, int32_t slot) { return conv_state(layer, slot) + conv_row_; }
-  uint64_t slot_bytes() const;  // recurrent state of one sequence, all layers
-  // Verification keeps the recurrent state after each position of a slice (SeqSlice::
-  // keep_states), so that rejected draft positions roll back by a copy: room for `positions`
-  // per slot. Nothing to keep for a model without recurrent layers.
-  void reserve_state_steps(int32_t positions);
-  int32_t state_steps() const { return state_steps_; }
-  // The kept state of a linear-attention layer after position `p` of the slot's last
-  // keep_states slice ([conv | delta], as conv_state lays it out).
+  int32_t num_blocks() const { return kv_.num_blocks(); }
+  int32_t block_size() const { return kv_.block_size(); }
+  int64_t row() const { return kv_.row(); }
+  KvDtype dtype() const { return kv_.dtype(); }
+  KvStore& keys_values() { return kv_; }
+  RecurrentStore& recurrent() { return rec_; }
+  int32_t slots() const { return rec_.slots(); }
+  float* conv_state(int64_t layer, int32_t slot) { return rec_.conv_state(layer, slot); }
+  float* delta_state(int64_t layer, int32_t slot) { return rec_.delta_state(layer, slot); }
+  uint64_t slot_bytes() const { return rec_.slot_bytes(); }
+  void reserve_state_steps(int32_t positions) { rec_.reserve_state_steps(positions); }
+  int32_t state_steps() const { return rec_.state_steps(); }
   float* kept_state(int64_t layer, int32_t slot, int64_t p) {
-    return kept_.get() + ((layer * slots_ + slot) * state_steps_ + p) * rec_row_;
+    return rec_.kept_state(layer, slot, p);
   }
-  // Returns the slot's recurrent state, every layer, to the one after position `p` of its last
-  // keep_states slice.
-  void restore_state(int32_t slot, int64_t p);
-  // Saved states apart from the slots (prefix caching of hybrid models): `entries` of them, a
-  // slot's whole state copied in (save_state) or out (load_state).
-  void reserve_saved_states(int32_t entries);
-  int32_t saved_states() const { return saved_; }
-  void save_state(int32_t slot, int32_t entry);
-  void load_state(int32_t entry, int32_t slot);
+  void restore_state(int32_t slot, int64_t p) { rec_.restore_state(slot, p); }
+  void reserve_saved_states(int32_t entries) { rec_.reserve_saved_states(entries); }
+  int32_t saved_states() const { return rec_.saved_states(); }
+  void save_state(int32_t slot, int32_t entry) { rec_.save_state(slot, entry); }
+  void load_state(int32_t entry, int32_t slot) { rec_.load_state(entry, slot); }
   // Unique in the process: an expert-parallel step names the cache its replicas follow.
   uint64_t id() const { return id_; }
 
  private:
-  size_t offset(int64_t layer, int32_t block) const {
-    return static_cast<size_t>((layer * num_blocks_ + block) * block_size_ * row_);
-  }
-  size_t scale_offset(int64_t layer, int32_t block) const {
-    return static_cast<size_t>((layer * num_blocks_ + block) * block_size_ * kv_heads_);
-  }
-  int32_t num_blocks_, block_size_;
-  int64_t row_, kv_heads_;
-  KvDtype dtype_;
-  int32_t slots_;
+  KvStore kv_;
+  RecurrentStore rec_;
   uint64_t id_;
-  int64_t conv_row_ = 0, rec_row_ = 0;  // floats per (layer, slot)
-  int64_t layers_ = 0;                  // linear-attention layers
-  int64_t all_layers_ = 0;
-  std::vector<bool> linear_;  // per layer: a linear-attention one
-  HugeArray<float> rec_;                // read and written whole every step
-  int32_t state_steps_ = 0;
-  HugeArray<float> kept_;  // [layer][slot][position][rec_row]
-  int32_t saved_ = 0;
-  HugeArray<float> saved_states_;  // [layer][entry][rec_row]
-  // Left uninitialized: a slot is always written before attention reads it, and untouched
-  // pages of a large cache cost no memory until a sequence reaches them.
-  std::unique_ptr<float[]> k_, v_;
-  std::unique_ptr<uint16_t[]> k16_, v16_;
-  std::unique_ptr<uint8_t[]> k8_, v8_;
-  std::unique_ptr<float[]> ks_, vs_;
 };
 
 // One sequence in a batch: tokens at positions [start, start + count), whose keys and values
@@ -305,8 +250,8 @@ class DecoderModel {
   // An MTP head's: the target model's lm_head, which it shares (lm_head then null).
   const Linear* shared_head = nullptr;
   struct MtpInput {
-    std::unique_ptr<Linear> fc;                // [H, 2H]: the embedding half first
-    Tensor norm_embedding, norm_hidden;        // [H] FP32, (1 + w) applied
+    std::unique_ptr<Linear> fc;          // [H, 2H]: the embedding half first
+    Tensor norm_embedding, norm_hidden;  // [H] FP32, (1 + w) applied
   };
   std::unique_ptr<MtpInput> mtp_input;
   std::vector<DecoderLayer> layers;
@@ -339,7 +284,7 @@ class DecoderModel {
   std::vector<char> slot_taken_;
   std::unique_ptr<MoeDispatcher> dispatcher_;
   StepHook step_hook_;
-  float* hidden_out_ = nullptr;       // set by forward_hidden for its pass
+  float* hidden_out_ = nullptr;        // set by forward_hidden for its pass
   const float* mtp_hidden_ = nullptr;  // set by forward_mtp for its pass
   const Linear& head() const { return shared_head != nullptr ? *shared_head : *lm_head; }
   // Each row's MTP input into x: fc over the normed embedding and hidden state.
