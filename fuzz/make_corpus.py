@@ -4,7 +4,8 @@
 Small on purpose (the whole corpus is committed): safetensors headers cut after a few data
 bytes, whole small files, the fixtures' config.json files, a trimmed quant description, a
 tokenizer.json with the 256 byte tokens and a few merges, chat templates, OpenAI request
-bodies, and GGUF files with their tokenizer metadata cut down to a few hundred tokens.
+bodies, GGUF files with their tokenizer metadata cut down to a few hundred tokens, and small
+images (PNG, JPEG, WebP, a data URI).
 
   python3 fuzz/make_corpus.py [--shared ../shared]
 
@@ -377,6 +378,22 @@ def gguf_seeds(shared):
           read(os.path.join(g, "tiny-qwen3-dense.Q2_K.gguf"), 4096))
 
 
+# ---- images ----
+
+
+def image_seeds(shared):
+    """The Qwen-VL fixture's PNGs (one needs a resize) and one as a data URI. The JPEG, WebP
+    and odd-PNG seeds beside them were encoded once with libjpeg-turbo, libwebp and libpng
+    (no encoder here) and are left alone."""
+    import base64
+    g = os.path.join(shared, "fixtures", "tiny-qwen3_5-moe-vl", "golden")
+    for name in ("quadrants_64x64", "rings_128x96", "checker_100x75_resized"):
+        write("image", name + ".png", read(os.path.join(g, name + ".png")))
+    png = read(os.path.join(g, "quadrants_64x64.png"))
+    write("image", "quadrants-data-uri.txt",
+          "data:image/png;base64," + base64.b64encode(png).decode())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
@@ -387,6 +404,7 @@ def main():
     template_seeds()
     request_seeds()
     gguf_seeds(a.shared)
+    image_seeds(a.shared)
 
 
 if __name__ == "__main__":

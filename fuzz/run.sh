@@ -32,6 +32,7 @@ case $target in
   openai_request) max_len=4096 dict=openai ci_runs=10000 ;;
   tool_parser) max_len=4096 dict=tools ci_runs=10000 ;;
   gguf) max_len=65536 dict=gguf ci_runs=60000 ;;
+  image) max_len=65536 dict=image ci_runs=100000 ;;
   *)
     echo "run.sh: unknown target '$target'" >&2
     exit 2

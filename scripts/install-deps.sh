@@ -10,6 +10,7 @@ apt_packages=(
   libopenmpi-dev openmpi-bin iproute2
   nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev libcpp-httplib-dev libssl-dev
   libboost-dev
+  libpng-dev libjpeg-dev libwebp-dev zlib1g-dev
   clang libclang-rt-14-dev
   nodejs npm
   chromium
