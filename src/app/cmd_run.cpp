@@ -18,6 +18,7 @@ struct RunArgs {
   bool json = false;
   SamplingParams sampling;
   SpeculativeOptions spec;
+  std::vector<std::string> images;
 };
 
 int run(RunArgs& a) {
@@ -40,7 +41,13 @@ int run(RunArgs& a) {
       stop_token_ids_or_report(a.m.model, **tok, tmpl.is_ok() ? &*tmpl : nullptr, "run");
   if (!stops) return 1;
   a.sampling.stop_token_ids.insert(a.sampling.stop_token_ids.end(), stops->begin(), stops->end());
-  const std::vector<int32_t> prompt = (*tok)->encode(a.prompt);
+  std::vector<int32_t> prompt = (*tok)->encode(a.prompt);
+  std::unique_ptr<MultimodalPrompt> mm;
+  if (!a.images.empty()) {
+    mm = multimodal_or_report(a.m, *model, prompt, a.images, "run");
+    if (!mm) return 1;
+    prompt = mm->ids;
+  }
   std::function<void(const std::string&)> stream;
   if (!a.json) {
     std::fputs(a.prompt.c_str(), stdout);
@@ -52,7 +59,7 @@ int run(RunArgs& a) {
   auto drafter = drafter_or_report(a.m, *model, a.spec, "run");
   if (!drafter) return 1;
   auto r = generate(*model, **tok, prompt, a.sampling, ctx, stream,
-                    {.spec = a.spec, .drafter = drafter->drafter.get()});
+                    {.spec = a.spec, .drafter = drafter->drafter.get(), .multimodal = mm.get()});
   if (!r.is_ok()) {
     if (!a.json) std::fputs("\n", stdout);
     std::fprintf(stderr, "mxserve run: %s\n", r.status().to_string().c_str());
@@ -67,6 +74,10 @@ int run(RunArgs& a) {
                 {"prefill_tok_s", r->prefill_tok_s()},
                 {"decode_tok_s", r->decode_tok_s()},
                 {"load_s", load_s}};
+    if (mm) {
+      out["image_tokens"] = mm->image_tokens;
+      out["vision_s"] = mm->tower_seconds;
+    }
     if (a.spec.algorithm != SpecAlgorithm::kNone) {
       out["speculative"] = {{"algorithm", spec_algorithm_name(a.spec.algorithm)},
                             {"verify_steps", r->spec.verify_steps},
@@ -86,11 +97,12 @@ int run(RunArgs& a) {
       static_cast<long long>(r->prompt_tokens), r->prefill_tok_s(), r->token_ids.size(),
       r->decode_tok_s(), r->finish_reason.c_str(), load_s);
   if (a.spec.algorithm != SpecAlgorithm::kNone) {
-    std::printf("speculative (%s): %lld of %lld drafted tokens accepted (%.0f%%), %.2f tokens per "
-                "verify step\n",
-                spec_algorithm_name(a.spec.algorithm), static_cast<long long>(r->spec.accepted),
-                static_cast<long long>(r->spec.drafted), 100.0 * r->spec.acceptance_rate(),
-                r->spec.mean_accepted_length());
+    std::printf(
+        "speculative (%s): %lld of %lld drafted tokens accepted (%.0f%%), %.2f tokens per "
+        "verify step\n",
+        spec_algorithm_name(a.spec.algorithm), static_cast<long long>(r->spec.accepted),
+        static_cast<long long>(r->spec.drafted), 100.0 * r->spec.acceptance_rate(),
+        r->spec.mean_accepted_length());
   }
   return 0;
 }
@@ -108,6 +120,9 @@ void register_run(CLI::App& app, int& exit_code) {
   cmd->add_option("--ctx,--context-length", a->ctx, "Context length (default: the model's)")
       ->check(CLI::Range(int64_t{1}, kMaxConfigSize));
   cmd->add_flag("--json", a->json, "Print one JSON object instead of text");
+  cmd->add_option("--image", a->images,
+                  "An image (PNG, JPEG or WebP) for a vision model, repeatable; placed at the "
+                  "prompt's <|image_pad|> tokens, or before the prompt");
   add_sampling_flags(cmd, &a->sampling);
   add_speculative_flags(cmd, &a->spec);
   cmd->callback([a, &exit_code] { exit_code = run(*a); });

@@ -14,6 +14,7 @@
 
 #include "model/model.h"
 #include "parallel/comm.h"
+#include "runtime/multimodal.h"
 #include "runtime/sampler.h"
 #include "runtime/speculative.h"
 
@@ -75,6 +76,19 @@ struct SpecDrafter {
   std::unique_ptr<DecoderModel> head;
   std::unique_ptr<Drafter> drafter;
 };
+// Images for a prompt (run --image): the checkpoint's vision tower over each file, placed at
+// the image placeholders of `ids`, or before the prompt when it names none. Prints the error
+// and returns null on failure. With `tower`, the tower loaded there is used (and loaded there
+// the first time), so that a conversation loads it once.
+std::unique_ptr<MultimodalPrompt> multimodal_or_report(
+    const ModelArgs& a, DecoderModel& model, std::vector<int32_t> ids,
+    const std::vector<std::string>& files, const char* command,
+    std::unique_ptr<VisionTower>* tower = nullptr);
+// The checkpoint's vision tower loaded as the model flags ask (its linears in the model's
+// scheme); null when the checkpoint has none or serves under expert parallelism. Prints the
+// error and sets `failed` when a tower is there but does not load.
+std::unique_ptr<VisionTower> vision_tower_or_report(const ModelArgs& a, DecoderModel& model,
+                                                    const char* command, bool* failed);
 std::optional<SpecDrafter> drafter_or_report(const ModelArgs& a, DecoderModel& model,
                                              const SpeculativeOptions& spec, const char* command);
 // Expert parallelism, after the model loaded: on ranks 1.. replays rank 0's steps until rank 0

@@ -1,15 +1,19 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <thread>
 
 #include "app/commands.h"
 #include "core/log.h"
 #include "loader/checkpoint_format.h"
+#include "media/image.h"
 #include "runtime/ep_runtime.h"
 
 namespace mx::app {
@@ -288,9 +292,66 @@ LoadOptions load_options_of(const ModelArgs& a) {
 
 }  // namespace
 
+namespace {
+
+Result<MultimodalPrompt> multimodal_prompt(const ModelArgs& a, DecoderModel& model,
+                                           std::vector<int32_t> ids,
+                                           const std::vector<std::string>& files,
+                                           std::unique_ptr<VisionTower>& tower) {
+  if (!tower) {
+    MX_ASSIGN_OR_RETURN(tower, load_vision_tower(a.model, load_options_of(a), &model.pool()));
+  }
+  MX_ASSIGN_OR_RETURN(VisionPreprocessConfig pre, read_preprocessor_config(a.model));
+  std::vector<PixelPatches> images;
+  for (const std::string& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) return not_found(f + ": cannot open the image");
+    const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), {}};
+    auto img = decode_image(bytes.data(), bytes.size());
+    if (!img.is_ok()) return invalid_argument(f + ": " + img.status().message());
+    MX_ASSIGN_OR_RETURN(PixelPatches px, preprocess_image(*img, pre));
+    images.push_back(std::move(px));
+  }
+  const VisionConfig& v = tower->config();
+  if (std::count(ids.begin(), ids.end(), v.image_token_id) == 0) {
+    std::vector<int32_t> marked = image_markers(v, static_cast<int64_t>(files.size()));
+    marked.insert(marked.end(), ids.begin(), ids.end());
+    ids = std::move(marked);
+  }
+  return build_multimodal_prompt(*tower, ids, images);
+}
+
+}  // namespace
+
+std::unique_ptr<MultimodalPrompt> multimodal_or_report(const ModelArgs& a, DecoderModel& model,
+                                                       std::vector<int32_t> ids,
+                                                       const std::vector<std::string>& files,
+                                                       const char* command,
+                                                       std::unique_ptr<VisionTower>* tower) {
+  std::unique_ptr<VisionTower> own;
+  auto p = multimodal_prompt(a, model, std::move(ids), files, tower != nullptr ? *tower : own);
+  if (!p.is_ok()) {
+    std::fprintf(stderr, "mxserve %s: %s\n", command, p.status().to_string().c_str());
+    return nullptr;
+  }
+  return std::make_unique<MultimodalPrompt>(std::move(p).value());
+}
+
+std::unique_ptr<VisionTower> vision_tower_or_report(const ModelArgs& a, DecoderModel& model,
+                                                    const char* command, bool* failed) {
+  *failed = false;
+  if (!model.config().vision.present() || model.replays_steps()) return nullptr;
+  auto t = load_vision_tower(a.model, load_options_of(a), &model.pool());
+  if (!t.is_ok()) {
+    std::fprintf(stderr, "mxserve %s: vision tower: %s\n", command, t.status().to_string().c_str());
+    *failed = true;
+    return nullptr;
+  }
+  return std::move(t).value();
+}
+
 std::optional<SpecDrafter> drafter_or_report(const ModelArgs& a, DecoderModel& model,
-                                             const SpeculativeOptions& spec,
-                                             const char* command) {
+                                             const SpeculativeOptions& spec, const char* command) {
   SpecDrafter d;
   if (spec.algorithm != SpecAlgorithm::kMtp) return d;
   auto head = load_mtp_head(a.model, model, load_options_of(a));

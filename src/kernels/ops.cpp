@@ -57,6 +57,43 @@ void rope_cos_sin(int64_t head_dim, int64_t pos, const float* inv_freq, float* c
   }
 }
 
+void layer_norm(const float* x, const float* w, const float* b, int64_t n, double eps, float* y) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / static_cast<double>(n);
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) sq += (x[i] - mean) * (x[i] - mean);
+  const double inv = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = static_cast<float>((x[i] - mean) * inv) * w[i] + b[i];
+  }
+}
+
+void gelu_tanh(float* x, int64_t n) {
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    x[i] = 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v)));
+  }
+}
+
+void gelu_erf(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+  }
+}
+
+void rope_cos_sin_mrope(int64_t head_dim, const int64_t pos[3], const int64_t section[3],
+                        const float* inv_freq, float* cos, float* sin) {
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const int64_t axis = i % 3;
+    const int64_t p = axis != 0 && i / 3 < section[axis] ? pos[axis] : pos[0];
+    const float angle = static_cast<float>(p) * inv_freq[i];
+    cos[i] = std::cos(angle);
+    sin[i] = std::sin(angle);
+  }
+}
+
 void rope_neox_cs(float* head, int64_t head_dim, const float* cos, const float* sin) {
   const int64_t half = head_dim / 2;
   for (int64_t i = 0; i < half; ++i) {

@@ -23,10 +23,20 @@ void rope_neox(float* head, int64_t head_dim, int64_t pos, const float* inv_freq
 void rope_inv_freq(int64_t head_dim, double theta, float* inv_freq);
 // The cosines and sines rope_neox uses at `pos` (head_dim/2 each), to apply to many heads.
 void rope_cos_sin(int64_t head_dim, int64_t pos, const float* inv_freq, float* cos, float* sin);
+// Multimodal (interleaved) RoPE: frequency j takes pos[1] (height) where j % 3 == 1 and
+// j / 3 < section[1], pos[2] (width) where j % 3 == 2 and j / 3 < section[2], else pos[0]
+// (temporal). Three equal positions give rope_cos_sin's values bit for bit.
+void rope_cos_sin_mrope(int64_t head_dim, const int64_t pos[3], const int64_t section[3],
+                        const float* inv_freq, float* cos, float* sin);
 // rope_neox with precomputed cosines and sines: the same result.
 void rope_neox_cs(float* head, int64_t head_dim, const float* cos, const float* sin);
 
 // In place: x = silu(gate) * up, with gate = x[0:n], up = x[n:2n] -> out[0:n].
+// LayerNorm over n values: (x - mean) / sqrt(var + eps) * w + b, the moments in double.
+void layer_norm(const float* x, const float* w, const float* b, int64_t n, double eps, float* y);
+// GELU in place: the tanh approximation (PyTorch's gelu(approximate="tanh")) or exact (erf).
+void gelu_tanh(float* x, int64_t n);
+void gelu_erf(float* x, int64_t n);
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 
 // Numerically stable softmax in place.

@@ -8,6 +8,7 @@
 #include "core/json_util.h"
 #include "core/mapped_file.h"
 #include "loader/checkpoint_format.h"
+#include "loader/vision_config.h"
 #include "loader/weight_source.h"
 
 namespace mx {
@@ -179,6 +180,9 @@ Status parse_qwen3_5_fields(const Json& j, const std::string& what, ModelConfig*
     return invalid_argument(what + ": partial_rotary_factor " + std::to_string(partial) +
                             " does not give an even rotary width of head_dim " +
                             std::to_string(c->head_dim));
+  }
+  if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object()) {
+    MX_RETURN_IF_ERROR(parse_mrope_fields(*rp, what, c));
   }
   struct Field {
     const char* key;
@@ -368,6 +372,13 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
       MX_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
                           json_int_or(j, "shared_expert_intermediate_size", 0, what));
     }
+  }
+  // A text-only checkpoint may carry the vision_config of the model it was cut from (ids past
+  // its vocabulary, no tower weights): its text still runs, and the reason is kept for
+  // whoever asks for the tower.
+  if (Status v = parse_vision_config(top, what, &c); !v.is_ok()) {
+    c.vision = VisionConfig{};
+    c.vision.unusable = v.to_string();
   }
   MX_RETURN_IF_ERROR(validate_model_config(c, what));
   return c;

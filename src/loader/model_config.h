@@ -2,6 +2,7 @@
 // from the checkpoint; defaults apply only where the file omits a field.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -25,6 +26,37 @@ struct ArchInfo {
 };
 // The explicit list of supported architectures.
 const std::vector<ArchInfo>& supported_archs();
+
+// A Qwen3.5 / Qwen3-VL vision tower: patches of patch x patch pixels over temporal_patch
+// frames embedded to hidden_size, `depth` ViT blocks, and a merger that concatenates each
+// merge x merge group of patches and maps it to the language model's width (out_hidden_size).
+struct VisionConfig {
+  int64_t depth = 0;
+  int64_t hidden_size = 0;
+  int64_t num_heads = 0;
+  int64_t intermediate_size = 0;
+  int64_t in_channels = 3;
+  int64_t patch_size = 0;
+  int64_t temporal_patch_size = 0;
+  int64_t spatial_merge_size = 0;
+  int64_t out_hidden_size = 0;
+  int64_t num_position_embeddings = 0;  // a square grid of learned positions
+  // The block MLP's GELU: the tanh form (gelu_pytorch_tanh) or exact (gelu).
+  bool mlp_gelu_tanh = true;
+  // Qwen3-VL's DeepStack: blocks whose merged output is added to the language model's hidden
+  // states after the first layers (one per entry).
+  std::vector<int64_t> deepstack_indexes;
+  int64_t image_token_id = -1;
+  int64_t video_token_id = -1;
+  int64_t vision_start_token_id = -1;
+  int64_t vision_end_token_id = -1;
+  // Why a vision_config that is there cannot be used (empty: usable or absent).
+  std::string unusable;
+  bool present() const { return depth > 0; }
+  int64_t patch_values() const {
+    return in_channels * temporal_patch_size * patch_size * patch_size;
+  }
+};
 
 struct ModelConfig {
   Arch arch = Arch::kQwen3;
@@ -80,6 +112,14 @@ struct ModelConfig {
   int64_t shared_expert_intermediate_size = 0;
   // Multi-token-prediction layers the checkpoint carries beside the decoder (mtp.*).
   int64_t mtp_num_hidden_layers = 0;
+  // Multimodal rotary (Qwen3.5, Qwen3-VL): rotary frequency j takes the temporal, height or
+  // width position of its row. Interleaved (Qwen3.5): j = 3i + 1 takes h for i < section[1],
+  // j = 3i + 2 takes w for i < section[2], every other j takes t. Text rows have three equal
+  // positions, so text alone is plain RoPE.
+  std::array<int64_t, 3> mrope_section{0, 0, 0};
+  bool mrope_interleaved = false;
+  // The vision tower (depth 0: a text-only checkpoint).
+  VisionConfig vision;
 
   bool is_moe_layer(int64_t layer) const;
   bool is_linear_attention(int64_t layer) const {

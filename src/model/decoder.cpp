@@ -146,8 +146,14 @@ Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, 
   float* x = exec_->workspace().floats(kWsResidual, n * hid);
   float* h = exec_->workspace().floats(kWsNormed, n * hid);
   for (int64_t r = 0, sidx = 0; sidx < static_cast<int64_t>(seqs.size()); ++sidx) {
-    for (int64_t i = 0; i < seqs[sidx].count; ++i, ++r)
-      embed.row(seqs[sidx].tokens[i], x + r * hid);
+    const SeqSlice& sq = seqs[sidx];
+    for (int64_t i = 0; i < sq.count; ++i, ++r) {
+      if (sq.embeds != nullptr && sq.embeds[i] != nullptr) {
+        std::memcpy(x + r * hid, sq.embeds[i], static_cast<size_t>(hid) * sizeof(float));
+      } else {
+        embed.row(sq.tokens[i], x + r * hid);
+      }
+    }
   }
   if (mtp_input) mtp_inputs(n, x);
   // Rotary angles once per row for every layer: sin and cos cost more than the rotations.
@@ -156,9 +162,15 @@ Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, 
   float* rope = exec_->workspace().floats(kWsRope, n * rot);
   for (int64_t t = 0, r = 0; t < static_cast<int64_t>(seqs.size()); ++t) {
     for (int64_t i = 0; i < seqs[t].count; ++i, ++r) {
-      row_pos[r] = seqs[t].start + i;
+      const SeqSlice& sq = seqs[t];
+      row_pos[r] = sq.start + i;
       float* cs = rope + r * rot;
-      rope_cos_sin(rot, row_pos[r], inv_freq_.data(), cs, cs + rot / 2);
+      if (sq.mrope != nullptr) {
+        rope_cos_sin_mrope(rot, sq.mrope + 3 * i, c.mrope_section.data(), inv_freq_.data(), cs,
+                           cs + rot / 2);
+      } else {
+        rope_cos_sin(rot, row_pos[r] + sq.rope_delta, inv_freq_.data(), cs, cs + rot / 2);
+      }
     }
   }
   t_embed.stop();

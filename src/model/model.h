@@ -81,6 +81,13 @@ struct SeqSlice {
   // The recurrent layers run token by token without keeping states: a recomputation of tokens
   // that were decoded (after preemption) rounds as their decode steps did.
   bool stepwise = false;
+  // Multimodal input: per row, an embedding that replaces the token's (null rows, or a null
+  // array: the token's own), e.g. a vision tower's output at image placeholders.
+  const float* const* embeds = nullptr;
+  // Multimodal rotary positions of the rows, (t, h, w) each; null: all three are the row's
+  // position plus rope_delta (what text after an image takes).
+  const int64_t* mrope = nullptr;
+  int64_t rope_delta = 0;
 };
 
 // A single sequence's cache: one block as long as the capacity.

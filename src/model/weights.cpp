@@ -38,12 +38,17 @@ Result<Tensor> WeightLoader::get(const std::string& name, const Shape& shape) co
 }
 
 Result<Tensor> WeightLoader::norm(const std::string& name, int64_t n) const {
-  MX_ASSIGN_OR_RETURN(Tensor t, get(name, {n}));
+  return floats(name, {n});
+}
+
+Result<Tensor> WeightLoader::floats(const std::string& name, const Shape& shape) const {
+  MX_ASSIGN_OR_RETURN(Tensor t, get(name, shape));
   if (t.dtype() != DType::kBF16 && t.dtype() != DType::kF16 && t.dtype() != DType::kF32) {
     return invalid_argument("tensor '" + name + "' is " + t.describe() +
-                            " where a float norm weight belongs");
+                            " where float weights belong");
   }
-  Tensor out = Tensor::empty(DType::kF32, {n});
+  const int64_t n = t.numel();
+  Tensor out = Tensor::empty(DType::kF32, shape);
   float* o = out.mutable_data_as<float>();
   const Tensor c = t.is_contiguous() ? t : t.contiguous_copy();
   for (int64_t i = 0; i < n; ++i) {

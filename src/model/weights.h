@@ -37,6 +37,8 @@ class WeightLoader {
   Result<Tensor> get(const std::string& name, const Shape& shape) const;
   // A norm's weight [n] as FP32, whatever float type it is stored in.
   Result<Tensor> norm(const std::string& name, int64_t n) const;
+  // Any float tensor of a checked shape as FP32.
+  Result<Tensor> floats(const std::string& name, const Shape& shape) const;
   bool has(const std::string& name) const { return src_.has(name); }
 
   // One matmul over modules stacked along the output (a packed module such as qkv_proj):

@@ -105,6 +105,7 @@ class Decoder {
           const SamplingParams& params, const GenerateOptions& opt, KvCache& cache,
           GenerateResult& r, const std::function<void(const std::string&)>& on_text)
       : model_(model),
+        mm_(opt.multimodal),
         prompt_(prompt),
         params_(params),
         cache_(cache),
@@ -123,8 +124,8 @@ class Decoder {
     history_ = prompt;
     if (drafter_) cache_.paged().reserve_state_steps(opt.spec.num_draft_tokens + 1);
     if (drafter_ && drafter_->needs_hidden()) {
-      const int64_t rows = std::max<int64_t>(static_cast<int64_t>(prompt.size()),
-                                             opt.spec.num_draft_tokens + 1);
+      const int64_t rows =
+          std::max<int64_t>(static_cast<int64_t>(prompt.size()), opt.spec.num_draft_tokens + 1);
       hidden_.resize(static_cast<size_t>(rows * model.config().hidden_size));
     }
   }
@@ -197,8 +198,7 @@ class Decoder {
     const int room = static_cast<int>(std::min<int64_t>(kMaxDraftTokens, budget - generated() - 1));
     draft_.clear();
     if (drafter_ && room > 0) {
-      const int k = std::min(adaptive_ ? policy_.choose(cost_, 1, &draft_cost_)
-                                       : fixed_k_, room);
+      const int k = std::min(adaptive_ ? policy_.choose(cost_, 1, &draft_cost_) : fixed_k_, room);
       if (k > 0) {
         const auto t = Clock::now();
         MX_RETURN_IF_ERROR(drafter_->propose(history_, k, &draft_));
@@ -221,8 +221,8 @@ class Decoder {
     for (int64_t i = 0; i <= n && !*stop; ++i) {
       bool accepted = false;
       float* row = logits_.data() + i * vocab_;
-      const int32_t id = i < n ? sample(row, draft_[static_cast<size_t>(i)], &accepted)
-                               : sample(row, -1, nullptr);
+      const int32_t id =
+          i < n ? sample(row, draft_[static_cast<size_t>(i)], &accepted) : sample(row, -1, nullptr);
       *stop = push(id, next);
       if (i < n && !accepted) break;
       kept += i < n ? 1 : 0;
@@ -248,6 +248,13 @@ class Decoder {
     s.blocks = &block;
     s.logits = verify ? SeqSlice::Logits::kAll : SeqSlice::Logits::kLast;
     s.keep_states = verify;
+    if (mm_ != nullptr) {
+      s.rope_delta = mm_->positions.rope_delta;
+      if (s.start + n <= static_cast<int64_t>(mm_->rows.size())) {
+        s.embeds = mm_->rows.data() + s.start;
+        s.mrope = mm_->positions.pos.data() + 3 * s.start;
+      }
+    }
     if (s.start + n > cache_.capacity()) {
       return invalid_argument("sequence of " + std::to_string(s.start + n) +
                               " tokens exceeds the KV cache capacity of " +
@@ -273,6 +280,7 @@ class Decoder {
   }
 
   DecoderModel& model_;
+  const MultimodalPrompt* mm_;
   const std::vector<int32_t>& prompt_;
   const SamplingParams& params_;
   KvCache& cache_;

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "model/model.h"
+#include "runtime/multimodal.h"
 #include "runtime/sampler.h"
 #include "runtime/speculative.h"
 #include "text/tokenizer.h"
@@ -24,7 +25,7 @@ struct GenerateResult {
   std::string finish_reason;  // "stop" or "length"
   int64_t prompt_tokens = 0;
   double prefill_seconds = 0;
-  double decode_seconds = 0;  // after the first generated token
+  double decode_seconds = 0;    // after the first generated token
   std::vector<float> logprobs;  // with GenerateOptions::logprobs
   SpecStats spec;
   double prefill_tok_s() const;
@@ -75,6 +76,8 @@ struct GenerateOptions {
   Drafter* drafter = nullptr;
   // GenerateResult::logprobs: each token's log-probability under the raw logits.
   bool logprobs = false;
+  // Images in the prompt (the prompt is then multimodal->ids); not owned.
+  const MultimodalPrompt* multimodal = nullptr;
 };
 
 // Fails when the prompt plus one token does not fit the context.
