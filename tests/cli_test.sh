@@ -107,6 +107,58 @@ check "bench --json --profile: speeds, roofline fractions, kernel shares" $?
 grep -qE '^decode: .* tok/s .*% of the bandwidth roofline' "$tmp/out" && grep -qE '^machine: [0-9.]+ GB/s read' "$tmp/out"
 check "bench: text report" $?
 expect_fail "bench: prompt past the context" "exceeds the context length of 1024" "$bin" bench -m "$model" -p 1000 -n 100
+# Images: run --image on the VL fixture's PNGs gives each case's golden greedy ids (the rendered
+# prompt read from a file, its final newline kept), and bad images are named.
+vl=$shared/fixtures/tiny-qwen3_5-moe-vl
+for c in quadrants_64x64 rings_128x96 checker_100x75_resized; do
+  python3 -c "import json,sys;c=[c for c in json.load(open('$vl/golden/golden.json'))['cases'] if c['name']=='$c'][0];sys.stdout.write(c['rendered_prompt'])" >"$tmp/prompt"
+  IFS= read -r -d '' prompt <"$tmp/prompt"
+  "$bin" run -m "$vl" -p "$prompt" --image "$vl/golden/$c.png" --temp 0 -n 16 --json \
+    >"$tmp/img.json" 2>"$tmp/err"
+  python3 - "$tmp/img.json" "$vl/golden/golden.json" "$c" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+c = [c for c in json.load(open(sys.argv[2]))["cases"] if c["name"] == sys.argv[3]][0]
+n = c["greedy_safe_len"]
+assert d["prompt_tokens"] == c["num_tokens"], (d["prompt_tokens"], c["num_tokens"])
+assert d["image_tokens"] == c["num_image_tokens"], d
+assert d["token_ids"][:n] == c["greedy_16_ids"][:n], (d["token_ids"], c["greedy_16_ids"])
+PY
+  check "run --image $c: the golden greedy ids" $?
+done
+head -c 100 "$vl/golden/rings_128x96.png" >"$tmp/cut.png"
+expect_fail "run --image: a truncated PNG is named" "cut.png: .*truncated" \
+  "$bin" run -m "$vl" -p "x" --image "$tmp/cut.png" -n 1
+expect_fail "run --image: a text-only model says so" "no vision tower" \
+  "$bin" run -m "$model" -p "x" --image "$vl/golden/rings_128x96.png" -n 1
+expect_fail "run --image: a missing file" "cannot open the image" \
+  "$bin" run -m "$vl" -p "x" --image "$tmp/none.png" -n 1
+# chat /image: the quadrants case's turn (image, then its question) renders the golden prompt,
+# so the reply is run --image's on that prompt; bad images are said and the chat goes on.
+qc=$(python3 -c "import json;c=json.load(open('$vl/golden/golden.json'))['cases'][0];print(c['messages'][0]['content'][1]['text'])")
+python3 -c "import json,sys;sys.stdout.write(json.load(open('$vl/golden/golden.json'))['cases'][0]['rendered_prompt'])" >"$tmp/prompt"
+IFS= read -r -d '' prompt <"$tmp/prompt"
+"$bin" run -m "$vl" -p "$prompt" --image "$vl/golden/quadrants_64x64.png" --temp 0 -n 8 --json \
+  >"$tmp/img.json" 2>/dev/null
+printf '/image %s\n/image %s\n/image\n%s\n' "$tmp/none.png" "$vl/golden/quadrants_64x64.png" "$qc" |
+  "$bin" chat -m "$vl" --temp 0 -n 8 >"$tmp/chat.out" 2>"$tmp/chat.err"
+python3 - "$tmp/img.json" "$tmp/chat.out" <<'PY'
+import json, sys
+want = json.load(open(sys.argv[1]))["text"]
+got = open(sys.argv[2]).read()
+assert got.rstrip("\n") == want, (got, want)
+PY
+[ $? -eq 0 ] && grep -q "none.png: cannot open the image" "$tmp/chat.err" && grep -q "/image needs a file" "$tmp/chat.err"
+check "chat /image: run --image's reply; a missing file and a bare /image are said" $?
+printf '/image %s\nhi\n' "$vl/golden/quadrants_64x64.png" | "$bin" chat -m "$model" -n 2 >"$tmp/chat.out" 2>"$tmp/chat.err"
+grep -q "has no vision tower" "$tmp/chat.err"; check "chat /image: a text-only model says so" $?
+"$bin" bench -m "$vl" -p 16 -n 4 -r 3 --image 192x128 --json >"$tmp/vb.json" 2>/dev/null
+python3 -c "
+import json;d=json.load(open('$tmp/vb.json'))['vision']
+assert d['grid_thw']==[1,8,12] and d['patches']==96 and d['image_tokens']==24 and d['s_per_image']>0 and d['us_per_patch']>0, d"
+check "bench --image: the tower's time per image and per patch on the expected grid" $?
+expect_fail "bench --image: a size that is not WxH" "is not WIDTHxHEIGHT" "$bin" bench -m "$vl" -p 16 -n 4 --image 320by240
+expect_fail "bench --image: a text-only model" "no vision tower" "$bin" bench -m "$model" -p 16 -n 4 --image 32x32
 # Speculative decoding: the golden greedy ids again (drafting changes no token), its counters,
 # the cost curve, and the drafters that are not here named as such.
 "$bin" run -m "$model" -p "It is a truth universally acknowledged, that" --temp 0 -n 8 --json \

@@ -1,11 +1,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <string_view>
 
 #include "app/commands.h"
 #include "loader/model_text.h"
+#include "media/image.h"
 #include "runtime/generate.h"
 #include "server/reasoning_parser.h"
 #include "text/chat_template.h"
@@ -54,6 +57,49 @@ class ReplyPrinter {
   bool in_dim_ = false, shown_reasoning_ = false, in_content_ = false;
 };
 
+// `/image FILE`: checked now (a model without a tower, a missing or unreadable file are said
+// at once), sent with the next message.
+void attach_image(const ChatArgs& a, const DecoderModel& model, const std::string& line,
+                  std::vector<std::string>* pending) {
+  const size_t at = line.find_first_not_of(' ', 6);
+  if (line.size() > 6 && line[6] != ' ') {
+    std::fprintf(stderr, "mxserve chat: unknown command %s (/image FILE)\n", line.c_str());
+    return;
+  }
+  if (at == std::string::npos) {
+    std::fprintf(stderr, "mxserve chat: /image needs a file: /image FILE\n");
+    return;
+  }
+  if (!model.config().vision.present()) {
+    std::fprintf(stderr, "mxserve chat: %s has no vision tower; images cannot be sent to it\n",
+                 a.m.model.c_str());
+    return;
+  }
+  const std::string file = line.substr(at);
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "mxserve chat: %s: cannot open the image\n", file.c_str());
+    return;
+  }
+  const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), {}};
+  if (auto img = decode_image(bytes.data(), bytes.size()); !img.is_ok()) {
+    std::fprintf(stderr, "mxserve chat: %s: %s\n", file.c_str(), img.status().message().c_str());
+    return;
+  }
+  pending->push_back(file);
+  std::fprintf(stderr, "[image %s attached to the next message]\n", file.c_str());
+}
+
+// The images first, then the text, as the Qwen-VL processors' examples order a turn.
+nlohmann::ordered_json user_content(const std::string& text,
+                                    const std::vector<std::string>& images) {
+  if (images.empty()) return text;
+  nlohmann::ordered_json parts = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < images.size(); ++i) parts.push_back({{"type", "image"}});
+  parts.push_back({{"type", "text"}, {"text", text}});
+  return parts;
+}
+
 int chat(ChatArgs& a) {
   auto model = load_model_or_report(a.m, "chat");
   if (!model) return 1;
@@ -78,8 +124,13 @@ int chat(ChatArgs& a) {
   if (a.no_think) extra["enable_thinking"] = false;
   if (tty)
     std::fprintf(stderr,
-                 "Type a message; /reset clears the conversation, /exit or Ctrl-D quits.\n");
+                 "Type a message; /image FILE attaches an image to the next one, /reset clears "
+                 "the conversation, /exit or Ctrl-D quits.\n");
   std::string line;
+  // Every image of the conversation in order (each turn renders the whole of it), those for
+  // the next message, and the tower, loaded at the first image.
+  std::vector<std::string> images, pending;
+  std::unique_ptr<VisionTower> tower;
   for (;;) {
     if (tty) std::fputs("> ", stdout);
     std::fflush(stdout);
@@ -88,21 +139,41 @@ int chat(ChatArgs& a) {
     if (line == "/reset") {
       messages = nlohmann::ordered_json::array();
       if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+      images.clear();
+      pending.clear();
+      continue;
+    }
+    if (line.rfind("/image", 0) == 0) {
+      attach_image(a, *model, line, &pending);
       continue;
     }
     if (line.empty()) continue;
-    messages.push_back({{"role", "user"}, {"content", line}});
+    messages.push_back({{"role", "user"}, {"content", user_content(line, pending)}});
     auto prompt = tmpl->apply(messages, true, extra);
     if (!prompt.is_ok()) {
       std::fprintf(stderr, "mxserve chat: %s\n", prompt.status().to_string().c_str());
       return 1;
     }
+    std::vector<int32_t> ids = (*tok)->encode(*prompt);
+    std::unique_ptr<MultimodalPrompt> mm;
+    if (!pending.empty() || !images.empty()) {
+      std::vector<std::string> all = images;
+      all.insert(all.end(), pending.begin(), pending.end());
+      mm = multimodal_or_report(a.m, *model, ids, all, "chat", &tower);
+      if (!mm) {
+        messages.erase(messages.end() - 1);
+        pending.clear();
+        continue;
+      }
+      images = std::move(all);
+      pending.clear();
+      ids = mm->ids;
+    }
     ReasoningParser think(prompt_starts_in_reasoning(*prompt));
     ReplyPrinter printer(out_tty, a.hide_think);
-    auto r = generate(*model, **tok, (*tok)->encode(*prompt), a.sampling,
-                      model->config().max_position_embeddings,
+    auto r = generate(*model, **tok, ids, a.sampling, model->config().max_position_embeddings,
                       [&](const std::string& s) { printer.print(think.push(s)); },
-                      {.spec = a.spec, .drafter = drafter->drafter.get()});
+                      {.spec = a.spec, .drafter = drafter->drafter.get(), .multimodal = mm.get()});
     printer.print(think.finish());
     printer.end_dim();
     if (!r.is_ok()) {

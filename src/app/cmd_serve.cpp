@@ -6,9 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "app/commands.h"
 #include "core/log.h"
 #include "loader/model_text.h"
+#include "media/vision_preprocess.h"
 #include "runtime/generate.h"
 #include "server/openai_server.h"
 #include "server/tool_parser.h"
@@ -26,7 +29,33 @@ struct ServeArgs {
   // 0: room for max_running_requests full contexts, capped at 1M tokens and at a quarter of
   // physical memory.
   int64_t max_total_tokens = 0;
+  std::string limit_mm;  // --limit-mm-per-prompt
 };
+
+// vLLM's --limit-mm-per-prompt: a JSON object of counts per modality; images only here.
+bool parse_limit_mm(const std::string& text, int64_t* images) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  const char* what = "mxserve serve: --limit-mm-per-prompt";
+  if (j.is_discarded() || !j.is_object()) {
+    std::fprintf(stderr, "%s '%s' is not a JSON object such as {\"image\": 4}\n", what,
+                 text.c_str());
+    return false;
+  }
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() != "image") {
+      std::fprintf(stderr, "%s: modality '%s' is not served (images only)\n", what,
+                   it.key().c_str());
+      return false;
+    }
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 1024) {
+      std::fprintf(stderr, "%s: 'image' must be an integer from 0 to 1024 (got %s)\n", what,
+                   it->dump().c_str());
+      return false;
+    }
+    *images = it->get<int64_t>();
+  }
+  return true;
+}
 
 int64_t saturating_mul(int64_t a, int64_t b) {
   int64_t r = 0;
@@ -178,6 +207,22 @@ int serve(ServeArgs& a) {
   if (!stops) return 1;
   auto drafter = drafter_or_report(a.m, *model, a.server.spec, "serve");
   if (!drafter) return 1;
+  bool tower_failed = false;
+  auto tower = vision_tower_or_report(a.m, *model, "serve", &tower_failed);
+  if (tower_failed) return 1;
+  if (tower) {
+    auto pre = read_preprocessor_config(a.m.model);
+    if (!pre.is_ok()) {
+      std::fprintf(stderr, "mxserve serve: %s\n", pre.status().to_string().c_str());
+      return 1;
+    }
+    a.server.images.tower = tower.get();
+    a.server.images.preprocess = *pre;
+    MX_LOG_INFO("images: vision tower of " + std::to_string(tower->config().depth) +
+                " blocks; at most " + std::to_string(a.server.images.max_images) +
+                " images per request of at most " +
+                std::to_string(a.server.images.limits.max_pixels) + " pixels");
+  }
   a.server.mtp_head = drafter->head.get();
   ServerConfig& c = a.server;
   if (c.served_model_name.empty()) {
@@ -307,7 +352,19 @@ void register_serve(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"auto", "last", "mean"}))
       ->capture_default_str();
   cmd->add_flag("!--no-webui", c.web_ui, "Serve no chat page at / (it is 404 then)");
-  cmd->callback([a, &exit_code] { exit_code = serve(*a); });
+  cmd->add_option("--limit-mm-per-prompt", a->limit_mm,
+                  "Images per request on a vision model, as vLLM's JSON ('{\"image\": 16}')");
+  cmd->add_option("--max-image-pixels", c.images.limits.max_pixels,
+                  "Largest image decoded, in pixels (a larger one is a 400)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  cmd->callback([a, &exit_code] {
+    if (!a->limit_mm.empty() && !parse_limit_mm(a->limit_mm, &a->server.images.max_images)) {
+      exit_code = 1;
+      return;
+    }
+    exit_code = serve(*a);
+  });
 }
 
 }  // namespace mx::app

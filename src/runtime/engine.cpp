@@ -31,8 +31,9 @@ SchedulerConfig for_model(SchedulerConfig c, const ModelConfig& m, bool replays)
   // Expert-parallel replicas keep their own recurrent states, which a saved one would not reach.
   if (c.prefix_caching && replays) {
     c.prefix_caching = false;
-    MX_LOG_INFO("prefix caching is off: a hybrid model's saved states under --ep-size are not "
-                "available yet");
+    MX_LOG_INFO(
+        "prefix caching is off: a hybrid model's saved states under --ep-size are not "
+        "available yet");
   }
   if (c.prefix_caching) c.state_entries = 2 * c.max_running_requests;
   return c;
@@ -89,9 +90,18 @@ Result<uint64_t> Engine::submit(EngineRequest req) {
                             std::to_string(req.params.max_tokens) +
                             ") exceeds the context length of " + std::to_string(ctx));
   }
+  if (req.multimodal != nullptr) {
+    if (req.multimodal->ids != req.prompt) {
+      return invalid_argument("a multimodal request's prompt must be its expanded ids");
+    }
+    if (model_.replays_steps()) {
+      return invalid_argument("images are not served under expert parallelism");
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
-  MX_RETURN_IF_ERROR(sched_.add(id, req.prompt, req.params.max_tokens));
+  MX_RETURN_IF_ERROR(sched_.add(id, req.multimodal ? req.multimodal->cache_keys : req.prompt,
+                                req.params.max_tokens));
   inbox_.push_back({id, std::move(req), std::chrono::steady_clock::now()});
   wake_.notify_all();
   return id;
@@ -282,13 +292,15 @@ std::vector<int32_t> Engine::sample_item(uint64_t id, const PlanItem& item, int3
     if (l.req.top_logprobs >= 0) raw.assign(row, row + vocab);
     bool ended = false, accepted = false;
     const bool guess = r < item.guesses;
-    const int32_t tok = guess ? sample_for(l, row, &ended, l.draft[static_cast<size_t>(r)], &accepted)
-                              : sample_for(l, row, &ended);
+    const int32_t tok = guess
+                            ? sample_for(l, row, &ended, l.draft[static_cast<size_t>(r)], &accepted)
+                            : sample_for(l, row, &ended);
     l.tokens.push_back(tok);
     ev.tokens.push_back(tok);
     const TextStream::Step ts = l.text->push(tok);
     ev.text += ts.delta;
-    if (!raw.empty()) ev.logprobs.push_back(token_logprob(raw.data(), vocab, tok, l.req.top_logprobs));
+    if (!raw.empty())
+      ev.logprobs.push_back(token_logprob(raw.data(), vocab, tok, l.req.top_logprobs));
     *stopped = ts.stop || ended;
     if (guess && !accepted) break;
     kept += guess ? 1 : 0;
@@ -297,7 +309,8 @@ std::vector<int32_t> Engine::sample_item(uint64_t id, const PlanItem& item, int3
   const bool first = l.tokens.size() == l.req.prompt.size() + ev.tokens.size();
   const double dt = std::chrono::duration<double>(now - (first ? l.arrival : l.last_token)).count();
   (first ? ttft_ : itl_).push_back(first ? dt : dt / static_cast<double>(ev.tokens.size()));
-  for (size_t i = 1; i < ev.tokens.size(); ++i) itl_.push_back(dt / static_cast<double>(ev.tokens.size()));
+  for (size_t i = 1; i < ev.tokens.size(); ++i)
+    itl_.push_back(dt / static_cast<double>(ev.tokens.size()));
   l.last_token = now;
   if (item.guesses > 0) {
     l.policy.record_acceptance(item.guesses, kept);
@@ -329,6 +342,29 @@ void Engine::take_inbox() {
     live_.emplace(in.id, std::move(l));
   }
   inbox_.clear();
+}
+
+void Engine::multimodal_slice(Live& l, const PlanItem& item, SeqSlice* s) {
+  const MultimodalPrompt& mm = *l.req.multimodal;
+  s->rope_delta = mm.positions.rope_delta;
+  const auto plen = static_cast<int64_t>(mm.ids.size());
+  if (item.guesses > 0 || item.start >= plen) return;  // text after the prompt
+  const int64_t end = item.start + item.count;
+  if (end <= plen) {
+    s->embeds = mm.rows.data() + item.start;
+    s->mrope = mm.positions.pos.data() + 3 * item.start;
+    return;
+  }
+  if (static_cast<int64_t>(l.mm_rows.size()) < end) {
+    l.mm_rows = mm.rows;
+    l.mm_pos = mm.positions.pos;
+    for (int64_t i = plen; i < end; ++i) {
+      l.mm_rows.push_back(nullptr);
+      l.mm_pos.insert(l.mm_pos.end(), 3, i + mm.positions.rope_delta);
+    }
+  }
+  s->embeds = l.mm_rows.data() + item.start;
+  s->mrope = l.mm_pos.data() + 3 * item.start;
 }
 
 void Engine::step_once() {
@@ -375,6 +411,7 @@ void Engine::step_once() {
         s.logits = SeqSlice::Logits::kAll;
         s.keep_states = true;
       }
+      if (l.req.multimodal != nullptr) multimodal_slice(l, item, &s);
       slices.push_back(s);
       slots.push_back(info->slot);
       if (item.samples) samplers.push_back(i);

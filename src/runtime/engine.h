@@ -50,6 +50,9 @@ struct EngineRequest {
   // Constrained decoding: only tokens the grammar allows are sampled, and the output ends when
   // the grammar is complete.
   std::shared_ptr<GrammarMatcher> grammar = nullptr;
+  // Images: `prompt` is then multimodal->ids, whose image rows take the vision tower's
+  // embeddings and the multimodal rotary positions.
+  std::shared_ptr<const MultimodalPrompt> multimodal = nullptr;
 };
 
 struct EngineStats {
@@ -104,6 +107,10 @@ class Engine {
     DraftPolicy policy{0};
     std::unique_ptr<Drafter> own_drafter;  // one that follows this request (MTP)
     std::vector<int32_t> draft, feed;      // the guesses, and the last token followed by them
+    // A multimodal prompt's embedding rows and positions carried past its end, for a chunk
+    // that recomputes the prompt and generated tokens together after preemption.
+    std::vector<const float*> mm_rows;
+    std::vector<int64_t> mm_pos;
     int64_t drafted = 0, kept = 0;
     std::chrono::steady_clock::time_point arrival, last_token;
   };
@@ -116,6 +123,8 @@ class Engine {
   void step_once();
   // Makes the queued requests live (under mu_).
   void take_inbox();
+  // Sets a multimodal request's embeddings, positions and rotary offset on its slice.
+  static void multimodal_slice(Live& l, const PlanItem& item, SeqSlice* s);
   void finish(uint64_t id, const std::string& reason);
   // Applies the request's logit processors and grammar to `row` and samples; `ended` is set
   // when the grammar allows nothing more. With `accepted`, verifies the guess `draft`.

@@ -42,6 +42,36 @@ Result<std::string> joined_text(const OJson& content, const std::string& field,
   return text;
 }
 
+Result<OJson> content_with_images(const OJson& content, const std::string& field,
+                                  std::initializer_list<std::string_view> text_types,
+                                  std::string_view image_type,
+                                  const std::function<Result<std::string>(const OJson&)>& image_url,
+                                  std::initializer_list<std::string_view> refused) {
+  bool images = false;
+  for (const OJson& p : content.is_array() ? content : OJson::array()) {
+    images = images || (p.is_object() && p.value("type", "") == image_type);
+  }
+  if (!images) {
+    MX_ASSIGN_OR_RETURN(std::string text, joined_text(content, field, text_types, refused));
+    return OJson(std::move(text));
+  }
+  OJson parts = OJson::array();
+  for (size_t i = 0; i < content.size(); ++i) {
+    const OJson& p = content[i];
+    const std::string at = field + "[" + std::to_string(i) + "]";
+    if (p.is_object() && p.value("type", "") == image_type) {
+      auto url = image_url(p);
+      if (!url.is_ok()) return translate_error(at, url.status().message());
+      parts.push_back({{"type", "image_url"}, {"image_url", {{"url", *url}}}});
+      continue;
+    }
+    // A text part alone, so that a bad one is named by its own index.
+    MX_ASSIGN_OR_RETURN(std::string text, joined_text(OJson::array({p}), at, text_types, refused));
+    parts.push_back({{"type", "text"}, {"text", std::move(text)}});
+  }
+  return parts;
+}
+
 Result<OJson> tool_result_message(const OJson& item, const char* id_key, const char* content_key,
                                   const std::string& at,
                                   std::initializer_list<std::string_view> text_types,

@@ -52,6 +52,15 @@ Result<std::string> joined_text(const OJson& content, const std::string& field,
                                 std::initializer_list<std::string_view> text_types,
                                 std::initializer_list<std::string_view> refused);
 
+// A user turn's content as chat reads it: the joined text, or, when it holds images, chat's
+// parts ({"type": "text"} and {"type": "image_url"} with the URL `image_url` gives for a part
+// of type `image_type`; an empty URL refuses the part).
+Result<OJson> content_with_images(const OJson& content, const std::string& field,
+                                  std::initializer_list<std::string_view> text_types,
+                                  std::string_view image_type,
+                                  const std::function<Result<std::string>(const OJson&)>& image_url,
+                                  std::initializer_list<std::string_view> refused);
+
 // A tool result as a chat "tool" message: `item[id_key]` (a string) names the call it answers,
 // `item[content_key]` (optional) is read by joined_text with the given part types.
 Result<OJson> tool_result_message(const OJson& item, const char* id_key, const char* content_key,

@@ -148,6 +148,7 @@ void CompletionJob::handle(size_t s, const StreamEvent& e) {
     return;
   }
   for (const TokenLogprob& lp : e.logprobs) q.cumulative_logprob += lp.logprob;
+  q.token_ids.insert(q.token_ids.end(), e.tokens.begin(), e.tokens.end());
   if (!e.finished) {
     if (setup_.stream) return stream_event(s, e);
     q.text += e.text;
@@ -210,6 +211,12 @@ OJson CompletionJob::choice_json(size_t s, int index) {
   choice["logprobs"] = setup_.want_logprobs ? q.lps->all() : OJson();
   choice["finish_reason"] = reason;
   choice["stop_reason"] = q.stop_reason;
+  if (setup_.return_token_ids) {
+    choice["token_ids"] = q.token_ids;
+    // vLLM: a completion's choices each carry their prompt's ids, a chat reply carries them
+    // once beside the choices.
+    if (!setup_.chat) choice["prompt_token_ids"] = setup_.prompt_ids[s / setup_.best_of];
+  }
   return choice;
 }
 
@@ -246,10 +253,11 @@ void CompletionJob::all_done() {
       choices.push_back(choice_json(order[i], static_cast<int>(choices.size())));
     }
   }
-  const OJson out = {
+  OJson out = {
       {"id", setup_.rid},    {"object", setup_.chat ? "chat.completion" : "text_completion"},
       {"created", created_}, {"model", setup_.model},
       {"choices", choices},  {"usage", u}};
+  if (setup_.return_token_ids && setup_.chat) out["prompt_token_ids"] = setup_.prompt_ids[0];
   ex_->send({200, "application/json", out.dump()});
   log_line(200, prompt, completion, "finish " + seqs_[0].finish_reason);
 }

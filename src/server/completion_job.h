@@ -37,7 +37,10 @@ struct JobSetup {
   bool echo = false;
   int n = 1, best_of = 1, prompts = 1;
   std::vector<std::string> prompt_texts;  // for echo
-  OutputParserFactory parser;             // null: the text is the content
+  // With return_token_ids: each prompt's ids (a vision request's with its images expanded).
+  bool return_token_ids = false;
+  std::vector<std::vector<int32_t>> prompt_ids;
+  OutputParserFactory parser;  // null: the text is the content
   const std::atomic<bool>* shutting_down = nullptr;
   std::function<void(uint64_t)> on_sequence_done;  // engine id of a sequence that ended
 };
@@ -65,6 +68,7 @@ class CompletionJob {
     std::unique_ptr<LogprobsJson> lps;
     std::unique_ptr<OutputParser> parser;
     std::string text;
+    std::vector<int32_t> token_ids;
     double cumulative_logprob = 0;
     int64_t prompt_tokens = 0, completion_tokens = 0;
     int64_t spec_drafted = 0, spec_accepted = 0;

@@ -16,11 +16,29 @@ Result<std::string> block_text(const OJson& content, const std::string& field) {
   return joined_text(content, field, {"text"}, {"image", "document"});
 }
 
+// An image block's source: base64 data with its media type, or a URL.
+Result<std::string> image_block_url(const OJson& block) {
+  const OJson src = block.value("source", OJson::object());
+  const std::string kind = src.is_object() ? src.value("type", "") : "";
+  if (kind == "base64" && src.contains("data") && src["data"].is_string() &&
+      src.contains("media_type") && src["media_type"].is_string()) {
+    return "data:" + src["media_type"].get<std::string>() + ";base64," +
+           src["data"].get<std::string>();
+  }
+  if (kind == "url" && src.contains("url") && src["url"].is_string()) {
+    return src["url"].get<std::string>();
+  }
+  return invalid_argument(
+      "an image block needs a source of type base64 (media_type, data) or url (url)");
+}
+
 Status user_blocks(const OJson& content, const std::string& field, OJson* chat) {
   if (content.is_string()) {
     chat->push_back({{"role", "user"}, {"content", content}});
     return Status::ok();
   }
+  OJson parts = OJson::array();
+  bool images = false;
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const OJson& b = content[i];
@@ -28,17 +46,28 @@ Status user_blocks(const OJson& content, const std::string& field, OJson* chat) 
     const std::string type = b.is_object() ? b.value("type", "") : "";
     if (type == "text" && b.contains("text") && b["text"].is_string()) {
       text += b["text"].get<std::string>();
+      parts.push_back({{"type", "text"}, {"text", b["text"]}});
     } else if (type == "tool_result") {
       MX_ASSIGN_OR_RETURN(OJson m, tool_result_message(b, "tool_use_id", "content", at, {"text"},
                                                        {"image", "document"}));
       chat->push_back(std::move(m));
-    } else if (type == "image" || type == "document") {
-      return translate_error(at, "'" + type + "' blocks are not supported by this model");
+    } else if (type == "image") {
+      auto url = image_block_url(b);
+      if (!url.is_ok()) return translate_error(at, url.status().message());
+      parts.push_back({{"type", "image_url"}, {"image_url", {{"url", *url}}}});
+      images = true;
+    } else if (type == "document") {
+      return translate_error(at, "'document' blocks are not supported by this model");
     } else {
       return translate_error(at, "unknown or malformed block type '" + type + "'");
     }
   }
-  if (!text.empty()) chat->push_back({{"role", "user"}, {"content", text}});
+  // Images keep the turn's parts in order for the chat template; text alone is joined.
+  if (images) {
+    chat->push_back({{"role", "user"}, {"content", parts}});
+  } else if (!text.empty()) {
+    chat->push_back({{"role", "user"}, {"content", text}});
+  }
   return Status::ok();
 }
 

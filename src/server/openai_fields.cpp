@@ -52,6 +52,7 @@ constexpr Field kSupported[] = {
     {"metadata", Scope::kBoth},
     {"service_tier", Scope::kBoth},
     {"request_id", Scope::kBoth},
+    {"return_token_ids", Scope::kBoth},
     {"messages", Scope::kChat},
     {"top_logprobs", Scope::kChat},
     {"tools", Scope::kChat},

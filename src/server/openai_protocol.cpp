@@ -297,23 +297,77 @@ bool completion_prompts(const OJson& body, const ProtocolContext& ctx, ParsedReq
   return true;
 }
 
-// A message as the chat template reads it: content parts joined, tool-call arguments (JSON
-// text on the wire) decoded to objects, as the Qwen templates iterate over them.
-bool template_message(const OJson& m, OJson* msg, HttpError* err) {
+// The URL of an image content part: OpenAI's {"type":"image_url","image_url":{"url":...}} (or
+// the URL as a plain string, as some clients send it), and the Responses API's
+// {"type":"input_image","image_url":...}; empty when the part names none.
+std::string image_part_url(const OJson& part) {
+  for (const char* key : {"image_url", "image"}) {
+    auto it = part.find(key);
+    if (it == part.end()) continue;
+    if (it->is_string()) return it->get<std::string>();
+    if (it->is_object() && it->contains("url") && (*it)["url"].is_string()) {
+      return (*it)["url"].get<std::string>();
+    }
+  }
+  return {};
+}
+
+// One content part into `parts` (as the template reads it) and its image URL into `images`.
+bool content_part(const OJson& part, const ProtocolContext& ctx, OJson* parts,
+                  std::vector<std::string>* images, HttpError* err) {
+  const std::string type = part.is_object() && part.contains("type") && part["type"].is_string()
+                               ? part["type"].get<std::string>()
+                               : std::string();
+  if (type == "text" && part.contains("text") && part["text"].is_string()) {
+    parts->push_back({{"type", "text"}, {"text", part["text"]}});
+    return true;
+  }
+  const bool image = type == "image_url" || type == "image" || type == "input_image";
+  if (image && ctx.image_pad_id >= 0) {
+    std::string url = image_part_url(part);
+    if (url.empty()) {
+      *err = {400, "an image content part needs 'image_url': {\"url\": ...}",
+              "invalid_request_error", "messages"};
+      return false;
+    }
+    images->push_back(std::move(url));
+    // The template sees the part without its payload (a data URI may be megabytes).
+    parts->push_back({{"type", "image"}});
+    return true;
+  }
+  // A part that is dropped would be answered as if it had not been sent.
+  *err = {400,
+          image ? "content parts of type '" + type +
+                      "' need a model with a vision tower; this one takes text parts only"
+                : "each content part must be an object of type 'text' with a string 'text'"
+                  " or, on a vision model, 'image_url' (got " +
+                      (type.empty() ? part.dump() : "'" + type + "'") + ")",
+          "invalid_request_error", "messages"};
+  return false;
+}
+
+// A message as the chat template reads it: text parts joined (a message with images keeps its
+// parts, which the template turns into vision placeholders), tool-call arguments (JSON text on
+// the wire) decoded to objects, as the Qwen templates iterate over them.
+bool template_message(const OJson& m, const ProtocolContext& ctx, OJson* msg,
+                      std::vector<std::string>* images, HttpError* err) {
   if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
     *err = {400, "each message needs a string 'role'", "invalid_request_error", "messages"};
     return false;
   }
   *msg = m;
   if (m.contains("content") && m["content"].is_array()) {
-    std::string text;
+    OJson parts = OJson::array();
+    const size_t before = images->size();
     for (const OJson& part : m["content"]) {
-      if (part.is_object() && part.contains("type") && part["type"] == "text" &&
-          part.contains("text") && part["text"].is_string()) {
-        text += part["text"].get<std::string>();
-      }
+      if (!content_part(part, ctx, &parts, images, err)) return false;
     }
-    (*msg)["content"] = text;
+    std::string text;
+    for (const OJson& part : parts) {
+      if (part["type"] == "text") text += part["text"].get<std::string>();
+    }
+    // Text alone is joined, so a text-only request renders as it would on a text model.
+    (*msg)["content"] = images->size() == before ? OJson(text) : parts;
   } else if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null()) {
     *err = {400, "message content must be a string or a list of parts", "invalid_request_error",
             "messages"};
@@ -333,6 +387,22 @@ bool template_message(const OJson& m, OJson* msg, HttpError* err) {
   return true;
 }
 
+// Each image of the request must stand at one placeholder of the rendered prompt, in order.
+bool check_image_placeholders(const std::vector<int32_t>& ids, const ProtocolContext& ctx,
+                              size_t images, HttpError* err) {
+  if (ctx.image_pad_id < 0) return true;
+  const auto found = static_cast<size_t>(
+      std::count(ids.begin(), ids.end(), static_cast<int32_t>(ctx.image_pad_id)));
+  if (found == images) return true;
+  *err = {400,
+          "the rendered prompt holds " + std::to_string(found) + " image placeholders for " +
+              std::to_string(images) +
+              " images (the chat template must place each image; text may not hold "
+              "<|image_pad|>)",
+          "invalid_request_error", "messages"};
+  return false;
+}
+
 bool chat_prompt(const OJson& body, const ProtocolContext& ctx, ParsedRequest* out,
                  HttpError* err) {
   auto it = body.find("messages");
@@ -343,8 +413,16 @@ bool chat_prompt(const OJson& body, const ProtocolContext& ctx, ParsedRequest* o
   OJson messages = OJson::array();
   for (const OJson& m : *it) {
     OJson msg;
-    if (!template_message(m, &msg, err)) return false;
+    if (!template_message(m, ctx, &msg, &out->image_urls, err)) return false;
     messages.push_back(std::move(msg));
+  }
+  if (out->image_urls.size() > static_cast<size_t>(ctx.max_images)) {
+    *err = {400,
+            "the request holds " + std::to_string(out->image_urls.size()) +
+                " images; this server takes at most " + std::to_string(ctx.max_images) +
+                " per request (--limit-mm-per-prompt)",
+            "invalid_request_error", "messages"};
+    return false;
   }
   if (ctx.tmpl == nullptr) {
     *err = {400, "this model has no chat template", "invalid_request_error", "messages"};
@@ -370,6 +448,9 @@ bool chat_prompt(const OJson& body, const ProtocolContext& ctx, ParsedRequest* o
   }
   if (!fits_context(text->size(), ctx, "messages", err)) return false;
   out->prompts.push_back(ctx.tok->encode(*text));
+  if (!check_image_placeholders(out->prompts.back(), ctx, out->image_urls.size(), err)) {
+    return false;
+  }
   out->prompt_texts.push_back(std::move(*text));
   return true;
 }
@@ -452,6 +533,7 @@ bool parse_request(const OJson& body, bool chat, const ProtocolContext& ctx, Par
   if (!parse_sampling(body, chat, static_cast<int64_t>(longest), ctx, &out->params, err) ||
       !get_field(body, "stream", &out->stream, err) || !parse_choices(body, out, err) ||
       !get_field(body, "echo", &out->echo, err) || !parse_logprobs(body, chat, out, err) ||
+      !get_field(body, "return_token_ids", &out->return_token_ids, err) ||
       !parse_structured_output(body, &out->grammar, err) || !parse_tools(body, out, err)) {
     return false;
   }

@@ -36,6 +36,9 @@ struct ProtocolContext {
   std::vector<int32_t> stop_ids;
   int64_t context = 0;
   std::string served_model_name;
+  // A vision model's image placeholder token; -1: image content parts are refused.
+  int64_t image_pad_id = -1;
+  int64_t max_images = 0;  // per request
 };
 
 // At most this many choices per request (n and best_of), as the issue of shared prompt KV
@@ -53,11 +56,16 @@ struct ParsedRequest {
   int n = 1;              // choices returned per prompt
   int best_of = 1;        // choices generated per prompt; the n most likely are returned
   bool echo = false;      // completions: the prompt's text leads each choice's text
+  // vLLM's return_token_ids: the prompt's and each choice's token ids in the reply.
+  bool return_token_ids = false;
   // Structured output (response_format, guided_json/regex/choice, structured_outputs).
   std::shared_ptr<const Grammar> grammar;
   OJson tools;        // the request's tools, or null
   OJson tool_choice;  // "auto" (default with tools), "none", "required" or a named function
   bool parallel_tool_calls = true;
+  // Chat: the URLs (data: URIs or http(s)) of the image parts, in prompt order; each stands at
+  // one image placeholder of prompts[0].
+  std::vector<std::string> image_urls;
   // Fields this server does not know, ignored as vLLM ignores them.
   std::vector<std::string> ignored_fields;
 };

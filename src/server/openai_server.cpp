@@ -113,6 +113,10 @@ struct OpenAiServer::Impl {
     c.stop_ids = stop_ids;
     c.context = context();
     c.served_model_name = config.served_model_name;
+    if (config.images.tower != nullptr) {
+      c.image_pad_id = config.images.tower->config().image_token_id;
+      c.max_images = config.images.max_images;
+    }
     return c;
   }
 
@@ -382,6 +386,8 @@ struct OpenAiServer::Impl {
     js.best_of = pr.best_of;
     js.prompts = static_cast<int>(pr.prompts.size());
     js.prompt_texts = pr.prompt_texts;
+    js.return_token_ids = pr.return_token_ids;
+    js.prompt_ids = pr.prompts;
     js.shutting_down = &shutting_down;
     js.on_sequence_done = [this](uint64_t id) {
       std::lock_guard<std::mutex> lock(live_mu);
@@ -396,8 +402,34 @@ struct OpenAiServer::Impl {
     if (grammar && !vocab) {
       return reject(rid, h.path, {400, "structured output is not available on this server"}, ex);
     }
+    if (!pr.image_urls.empty())
+      return with_images(h.path, std::move(js), std::move(pr), grammar, ex);
     auto job = std::make_shared<CompletionJob>(std::move(js), *tok, ex);
     submit_all(job, std::make_shared<const ParsedRequest>(std::move(pr)), grammar, ex);
+  }
+
+  // Images are decoded here; the tower runs on the engine thread between two steps (it shares
+  // the model's threads), which then submits the request with the images' embeddings.
+  void with_images(const std::string& path, JobSetup js, ParsedRequest pr,
+                   std::shared_ptr<const Grammar> grammar, std::shared_ptr<HttpExchange> ex) {
+    auto px = std::make_shared<std::vector<PixelPatches>>();
+    if (auto e = load_request_images(pr.image_urls, config.images, px.get())) {
+      return reject(js.rid, path, *e, ex);
+    }
+    auto setup = std::make_shared<JobSetup>(std::move(js));
+    auto req = std::make_shared<ParsedRequest>(std::move(pr));
+    engine->run_between_steps([this, setup, req, px, grammar, ex, path] {
+      if (shutting_down) {
+        return reject(setup->rid, path, {503, "the server is shutting down", "server_error"}, ex);
+      }
+      auto mm = build_multimodal_prompt(*config.images.tower, req->prompts[0], *px);
+      if (!mm.is_ok()) return reject(setup->rid, path, {400, mm.status().message()}, ex);
+      req->prompts[0] = mm->ids;
+      setup->prompt_ids = req->prompts;
+      auto shared = std::make_shared<const MultimodalPrompt>(std::move(*mm));
+      auto job = std::make_shared<CompletionJob>(std::move(*setup), *tok, ex);
+      submit_all(job, req, grammar, ex, shared);
+    });
   }
 
   // One engine request per sequence. The first candidate of each prompt goes at once; its
@@ -405,7 +437,8 @@ struct OpenAiServer::Impl {
   void submit_all(const std::shared_ptr<CompletionJob>& job,
                   const std::shared_ptr<const ParsedRequest>& req,
                   const std::shared_ptr<const Grammar>& grammar,
-                  const std::shared_ptr<HttpExchange>& ex) {
+                  const std::shared_ptr<HttpExchange>& ex,
+                  const std::shared_ptr<const MultimodalPrompt>& images = nullptr) {
     const ParsedRequest& pr = *req;
     struct Shared {
       std::atomic<bool> gone{false};
@@ -414,10 +447,11 @@ struct OpenAiServer::Impl {
     };
     const size_t best_of = static_cast<size_t>(pr.best_of);
     auto shared = std::make_shared<Shared>(pr.prompts.size());
-    auto make = [this, req, grammar, best_of](size_t s) {
+    auto make = [this, req, grammar, best_of, images](size_t s) {
       const ParsedRequest& r = *req;
       EngineRequest er;
       er.prompt = r.prompts[s / best_of];
+      er.multimodal = images;
       er.params = r.params;
       const size_t candidate = s % best_of;
       if (er.params.seed && candidate > 0) *er.params.seed += candidate;

@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "runtime/embed.h"
 #include "runtime/engine.h"
+#include "server/image_inputs.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -33,6 +34,7 @@ struct ServerConfig {
   SchedulerConfig scheduler;
   SpeculativeOptions spec;
   DecoderModel* mtp_head = nullptr;  // spec.algorithm mtp: the checkpoint's MTP head
+  ImageServing images;               // a vision model's tower and image limits
 };
 
 class OpenAiServer {

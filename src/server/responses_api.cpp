@@ -12,9 +12,12 @@
 namespace mx {
 namespace {
 
-Result<std::string> parts_text(const OJson& content, const std::string& field) {
-  return joined_text(content, field, {"input_text", "output_text", "text"},
-                     {"input_image", "input_file", "input_audio"});
+// input_image: {"image_url": "data:..."}; files by id are not kept here.
+Result<std::string> input_image_url(const OJson& part) {
+  if (part.contains("image_url") && part["image_url"].is_string()) {
+    return part["image_url"].get<std::string>();
+  }
+  return invalid_argument("an input_image needs a string 'image_url' (file_id is not supported)");
 }
 
 // A function_call item joins the assistant message just before it, as chat writes calls.
@@ -40,8 +43,11 @@ Status input_item(const OJson& item, const std::string& at, OJson* msgs) {
       return translate_error(at + ".role", "must be user, assistant, system or developer");
     }
     if (!item.contains("content")) return translate_error(at + ".content", "is required");
-    MX_ASSIGN_OR_RETURN(const std::string text, parts_text(item["content"], at + ".content"));
-    msgs->push_back({{"role", role == "developer" ? "system" : role}, {"content", text}});
+    MX_ASSIGN_OR_RETURN(
+        OJson content,
+        content_with_images(item["content"], at + ".content", {"input_text", "output_text", "text"},
+                            "input_image", input_image_url, {"input_file", "input_audio"}));
+    msgs->push_back({{"role", role == "developer" ? "system" : role}, {"content", content}});
   } else if (type == "function_call") {
     if (!item.contains("name") || !item["name"].is_string() || !item.contains("arguments") ||
         !item["arguments"].is_string()) {

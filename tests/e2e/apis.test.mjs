@@ -148,6 +148,17 @@ test("messages: bad bodies get 400s in Anthropic's error shape naming the field"
   await assert.rejects(anthropic.messages.create({ model: "nope", max_tokens: 5, messages: [{ role: "user", content: "x" }] }), (e) => e.status === 404);
 });
 
+test("chat: an image part sent to a text-only model gets a 400 naming it, never an answer that ignored it", async () => {
+  const png = readFileSync(`${process.env.SHARED_DIR}/fixtures/tiny-qwen3_5-moe-vl/golden/quadrants_64x64.png`);
+  const url = `data:image/png;base64,${png.toString("base64")}`;
+  await assert.rejects(
+    openai.chat.completions.create({
+      model: MODEL, max_tokens: 5,
+      messages: [{ role: "user", content: [{ type: "text", text: "What is this?" }, { type: "image_url", image_url: { url } }] }],
+    }),
+    (e) => e.status === 400 && e.message.includes("image_url") && e.message.includes("vision tower"));
+});
+
 // A safetensors tensor as Float32Array (F32 or BF16).
 function readTensor(dir, file, name) {
   const buf = readFileSync(`${dir}/${file}`);
