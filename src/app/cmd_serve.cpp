@@ -354,6 +354,16 @@ void register_serve(CLI::App& app, int& exit_code) {
   cmd->add_flag("!--no-webui", c.web_ui, "Serve no chat page at / (it is 404 then)");
   cmd->add_option("--limit-mm-per-prompt", a->limit_mm,
                   "Images per request on a vision model, as vLLM's JSON ('{\"image\": 16}')");
+  cmd->add_flag("!--no-image-urls", c.images.fetch_urls,
+                "Refuse http(s) image URLs (data: URIs only)");
+  cmd->add_option("--image-url-timeout", c.images.fetch_timeout_s,
+                  "Seconds an image URL may take to fetch")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--image-url-max-bytes", c.images.fetch_max_bytes,
+                  "Largest image fetched from a URL, in bytes")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32))
+      ->capture_default_str();
   cmd->add_option("--max-image-pixels", c.images.limits.max_pixels,
                   "Largest image decoded, in pixels (a larger one is a 400)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))

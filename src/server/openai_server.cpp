@@ -59,6 +59,7 @@ struct OpenAiServer::Impl {
   // connections of the HTTP server.
   std::unique_ptr<HttpServer> http;
   std::unique_ptr<Engine> engine;
+  std::unique_ptr<ImageLoader> image_loader;  // a vision model's
   int64_t started = now_seconds();
   // The vocabulary's trie for constrained decoding, built once.
   std::shared_ptr<const TokenVocab> vocab;
@@ -88,6 +89,9 @@ struct OpenAiServer::Impl {
     http = std::make_unique<HttpServer>(hc, std::move(h));
     vocab = build_vocab();
     engine = std::make_unique<Engine>(model, *tok, config.scheduler, config.spec, config.mtp_head);
+    if (config.images.tower != nullptr) {
+      image_loader = std::make_unique<ImageLoader>(config.images, 2);
+    }
   }
 
   std::shared_ptr<const TokenVocab> build_vocab() const {
@@ -99,7 +103,11 @@ struct OpenAiServer::Impl {
     }
     return std::make_shared<const TokenVocab>(bytes, stop_ids, specials);
   }
-  ~Impl() { engine.reset(); }
+  ~Impl() {
+    // Its jobs end by handing work to the engine.
+    image_loader.reset();
+    engine.reset();
+  }
 
   int64_t context() const {
     const int64_t ctx = model.config().max_position_embeddings;
@@ -408,27 +416,35 @@ struct OpenAiServer::Impl {
     submit_all(job, std::make_shared<const ParsedRequest>(std::move(pr)), grammar, ex);
   }
 
-  // Images are decoded here; the tower runs on the engine thread between two steps (it shares
-  // the model's threads), which then submits the request with the images' embeddings.
+  // Images are fetched and decoded on the image loader's threads; the tower runs on the engine
+  // thread between two steps (it shares the model's threads), which then submits the request
+  // with the images' embeddings.
   void with_images(const std::string& path, JobSetup js, ParsedRequest pr,
                    std::shared_ptr<const Grammar> grammar, std::shared_ptr<HttpExchange> ex) {
-    auto px = std::make_shared<std::vector<PixelPatches>>();
-    if (auto e = load_request_images(pr.image_urls, config.images, px.get())) {
-      return reject(js.rid, path, *e, ex);
-    }
     auto setup = std::make_shared<JobSetup>(std::move(js));
     auto req = std::make_shared<ParsedRequest>(std::move(pr));
-    engine->run_between_steps([this, setup, req, px, grammar, ex, path] {
-      if (shutting_down) {
+    std::vector<std::string> urls = req->image_urls;
+    image_loader->load(std::move(urls), [this, setup, req, grammar, ex, path](
+                                            std::optional<HttpError> err,
+                                            std::vector<PixelPatches> images, bool cancelled) {
+      if (cancelled) {
         return reject(setup->rid, path, {503, "the server is shutting down", "server_error"}, ex);
       }
-      auto mm = build_multimodal_prompt(*config.images.tower, req->prompts[0], *px);
-      if (!mm.is_ok()) return reject(setup->rid, path, {400, mm.status().message()}, ex);
-      req->prompts[0] = mm->ids;
-      setup->prompt_ids = req->prompts;
-      auto shared = std::make_shared<const MultimodalPrompt>(std::move(*mm));
-      auto job = std::make_shared<CompletionJob>(std::move(*setup), *tok, ex);
-      submit_all(job, req, grammar, ex, shared);
+      if (err) return reject(setup->rid, path, *err, ex);
+      auto px = std::make_shared<std::vector<PixelPatches>>(std::move(images));
+      engine->run_between_steps([this, setup, req, px, grammar, ex, path] {
+        if (shutting_down) {
+          return reject(setup->rid, path, {503, "the server is shutting down", "server_error"},
+                        ex);
+        }
+        auto mm = build_multimodal_prompt(*config.images.tower, req->prompts[0], *px);
+        if (!mm.is_ok()) return reject(setup->rid, path, {400, mm.status().message()}, ex);
+        req->prompts[0] = mm->ids;
+        setup->prompt_ids = req->prompts;
+        auto shared = std::make_shared<const MultimodalPrompt>(std::move(*mm));
+        auto job = std::make_shared<CompletionJob>(std::move(*setup), *tok, ex);
+        submit_all(job, req, grammar, ex, shared);
+      });
     });
   }
 

@@ -8,6 +8,8 @@ import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
 import { readFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
+import http from "node:http";
+import https from "node:https";
 
 const BASE = process.env.BASE_URL;
 const MODEL = process.env.SERVED_MODEL;
@@ -139,7 +141,6 @@ test("bad images get a 400 naming the cause, and the server goes on", async () =
   await refused(oneImage(dataUri(pngBomb(20000, 2))), /pixels per side/);
   await refused(oneImage(`data:text/plain;base64,${Buffer.from("hello").toString("base64")}`), /image 1: .*data URI media type/);
   await refused(oneImage("data:image/png;base64,@@@@"), /image 1: .*base64: invalid character/);
-  await refused(oneImage("https://example.com/cat.png"), /image 1: image URLs are not fetched/);
   await refused(oneImage("file:///etc/passwd"), /image 1: the URL is neither/);
   await refused([{ role: "user", content: [{ type: "image_url", image_url: {} }] }], /needs 'image_url'/);
   const many = [{ role: "user", content: Array.from({ length: 17 }, () => ({ type: "image_url", image_url: { url: dataUri(rings) } })) }];
@@ -152,4 +153,46 @@ test("bad images get a 400 naming the cause, and the server goes on", async () =
     { type: "image_url", image_url: { url: dataUri(rings.subarray(0, 100)) } }] }], /image 2: /);
   const ok = await chat(caseMessages(golden.cases[0]), { max_tokens: 2 });
   assert.equal(ok.choices[0].token_ids.length, 2);
+});
+
+// A real HTTP server on loopback for image URLs: the PNG, a redirect to it, a 404, a body
+// above the fetch limit, and a server that never answers.
+async function withImageServer(fn, tls) {
+  const rings = png("rings_128x96.png");
+  const handler = (req, res) => {
+    if (req.url === "/rings.png") return res.writeHead(200, { "Content-Type": "image/png" }).end(rings);
+    if (req.url === "/moved") return res.writeHead(302, { Location: "/rings.png" }).end();
+    if (req.url === "/huge") return res.writeHead(200, { "Content-Length": String(64 << 20) }).end(Buffer.alloc(1 << 16));
+    if (req.url === "/never") return;  // the fetch's time limit ends it
+    res.writeHead(404).end("no");
+  };
+  const server = tls ? https.createServer(tls, handler) : http.createServer(handler);
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const base = `${tls ? "https" : "http"}://127.0.0.1:${server.address().port}`;
+  try { return await fn(base); } finally { server.closeAllConnections(); server.close(); }
+}
+
+test("http image URLs are fetched: the same tokens as the data URI; redirects followed; bad fetches named", async () => {
+  const c = golden.cases[1];
+  const inline = await chat(caseMessages(c), { max_tokens: 8 });
+  await withImageServer(async (base) => {
+    for (const path of ["/rings.png", "/moved"]) {
+      const r = await chat(caseMessages(c, base + path), { max_tokens: 8 });
+      assert.deepEqual(r.choices[0].token_ids, inline.choices[0].token_ids, path);
+      assert.deepEqual(r.prompt_token_ids, inline.prompt_token_ids);
+    }
+    await refused(oneImage(base + "/missing.png"), /image 1: .*HTTP 404/);
+    await refused(oneImage(base + "/huge"), /image 1: .*above the limit of 20971520/);
+    const t0 = Date.now();
+    await refused(oneImage(base + "/never"), /image 1: .*cannot fetch the image/);
+    assert.ok(Date.now() - t0 < 30000);
+  });
+  await refused(oneImage("http://127.0.0.1:1/nothing-listens.png"), /image 1: .*cannot fetch the image/);
+});
+
+test("https image URLs: a certificate that does not verify is named", { skip: !process.env.TLS_DIR }, async () => {
+  const tls = { key: readFileSync(`${process.env.TLS_DIR}/key.pem`), cert: readFileSync(`${process.env.TLS_DIR}/cert.pem`) };
+  await withImageServer(async (base) => {
+    await refused(oneImage(base + "/rings.png"), /image 1: .*certificate does not verify/);
+  }, tls);
 });
