@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/attention.h"
 #include "kernels/ops.h"
 #include "loader/checkpoint_format.h"
 #include "loader/weight_source.h"
@@ -112,32 +113,38 @@ void VisionTower::rotary_tables(const ImageGrid& g, float* cs) const {
 }
 
 // Bidirectional attention over the patches of each frame; qkv rows are [q | k | v], heads
-// contiguous in each, already rotated.
+// contiguous in each, already rotated. It runs on the decoder's attention kernels: a frame is
+// one block of per_frame positions that every query sees whole, and kGroup queries of one head
+// go in together as a group sharing that head's keys and values, which are then read once for
+// the group. Each query's result is the kernel's for it alone.
 void VisionTower::attention(const ImageGrid& g, float* qkv, float* out) {
+  constexpr int64_t kGroup = 8;
   const int64_t hid = config_.hidden_size, heads = config_.num_heads, hd = hid / heads;
   const int64_t per_frame = g.h * g.w, w3 = 3 * hid;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t items = g.t * heads * per_frame;
-  exec_->reserve_arenas<float>(0, per_frame);
+  const int64_t chunks = (per_frame + kGroup - 1) / kGroup;
+  const int64_t items = g.t * heads * chunks;
+  const AttentionKernels& kernels = attention_kernels();
+  const int64_t scratch = attention_scratch_floats(1, kGroup, per_frame, hd);
+  exec_->reserve_arenas<float>(0, scratch + 2 * kGroup * hd);
   auto body = [&](int64_t begin, int64_t end, int thread) {
-    float* s = exec_->arena(thread).get<float>(0, per_frame);
+    float* s = exec_->arena(thread).get<float>(0, scratch + 2 * kGroup * hd);
+    float* qs = s + scratch;
+    float* os = qs + kGroup * hd;
     for (int64_t it = begin; it < end; ++it) {
-      const int64_t f = it / (heads * per_frame), head = it / per_frame % heads;
-      const int64_t qi = it % per_frame, base = f * per_frame;
-      const float* q = qkv + (base + qi) * w3 + head * hd;
-      for (int64_t j = 0; j < per_frame; ++j) {
-        const float* k = qkv + (base + j) * w3 + hid + head * hd;
-        float dot = 0;
-        for (int64_t d = 0; d < hd; ++d) dot += q[d] * k[d];
-        s[j] = dot * scale;
+      const int64_t f = it / (heads * chunks), head = it / chunks % heads;
+      const int64_t q0 = it % chunks * kGroup, n = std::min(kGroup, per_frame - q0);
+      const int64_t base = f * per_frame;
+      for (int64_t i = 0; i < n; ++i) {
+        const float* q = qkv + (base + q0 + i) * w3 + head * hd;
+        std::copy(q, q + hd, qs + i * hd);
       }
-      softmax(s, per_frame);
-      float* o = out + (base + qi) * hid + head * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t j = 0; j < per_frame; ++j) {
-        const float* v = qkv + (base + j) * w3 + 2 * hid + head * hd;
-        const float pj = s[j];
-        for (int64_t d = 0; d < hd; ++d) o[d] += pj * v[d];
+      const float* k = qkv + base * w3 + hid + head * hd;
+      const float* v = qkv + base * w3 + 2 * hid + head * hd;
+      const AttentionRows a{qs, 0, os, 0, 1, n, per_frame, per_frame, w3, hd, scale, s};
+      kernels.group_paged(a, &k, &v);
+      for (int64_t i = 0; i < n; ++i) {
+        std::copy(os + i * hd, os + (i + 1) * hd, out + (base + q0 + i) * hid + head * hd);
       }
     }
   };
