@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "model/vision_inputs.h"
 #include "model/vision_tower.h"
+#include "runtime/generate.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
 
@@ -158,6 +159,35 @@ TEST(Vision, BadGridsAreRefused) {
   std::vector<float> y(1024);
   EXPECT_FALSE(t->forward(x.data(), {1, 3, 3}, y.data()).is_ok());
   EXPECT_FALSE(t->forward(x.data(), {0, 2, 2}, y.data()).is_ok());
+}
+
+// The VL fixture's language model is the text fixture's, byte for byte: a text-only prompt gives
+// the same tokens and log-probs bit for bit, its 3-D positions all equal to the 1-D ones.
+TEST(Vision, TextOnlyPromptsEqualTheTextFixture) {
+  const std::string text_dir = test::shared_dir() + "/fixtures/tiny-qwen3_5-moe";
+  LoadOptions opt;
+  opt.threads = 2;
+  auto vl = load_model(vl_dir(), opt);
+  auto text = load_model(text_dir, opt);
+  ASSERT_TRUE(vl.is_ok() && text.is_ok());
+  auto tok = Tokenizer::load(text_dir);
+  ASSERT_TRUE(tok.is_ok());
+  auto g = read_json_file(text_dir + "/golden/golden.json");
+  ASSERT_TRUE(g.is_ok());
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 16;
+  p.ignore_eos = true;
+  GenerateOptions lp;
+  lp.logprobs = true;
+  for (const Json& prompt : (*g)["prompts"]) {
+    const auto ids = prompt["input_ids"].get<std::vector<int32_t>>();
+    auto a = generate(**vl, **tok, ids, p, 1024, {}, lp);
+    auto b = generate(**text, **tok, ids, p, 1024, {}, lp);
+    ASSERT_TRUE(a.is_ok() && b.is_ok());
+    EXPECT_EQ(a->token_ids, b->token_ids);
+    EXPECT_EQ(a->logprobs, b->logprobs);
+  }
 }
 
 // Qwen3-VL's DeepStack adds block outputs into the decoder, which this tower does not do: a

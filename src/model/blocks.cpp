@@ -23,32 +23,49 @@ void dense_mlp_apply(const DenseMlp& mlp, ForwardContext& ctx, float* h) {
   mlp.down->forward(tmp, n, h, ctx.exec);
 }
 
-void prenorm_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
-                           float* h) {
+namespace {
+
+void norm_rows(const Tensor& w, ForwardContext& ctx, const float* x, float* h) {
   const int64_t n = ctx.rows, hid = ctx.config.hidden_size;
-  const double eps = ctx.config.rms_norm_eps;
-  PhaseTimer t_norm(ctx.profile, Phase::kNorms);
-  for (int64_t t = 0; t < n; ++t) {
-    rms_norm(x + t * hid, layer.input_norm.data_as<float>(), hid, eps, h + t * hid);
+  PhaseTimer t(ctx.profile, Phase::kNorms);
+  for (int64_t r = 0; r < n; ++r) {
+    rms_norm(x + r * hid, w.data_as<float>(), hid, ctx.config.rms_norm_eps, h + r * hid);
   }
-  t_norm.stop();
-  if (layer.deltanet) {
-    deltanet_forward(*layer.deltanet, li, ctx, h);  // h <- output
-  } else {
-    attention_forward(layer.attn, li, ctx, h);  // h <- output
-  }
-  PhaseTimer t_norm2(ctx.profile, Phase::kNorms);
-  for (int64_t i = 0; i < n * hid; ++i) x[i] += h[i];
-  for (int64_t t = 0; t < n; ++t) {
-    rms_norm(x + t * hid, layer.post_norm.data_as<float>(), hid, eps, h + t * hid);
-  }
-  t_norm2.stop();
-  if (layer.moe) {
-    moe_forward(*layer.moe, li, ctx, h, x);
-    return;
-  }
+}
+
+void add_rows(ForwardContext& ctx, const float* h, float* x) {
+  const int64_t count = ctx.rows * ctx.config.hidden_size;
+  for (int64_t i = 0; i < count; ++i) x[i] += h[i];
+}
+
+}  // namespace
+
+void attention_sublayer(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                        float* h) {
+  norm_rows(layer.input_norm, ctx, x, h);
+  attention_forward(layer.attn, li, ctx, h);
+  PhaseTimer t(ctx.profile, Phase::kNorms);
+  add_rows(ctx, h, x);
+}
+
+void deltanet_sublayer(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                       float* h) {
+  norm_rows(layer.input_norm, ctx, x, h);
+  deltanet_forward(*layer.deltanet, li, ctx, h);
+  PhaseTimer t(ctx.profile, Phase::kNorms);
+  add_rows(ctx, h, x);
+}
+
+void dense_ffn_sublayer(const DecoderLayer& layer, ForwardContext& ctx, float* x, float* h) {
+  norm_rows(layer.post_norm, ctx, x, h);
   dense_mlp_forward(*layer.mlp, ctx, h);
-  for (int64_t i = 0; i < n * hid; ++i) x[i] += h[i];
+  add_rows(ctx, h, x);
+}
+
+void moe_ffn_sublayer(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                      float* h) {
+  norm_rows(layer.post_norm, ctx, x, h);
+  moe_forward(*layer.moe, li, ctx, h, x);
 }
 
 Result<Tensor> load_norm(const WeightLoader& w, const ModelConfig& c, const std::string& name,

@@ -99,10 +99,15 @@ void dense_mlp_apply(const DenseMlp& mlp, ForwardContext& ctx, float* h);
 // Adds the MoE output of the normed rows h to x: the routed experts' sum, plus the shared
 // expert's, formed apart from x as the reference forms it, then added to x.
 void moe_forward(const MoeBlock& moe, int64_t layer, ForwardContext& ctx, const float* h, float* x);
-// Pre-norm residual layer: x += attn(norm(x)); x += ffn(norm(x)), the FFN being the layer's
-// dense MLP or MoE. h is scratch of x's size.
-void prenorm_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
-                           float* h);
+// Pre-norm residual sublayers that architectures compose: x += mixer(norm(x)) with the input
+// norm, and x += ffn(norm(x)) with the post-attention norm. h is scratch of x's size.
+void attention_sublayer(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                        float* h);
+void deltanet_sublayer(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                       float* h);
+void dense_ffn_sublayer(const DecoderLayer& layer, ForwardContext& ctx, float* x, float* h);
+void moe_ffn_sublayer(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
+                      float* h);
 
 // Architectures: how each builds and runs one layer; registry.cpp lists them.
 using LayerBuilder = Status (*)(const WeightLoader& w, const ModelConfig& c, int64_t layer,

@@ -15,7 +15,8 @@ Status build_qwen3_layer(const WeightLoader& w, const ModelConfig& c, int64_t la
 
 void qwen3_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
                          float* h) {
-  prenorm_layer_forward(layer, li, ctx, x, h);
+  attention_sublayer(layer, li, ctx, x, h);
+  dense_ffn_sublayer(layer, ctx, x, h);
 }
 
 }  // namespace mx

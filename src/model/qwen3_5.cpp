@@ -34,7 +34,16 @@ Status build_qwen3_5_layer(const WeightLoader& w, const ModelConfig& c, int64_t 
 
 void qwen3_5_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
                            float* h) {
-  prenorm_layer_forward(layer, li, ctx, x, h);
+  if (layer.deltanet) {
+    deltanet_sublayer(layer, li, ctx, x, h);
+  } else {
+    attention_sublayer(layer, li, ctx, x, h);
+  }
+  if (layer.moe) {
+    moe_ffn_sublayer(layer, li, ctx, x, h);
+  } else {
+    dense_ffn_sublayer(layer, ctx, x, h);
+  }
 }
 
 }  // namespace mx

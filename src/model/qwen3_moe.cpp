@@ -21,7 +21,12 @@ Status build_qwen3_moe_layer(const WeightLoader& w, const ModelConfig& c, int64_
 
 void qwen3_moe_layer_forward(const DecoderLayer& layer, int64_t li, ForwardContext& ctx, float* x,
                              float* h) {
-  prenorm_layer_forward(layer, li, ctx, x, h);
+  attention_sublayer(layer, li, ctx, x, h);
+  if (layer.moe) {
+    moe_ffn_sublayer(layer, li, ctx, x, h);
+  } else {
+    dense_ffn_sublayer(layer, ctx, x, h);
+  }
 }
 
 }  // namespace mx
