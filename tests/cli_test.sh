@@ -332,6 +332,10 @@ json.dump(d, open(sys.argv[1], "w"))
 PY
   expect_fail "run: config.json $kv refused naming the field" "config.json: .*'?$field" "$bin" run -m "$tmp/cfg" -p hi
 done
+expect_fail "run: --rotation without --quantization" "rotation rotates online quantization" \
+  "$bin" run -m "$model" -p hi --rotation block32
+expect_fail "run: --rotation of a size not offered" "rotation" \
+  "$bin" run -m "$model" -p hi --quantization mxfp8 --rotation block64
 # quantize never damages its input.
 copy_model "$tmp/src"
 expect_fail "quantize: -o equal to -m" "is the model directory .* or inside it" \

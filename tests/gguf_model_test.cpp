@@ -329,6 +329,33 @@ TEST(CheckpointUse, QuaRotExportsAreRefusedByName) {
   fs::remove_all(dir);
 }
 
+// mxserve's own block rotation is written beside is_rot_used: true; a description that
+// holds one without the other, or a block not offered, is refused by name.
+TEST(CheckpointUse, BlockRotationFieldsMustAgree) {
+  const std::string dir = offline_dir("rotfields");
+  const std::string file = dir + "/quant_model_description.json";
+  auto desc = read_json_file(file);
+  ASSERT_TRUE(desc.is_ok());
+  struct Case {
+    Json rot_used, rotation;
+    const char* message;
+  };
+  const Json block32 = {{"type", "hadamard"}, {"block", 32}};
+  for (const Case& c :
+       {Case{Json(), block32, "mx_block_rotation without is_rot_used: true"},
+        Case{true, Json{{"type", "hadamard"}, {"block", 64}}, "must be {\"type\": \"hadamard\""},
+        Case{true, Json{{"type", "quarot"}, {"block", 32}}, "must be {\"type\": \"hadamard\""}}) {
+    Json d = *desc;
+    if (!c.rot_used.is_null()) d["is_rot_used"] = c.rot_used;
+    d["mx_block_rotation"] = c.rotation;
+    std::ofstream(file) << d.dump();
+    auto m = load_model(dir, LoadOptions{});
+    ASSERT_FALSE(m.is_ok());
+    EXPECT_NE(m.status().message().find(c.message), std::string::npos) << m.status().to_string();
+  }
+  fs::remove_all(dir);
+}
+
 TEST(CheckpointUse, QuantizationFlagAgainstAnOfflineCheckpoint) {
   const std::string dir = offline_dir("flag");
   LoadOptions ms;

@@ -74,6 +74,38 @@ TEST(Hadamard, EveryVariantMatchesTheScalarKernel) {
   EXPECT_GE(variants, 2);
 }
 
+// A width that is not a multiple of the block: whole blocks, then the last run split into
+// descending powers of two, each its own normalized transform.
+TEST(Hadamard, AShortLastRunIsRotatedInPowersOfTwo) {
+  for (IsaLevel isa : {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512}) {
+    const HadamardKernels* kern = hadamard_kernels_for(isa);
+    if (kern == nullptr) continue;
+    for (int64_t block : {32, 128}) {
+      for (int64_t n : {int64_t{688}, int64_t{129}, int64_t{1}, int64_t{7}, 2 * block + 48}) {
+        std::vector<float> x = test::activation_like(static_cast<size_t>(n), 5);
+        std::vector<double> want(x.size());
+        int64_t at = 0;
+        auto put = [&](int64_t len) {
+          const std::vector<float> part(x.begin() + at, x.begin() + at + len);
+          const std::vector<double> r = dense_rotation(part, len);
+          std::copy(r.begin(), r.end(), want.begin() + at);
+          at += len;
+        };
+        while (n - at >= block) put(block);
+        for (int64_t p = block / 2; p >= 1; p /= 2) {
+          if (n - at >= p) put(p);
+        }
+        ASSERT_EQ(at, n);
+        kern->rotate(x.data(), n, block);
+        for (size_t i = 0; i < x.size(); ++i) {
+          EXPECT_NEAR(x[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
+              << isa_name(isa) << " n " << n << " at " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(Hadamard, RotatingTwiceGivesTheRowBack) {
   const HadamardKernels& kern = hadamard_kernels();
   for (int64_t block : {32, 128}) {

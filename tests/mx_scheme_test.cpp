@@ -5,9 +5,11 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "core/thread_pool.h"
+#include "formats/hadamard.h"
 #include "formats/half.h"
 #include "formats/mx_block.h"
 #include "formats/mx_layout.h"
@@ -65,6 +67,19 @@ std::vector<float> ref_act(const float* x, int64_t k, Scheme s) {
   return out;
 }
 
+// A copy of x[0, k) rotated by the scalar kernel (hadamard_test holds it to the matrix).
+std::vector<float> rotated(const float* x, int64_t k, int64_t rotation) {
+  std::vector<float> r(x, x + k);
+  if (rotation > 0) hadamard_kernels_for(IsaLevel::kScalar)->rotate(r.data(), k, rotation);
+  return r;
+}
+
+// The weights as the GEMM multiplies them: the stored codes dequantized, still rotated.
+Tensor stored_weight(MxWeights q) {
+  q.rotation = 0;
+  return dequantize_weight(q);
+}
+
 // y_ref[m, n] and the bound of each element.
 void ref_matmul(const std::vector<float>& a, int64_t m, const Tensor& wd, std::vector<double>* y,
                 std::vector<double>* bound) {
@@ -86,39 +101,54 @@ void ref_matmul(const std::vector<float>& a, int64_t m, const Tensor& wd, std::v
   }
 }
 
+// Also under block rotations: the weights' codes are those of the rows rotated by the scalar
+// kernel, and each activation row is rotated the same way before the reference quantizes it.
 TEST(MxScheme, DenseMatmulMatchesTheReference) {
   ThreadPool pool(2);
   ExecContext ctx(&pool);
   int cases = 0;
-  for (Scheme s : kMxSchemes) {
-    for (int64_t k : {32, 47, 240, 688, 2048}) {
-      const int64_t n = 19;
-      const Tensor w = random_weight(n, k, static_cast<uint32_t>(k));
-      auto q = quantize_weight(w, s, ScaleRule::kFloor, "w");
-      ASSERT_TRUE(q.is_ok());
-      const Tensor wd = dequantize_weight(*q);
-      auto lin = make_mx_linear(*q, ScaleRule::kFloor);
-      for (int64_t m : {1, 3, 17}) {
-        const auto x =
-            test::activation_like(static_cast<size_t>(m * k), static_cast<uint32_t>(m * 1000 + k));
-        std::vector<float> a;
-        for (int64_t i = 0; i < m; ++i) {
-          auto r = ref_act(x.data() + i * k, k, s);
-          a.insert(a.end(), r.begin(), r.end());
+  for (int64_t rot : {0, 32, 128}) {
+    for (Scheme s : kMxSchemes) {
+      for (int64_t k : {32, 47, 240, 688, 2048}) {
+        const int64_t n = 19;
+        const Tensor w = random_weight(n, k, static_cast<uint32_t>(k));
+        auto q = quantize_weight(w, s, ScaleRule::kFloor, "w", nullptr, rot);
+        ASSERT_TRUE(q.is_ok());
+        if (rot > 0) {
+          Tensor wr = Tensor::empty(DType::kF32, {n, k});
+          for (int64_t r = 0; r < n; ++r) {
+            const auto row = rotated(w.data_as<float>() + r * k, k, rot);
+            std::copy(row.begin(), row.end(), wr.mutable_data_as<float>() + r * k);
+          }
+          auto q0 = quantize_weight(wr, s, ScaleRule::kFloor, "w");
+          ASSERT_TRUE(q0.is_ok());
+          EXPECT_EQ(std::memcmp(q->codes.data(), q0->codes.data(), q->codes.nbytes()), 0);
+          EXPECT_EQ(std::memcmp(q->scales.data(), q0->scales.data(), q->scales.nbytes()), 0);
         }
-        std::vector<double> yref, bound;
-        ref_matmul(a, m, wd, &yref, &bound);
-        std::vector<float> y(static_cast<size_t>(m * n));
-        lin->forward(x.data(), m, y.data(), ctx);
-        for (size_t i = 0; i < y.size(); ++i) {
-          ASSERT_LE(std::fabs(y[i] - yref[i]), bound[i])
-              << scheme_info(s).name << " m=" << m << " k=" << k << " element " << i;
+        const Tensor wd = stored_weight(*q);
+        auto lin = make_mx_linear(*q, ScaleRule::kFloor);
+        for (int64_t m : {1, 3, 17}) {
+          const auto x = test::activation_like(static_cast<size_t>(m * k),
+                                               static_cast<uint32_t>(m * 1000 + k));
+          std::vector<float> a;
+          for (int64_t i = 0; i < m; ++i) {
+            auto r = ref_act(rotated(x.data() + i * k, k, rot).data(), k, s);
+            a.insert(a.end(), r.begin(), r.end());
+          }
+          std::vector<double> yref, bound;
+          ref_matmul(a, m, wd, &yref, &bound);
+          std::vector<float> y(static_cast<size_t>(m * n));
+          lin->forward(x.data(), m, y.data(), ctx);
+          for (size_t i = 0; i < y.size(); ++i) {
+            ASSERT_LE(std::fabs(y[i] - yref[i]), bound[i])
+                << scheme_info(s).name << " m=" << m << " k=" << k << " element " << i;
+          }
+          ++cases;
         }
-        ++cases;
       }
     }
   }
-  EXPECT_EQ(cases, 5 * 5 * 3);
+  EXPECT_EQ(cases, 3 * 5 * 5 * 3);
 }
 
 TEST(MxScheme, GroupedMatmulMatchesTheReference) {
@@ -128,60 +158,65 @@ TEST(MxScheme, GroupedMatmulMatchesTheReference) {
   const int64_t experts = 4;
   // Expert 1 receives no rows; expert 3 gets 17.
   const std::vector<int64_t> offsets = {0, 3, 3, 4, 21};
-  for (Scheme s : kMxSchemes) {
-    std::vector<MxWeights> w13, w2;
-    std::vector<Tensor> w13d, w2d;
-    for (int64_t e = 0; e < experts; ++e) {
-      auto g = quantize_weight(random_weight(inter, h, 10 + e), s, ScaleRule::kFloor, "g");
-      auto u = quantize_weight(random_weight(inter, h, 20 + e), s, ScaleRule::kFloor, "u");
-      auto d = quantize_weight(random_weight(h, inter, 30 + e), s, ScaleRule::kFloor, "d");
-      ASSERT_TRUE(g.is_ok() && u.is_ok() && d.is_ok());
-      auto gu = stack_mx_weights({*g, *u}, "gu");
-      ASSERT_TRUE(gu.is_ok());
-      w13d.push_back(dequantize_weight(*gu));
-      w2d.push_back(dequantize_weight(*d));
-      w13.push_back(*gu);
-      w2.push_back(*d);
-    }
-    auto bank = make_mx_expert_bank(w13, w2, ScaleRule::kFloor, "bank");
-    ASSERT_TRUE(bank.is_ok()) << bank.status().to_string();
-    const int64_t rows = offsets.back();
-    const auto x = test::activation_like(static_cast<size_t>(rows * h), 77);
-    ActRows in;
-    act_rows_init(RowFormat::mx(s), h, ScaleRule::kFloor, &in);
-    in.resize(rows);
-    for (int64_t r = 0; r < rows; ++r)
-      act_rows_quantize(x.data() + r * h, r, ScaleRule::kFloor, &in);
-    std::vector<float> out(static_cast<size_t>(rows * h));
-    (*bank)->run(in, offsets.data(), out.data(), ctx);
-    EXPECT_EQ((*bank)->gmm1_quantize_passes(), 0u);
-    for (int64_t e = 0; e < experts; ++e) {
-      const int64_t n = offsets[e + 1] - offsets[e];
-      if (n == 0) continue;
-      std::vector<float> a;
-      for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
-        auto ra = ref_act(x.data() + r * h, h, s);
-        a.insert(a.end(), ra.begin(), ra.end());
+  for (int64_t rot : {0, 32, 128}) {
+    for (Scheme s : kMxSchemes) {
+      std::vector<MxWeights> w13, w2;
+      std::vector<Tensor> w13d, w2d;
+      for (int64_t e = 0; e < experts; ++e) {
+        auto g = quantize_weight(random_weight(inter, h, 10 + e), s, ScaleRule::kFloor, "g",
+                                 nullptr, rot);
+        auto u = quantize_weight(random_weight(inter, h, 20 + e), s, ScaleRule::kFloor, "u",
+                                 nullptr, rot);
+        auto d = quantize_weight(random_weight(h, inter, 30 + e), s, ScaleRule::kFloor, "d",
+                                 nullptr, rot);
+        ASSERT_TRUE(g.is_ok() && u.is_ok() && d.is_ok());
+        auto gu = stack_mx_weights({*g, *u}, "gu");
+        ASSERT_TRUE(gu.is_ok());
+        w13d.push_back(stored_weight(*gu));
+        w2d.push_back(stored_weight(*d));
+        w13.push_back(*gu);
+        w2.push_back(*d);
       }
-      std::vector<double> gu, bgu;
-      ref_matmul(a, n, w13d[static_cast<size_t>(e)], &gu, &bgu);
-      // gmm1 epilogue in the reference: SwiGLU in FP32, requantize, dequantize.
-      std::vector<float> act;
-      for (int64_t r = 0; r < n; ++r) {
-        std::vector<float> g(static_cast<size_t>(inter)), u(g.size()), o(g.size());
-        for (int64_t j = 0; j < inter; ++j) {
-          g[j] = static_cast<float>(gu[r * 2 * inter + j]);
-          u[j] = static_cast<float>(gu[r * 2 * inter + inter + j]);
+      auto bank = make_mx_expert_bank(w13, w2, ScaleRule::kFloor, "bank");
+      ASSERT_TRUE(bank.is_ok()) << bank.status().to_string();
+      const int64_t rows = offsets.back();
+      const auto x = test::activation_like(static_cast<size_t>(rows * h), 77);
+      ActRows in;
+      act_rows_init(RowFormat::mx(s, rot), h, ScaleRule::kFloor, &in);
+      in.resize(rows);
+      for (int64_t r = 0; r < rows; ++r)
+        act_rows_quantize(x.data() + r * h, r, ScaleRule::kFloor, &in);
+      std::vector<float> out(static_cast<size_t>(rows * h));
+      (*bank)->run(in, offsets.data(), out.data(), ctx);
+      EXPECT_EQ((*bank)->gmm1_quantize_passes(), 0u);
+      for (int64_t e = 0; e < experts; ++e) {
+        const int64_t n = offsets[e + 1] - offsets[e];
+        if (n == 0) continue;
+        std::vector<float> a;
+        for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+          auto ra = ref_act(rotated(x.data() + r * h, h, rot).data(), h, s);
+          a.insert(a.end(), ra.begin(), ra.end());
         }
-        swiglu(g.data(), u.data(), inter, o.data());
-        auto q = ref_act(o.data(), inter, s);
-        act.insert(act.end(), q.begin(), q.end());
-      }
-      std::vector<double> y, by;
-      ref_matmul(act, n, w2d[static_cast<size_t>(e)], &y, &by);
-      for (int64_t i = 0; i < n * h; ++i) {
-        ASSERT_LE(std::fabs(out[offsets[e] * h + i] - y[i]), by[i])
-            << scheme_info(s).name << " expert " << e << " element " << i;
+        std::vector<double> gu, bgu;
+        ref_matmul(a, n, w13d[static_cast<size_t>(e)], &gu, &bgu);
+        // gmm1 epilogue in the reference: SwiGLU in FP32, requantize, dequantize.
+        std::vector<float> act;
+        for (int64_t r = 0; r < n; ++r) {
+          std::vector<float> g(static_cast<size_t>(inter)), u(g.size()), o(g.size());
+          for (int64_t j = 0; j < inter; ++j) {
+            g[j] = static_cast<float>(gu[r * 2 * inter + j]);
+            u[j] = static_cast<float>(gu[r * 2 * inter + inter + j]);
+          }
+          swiglu(g.data(), u.data(), inter, o.data());
+          auto q = ref_act(rotated(o.data(), inter, rot).data(), inter, s);
+          act.insert(act.end(), q.begin(), q.end());
+        }
+        std::vector<double> y, by;
+        ref_matmul(act, n, w2d[static_cast<size_t>(e)], &y, &by);
+        for (int64_t i = 0; i < n * h; ++i) {
+          ASSERT_LE(std::fabs(out[offsets[e] * h + i] - y[i]), by[i])
+              << scheme_info(s).name << " expert " << e << " element " << i;
+        }
       }
     }
   }

@@ -10,6 +10,7 @@
 
 #include "core/json_util.h"
 #include "core/mapped_file.h"
+#include "loader/quant_description.h"
 #include "loader/safetensors.h"
 #include "model/export.h"
 #include "model/model.h"
@@ -64,6 +65,46 @@ TEST(QuantModel, OfflineEqualsOnline) {
     std::printf("%s: offline vs online max |dlogit| %.2e, %lld shards\n",
                 std::string(scheme_info(s).name).c_str(), max_diff,
                 static_cast<long long>(sum->shards));
+  }
+  fs::remove_all(root);
+}
+
+// A rotated export (block32 and block128, every scheme) loads with no flag and gives the
+// logits of online quantization under the same rotation; the description marks it so that a
+// reader that does not know the rotation refuses it.
+TEST(QuantModel, RotatedOfflineEqualsRotatedOnline) {
+  const std::string root = test::temp_dir("rotated");
+  for (int64_t rot : {32, 128}) {
+    for (Scheme s : kMxSchemes) {
+      const std::string dir = root + "/" + std::string(scheme_info(s).name) + std::to_string(rot);
+      ExportOptions opt;
+      opt.scheme = s;
+      opt.rotation = rot;
+      auto sum = export_msmodelslim(model_dir(), dir, opt);
+      ASSERT_TRUE(sum.is_ok()) << sum.status().to_string();
+      auto desc = load_quant_description(dir);
+      ASSERT_TRUE(desc.is_ok()) << desc.status().to_string();
+      EXPECT_EQ(desc->rotation, rot);
+      auto text = read_text_file(dir + "/quant_model_description.json");
+      ASSERT_TRUE(text.is_ok());
+      EXPECT_NE(text->find("\"is_rot_used\": true"), std::string::npos);
+      LoadOptions off_opt;
+      off_opt.threads = 2;
+      auto off = load_model(dir, off_opt);
+      ASSERT_TRUE(off.is_ok()) << off.status().to_string();
+      LoadOptions on_opt = off_opt;
+      on_opt.quantization = s;
+      on_opt.rotation = rot;
+      auto on = load_model(model_dir(), on_opt);
+      ASSERT_TRUE(on.is_ok()) << on.status().to_string();
+      LoadOptions plain_opt = on_opt;
+      plain_opt.rotation = 0;
+      auto plain = load_model(model_dir(), plain_opt);
+      ASSERT_TRUE(plain.is_ok());
+      const auto a = logits_of(**off), b = logits_of(**on), c = logits_of(**plain);
+      EXPECT_EQ(a, b) << scheme_info(s).name << " block " << rot;
+      EXPECT_NE(b, c);  // the rotation reaches the logits
+    }
   }
   fs::remove_all(root);
 }

@@ -45,6 +45,7 @@ int eval(EvalArgs& a) {
     // measures what --kv-cache-dtype costs.
     ModelArgs r = a.m;
     r.quantization.clear();
+    r.rotation = "none";
     r.kv_cache_dtype = "auto";
     ref = load_model_or_report(r, "eval", false);
     if (!ref) return 1;

@@ -18,6 +18,7 @@ struct QuantizeArgs {
   std::vector<std::string> module_schemes;
   uint64_t max_shard_mb = 4096;
   bool quantize_lm_head = false;
+  std::string rotation = "none";
   bool force = false;
   int threads = default_threads();
 };
@@ -55,6 +56,7 @@ int quantize(const QuantizeArgs& a) {
   parse_scale_rule(a.rule, &opt.rule);
   opt.keep_float = a.keep_float;
   opt.quantize_lm_head = a.quantize_lm_head;
+  opt.rotation = a.rotation == "block32" ? 32 : a.rotation == "block128" ? 128 : 0;
   opt.max_shard_bytes = a.max_shard_mb << 20;
   opt.overwrite = a.force;
   opt.progress = terminal_progress("quantizing", "tensors");
@@ -98,6 +100,12 @@ void register_quantize(CLI::App& app, int& exit_code) {
   cmd->add_option("--module-scheme", a->module_schemes,
                   "Weights whose name contains PATTERN take SCHEME (PATTERN=SCHEME, repeatable, "
                   "the first match wins; one matching lm_head quantizes it)");
+  cmd->add_option("--rotation", a->rotation,
+                  "Rotate every quantized weight by block Hadamard transforms along K first "
+                  "(block32, block128), recorded in the description; the loader rotates the "
+                  "activations to match")
+      ->check(CLI::IsMember({"none", "block32", "block128"}))
+      ->capture_default_str();
   cmd->add_flag("--quantize-lm-head", a->quantize_lm_head,
                 "Quantize lm_head in the same scheme (default: keep it FLOAT)");
   cmd->add_option("--max-shard-size", a->max_shard_mb, "Shard size limit in MiB (1 to 1 TiB)")

@@ -48,6 +48,7 @@ struct ModelArgs {
   std::string quantization;  // empty: as stored
   std::string scale_rule = "floor";
   bool quantize_lm_head = false;
+  std::string rotation = "none";  // --rotation
   std::string kv_cache_dtype = "auto";
   std::string gguf_dequant = "none";
   std::string gguf_activations = "native";

@@ -160,6 +160,12 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a) {
   cmd->add_option("--mx-scale-rule", a->scale_rule, "E8M0 scale rule for online quantization")
       ->check(CLI::IsMember({"floor", "rceil"}))
       ->capture_default_str();
+  cmd->add_option("--rotation", a->rotation,
+                  "With --quantization: rotate weights and activations by block Hadamard "
+                  "transforms along K before quantizing (block32, block128), which spreads "
+                  "outliers across each MX block")
+      ->check(CLI::IsMember({"none", "block32", "block128"}))
+      ->capture_default_str();
   cmd->add_flag("--quantize-lm-head", a->quantize_lm_head,
                 "With --quantization, quantize lm_head in the same scheme (default: BF16)");
   cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype,
@@ -284,6 +290,7 @@ LoadOptions load_options_of(const ModelArgs& a) {
       a.gguf_activations == "f32" ? GgmlActivations::kF32 : GgmlActivations::kNative;
   parse_scale_rule(a.scale_rule, &opt.scale_rule);
   opt.quantize_lm_head = a.quantize_lm_head;
+  opt.rotation = a.rotation == "block32" ? 32 : a.rotation == "block128" ? 128 : 0;
   opt.kv_dtype = a.kv_cache_dtype == "bf16"                                    ? KvDtype::kBF16
                  : a.kv_cache_dtype == "fp8" || a.kv_cache_dtype == "fp8_e4m3" ? KvDtype::kFp8E4M3
                                                                                : KvDtype::kF32;

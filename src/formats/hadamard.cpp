@@ -11,25 +11,37 @@ float hadamard_scale(int64_t block) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(block)));
 }
 
-namespace {
-
-// The reference: stage h pairs x[j] with x[j + h] inside each run of 2h, the sum going to j and
-// the difference to j + h; then one multiply by the scale.
-void rotate_scalar(float* x, int64_t n, int64_t block) {
-  const float s = hadamard_scale(block);
-  for (int64_t b = 0; b < n; b += block) {
-    float* v = x + b;
-    for (int64_t h = 1; h < block; h *= 2) {
-      for (int64_t i = 0; i < block; i += 2 * h) {
-        for (int64_t j = i; j < i + h; ++j) {
-          const float a = v[j], c = v[j + h];
-          v[j] = a + c;
-          v[j + h] = a - c;
-        }
+// Stage h pairs v[j] with v[j + h] inside each run of 2h, the sum going to j and the
+// difference to j + h; then one multiply by the scale.
+void rotate_run_scalar(float* v, int64_t len) {
+  const float s = hadamard_scale(len);
+  for (int64_t h = 1; h < len; h *= 2) {
+    for (int64_t i = 0; i < len; i += 2 * h) {
+      for (int64_t j = i; j < i + h; ++j) {
+        const float a = v[j], c = v[j + h];
+        v[j] = a + c;
+        v[j + h] = a - c;
       }
     }
-    for (int64_t j = 0; j < block; ++j) v[j] *= s;
   }
+  for (int64_t j = 0; j < len; ++j) v[j] *= s;
+}
+
+void rotate_tail_scalar(float* x, int64_t len) {
+  for (int64_t p = int64_t{1} << 62; len > 0; p >>= 1) {
+    if (len < p) continue;
+    if (p > 1) rotate_run_scalar(x, p);
+    x += p;
+    len -= p;
+  }
+}
+
+namespace {
+
+void rotate_scalar(float* x, int64_t n, int64_t block) {
+  const int64_t full = n / block * block;
+  for (int64_t b = 0; b < full; b += block) rotate_run_scalar(x + b, block);
+  rotate_tail_scalar(x + full, n - full);
 }
 
 }  // namespace

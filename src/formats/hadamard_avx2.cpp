@@ -26,7 +26,8 @@ void rotate_avx2(float* x, int64_t n, int64_t block) {
   const __m256 s = _mm256_set1_ps(hadamard_scale(block));
   const int64_t nv = block / 8;
   __m256 v[16];  // block <= 128
-  for (int64_t b = 0; b < n; b += block) {
+  const int64_t full = n / block * block;
+  for (int64_t b = 0; b < full; b += block) {
     float* p = x + b;
     for (int64_t i = 0; i < nv; ++i) {
       v[i] = stage_in<4>(stage_in<2>(stage_in<1>(_mm256_loadu_ps(p + 8 * i))));
@@ -42,6 +43,7 @@ void rotate_avx2(float* x, int64_t n, int64_t block) {
     }
     for (int64_t i = 0; i < nv; ++i) _mm256_storeu_ps(p + 8 * i, _mm256_mul_ps(v[i], s));
   }
+  rotate_tail_scalar(x + full, n - full);
 }
 
 }  // namespace

@@ -34,7 +34,8 @@ void rotate_avx512(float* x, int64_t n, int64_t block) {
   const __m512 s = _mm512_set1_ps(hadamard_scale(block));
   const int64_t nv = block / 16;
   __m512 v[8];  // block <= 128
-  for (int64_t b = 0; b < n; b += block) {
+  const int64_t full = n / block * block;
+  for (int64_t b = 0; b < full; b += block) {
     float* p = x + b;
     for (int64_t i = 0; i < nv; ++i) {
       v[i] = stage_in<8>(stage_in<4>(stage_in<2>(stage_in<1>(_mm512_loadu_ps(p + 16 * i)))));
@@ -50,6 +51,7 @@ void rotate_avx512(float* x, int64_t n, int64_t block) {
     }
     for (int64_t i = 0; i < nv; ++i) _mm512_storeu_ps(p + 16 * i, _mm512_mul_ps(v[i], s));
   }
+  rotate_tail_scalar(x + full, n - full);
 }
 
 }  // namespace

@@ -51,6 +51,7 @@ Result<QuantDescription> parse_quant_description(const std::string& json_text,
   MX_ASSIGN_OR_RETURN(Json j, parse_json(json_text, what));
   if (!j.is_object()) return invalid_argument(what + ": not a JSON object");
   QuantDescription d;
+  bool rot_used = false;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& key = it.key();
     if (key == "version") {
@@ -67,11 +68,17 @@ Result<QuantDescription> parse_quant_description(const std::string& json_text,
       }
       d.group_size = it->get<int64_t>();
     } else if (key == "is_rot_used") {
-      // QuaRot folds a rotation into the weights and expects the runtime to rotate the
-      // activations with matrices that mxserve does not apply.
-      if (it->is_boolean() && it->get<bool>()) {
-        return unimplemented(what + ": is_rot_used is true: QuaRot rotation is not supported");
+      rot_used = it->is_boolean() && it->get<bool>();
+    } else if (key == "mx_block_rotation") {
+      const bool ok = it->is_object() && it->value("type", "") == "hadamard" &&
+                      it->contains("block") && (*it)["block"].is_number_integer() &&
+                      ((*it)["block"] == 32 || (*it)["block"] == 128);
+      if (!ok) {
+        return invalid_argument(what +
+                                ": field 'mx_block_rotation' must be {\"type\": \"hadamard\", "
+                                "\"block\": 32 or 128}");
       }
+      d.rotation = (*it)["block"].get<int64_t>();
     } else if (is_global_key(key)) {
       continue;
     } else {
@@ -83,6 +90,14 @@ Result<QuantDescription> parse_quant_description(const std::string& json_text,
       d.tensor_types[key] = quant_type_from_string(raw);
       d.raw_types[key] = raw;
     }
+  }
+  // QuaRot folds a rotation into the weights and expects the runtime to rotate activations with
+  // matrices that mxserve does not apply; only its own block rotation is run.
+  if (rot_used && d.rotation == 0) {
+    return unimplemented(what + ": is_rot_used is true: QuaRot rotation is not supported");
+  }
+  if (d.rotation != 0 && !rot_used) {
+    return invalid_argument(what + ": mx_block_rotation without is_rot_used: true");
   }
   return d;
 }

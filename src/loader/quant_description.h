@@ -32,6 +32,9 @@ struct QuantDescription {
   std::string version;
   std::string model_quant_type;
   int64_t group_size = 32;
+  // mxserve's block Hadamard rotation of the MX weights along K ("mx_block_rotation"), 0 for
+  // none. Written beside is_rot_used: true, which readers that do not know it refuse.
+  int64_t rotation = 0;
   // Tensor name -> type, with the raw string kept for messages about unsupported types.
   std::map<std::string, QuantType> tensor_types;
   std::map<std::string, std::string> raw_types;

@@ -366,9 +366,16 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   if (arch == nullptr) {
     return unimplemented(dir + ": architecture " + config.hf_class + " has no implementation");
   }
+  if (options.rotation != 0 &&
+      (offline || !options.quantization || *options.quantization == Scheme::kBf16)) {
+    return invalid_argument(
+        "--rotation rotates online quantization: it needs --quantization with an MX scheme" +
+        std::string(offline ? " and a checkpoint that is not quantized already" : ""));
+  }
   WeightPlan plan;
   if (arch->packed != nullptr) plan.packed = merge_packed_modules(*arch->packed);
   plan.online = offline ? std::nullopt : options.quantization;
+  plan.rotation = offline ? src.quant_description()->rotation : options.rotation;
   plan.gguf_dequant_bf16 = options.gguf_dequant_bf16;
   plan.gguf_activations = options.gguf_activations;
   plan.rule = options.scale_rule;

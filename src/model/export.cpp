@@ -126,6 +126,10 @@ Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::
       {"version", "1.0.0"},
       {"model_quant_type", std::string(scheme_info(opt.scheme).offline_type)},
       {"group_size", 32}};
+  if (opt.rotation != 0) {
+    desc["is_rot_used"] = true;
+    desc["mx_block_rotation"] = {{"type", "hadamard"}, {"block", opt.rotation}};
+  }
   std::vector<SafetensorsWriter> shards(1);
   auto add = [&](const std::string& name, const Tensor& t, const std::string& t_type) -> Status {
     if (shards.back().num_tensors() > 0 &&
@@ -157,7 +161,8 @@ Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::
       ++sum.kept_float;
     } else {
       const std::string type(scheme_info(scheme).offline_type);
-      MX_ASSIGN_OR_RETURN(MxWeights q, quantize_weight(t, scheme, opt.rule, name, opt.pool));
+      MX_ASSIGN_OR_RETURN(MxWeights q,
+                          quantize_weight(t, scheme, opt.rule, name, opt.pool, opt.rotation));
       const std::string base = name.substr(0, name.size() - 7);
       Tensor codes = q.codes;
       if (scheme_info(scheme).weight == ElemFormat::kE4M3) {

@@ -29,6 +29,9 @@ struct ExportOptions {
   bool quantize_router_gate = false;
   // lm_head in the same scheme as the other linear layers.
   bool quantize_lm_head = false;
+  // Block Hadamard rotation of every quantized weight along K (32, 128; 0: none), recorded in
+  // the description.
+  int64_t rotation = 0;
   uint64_t max_shard_bytes = 4ull << 30;
   // Write into an output directory that already holds files (the previous export's weights
   // and index are removed first, so no stale shard is left to be loaded).

@@ -175,6 +175,9 @@ struct LoadOptions {
   // numerics, the default) or kept FP32 against blocks dequantized in L1 (exact).
   GgmlActivations gguf_activations = GgmlActivations::kNative;
   ScaleRule scale_rule = ScaleRule::kFloor;
+  // Online quantization rotates weights and activations by block Hadamard transforms of this
+  // size along K first (--rotation block32|block128; 0: none).
+  int64_t rotation = 0;
   // Online quantization covers lm_head too (a tied head is quantized from the embedding),
   // as peers configure it when they compare quantized decode speed.
   bool quantize_lm_head = false;

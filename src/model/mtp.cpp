@@ -3,9 +3,9 @@
 // mtp.pre_fc_norm_hidden(h_t)]) with h_t the target's final-normed hidden state, then one
 // full-attention decoder layer (its own KV), mtp.norm and the target's lm_head. A GGUF's
 // nextn block arrives under the same names (gguf_source.cpp).
-#include "model/blocks.h"
 #include "loader/checkpoint_format.h"
 #include "loader/weight_source.h"
+#include "model/blocks.h"
 
 namespace mx {
 
@@ -40,6 +40,7 @@ Result<std::unique_ptr<DecoderModel>> load_mtp_head(const std::string& dir, Deco
   WeightPlan plan;
   if (arch->packed != nullptr) plan.packed = merge_packed_modules(*arch->packed);
   plan.online = m->offline_quantized ? std::nullopt : options.quantization;
+  plan.rotation = m->offline_quantized ? src.quant_description()->rotation : options.rotation;
   plan.gguf_dequant_bf16 = options.gguf_dequant_bf16;
   plan.gguf_activations = options.gguf_activations;
   plan.rule = options.scale_rule;

@@ -253,6 +253,8 @@ Result<std::unique_ptr<VisionTower>> load_vision_tower(const std::string& dir,
   t->exec_ = std::make_unique<ExecContext>(pool);
   WeightPlan plan;
   plan.online = src.quant_description() != nullptr ? std::nullopt : options.quantization;
+  plan.rotation =
+      src.quant_description() != nullptr ? src.quant_description()->rotation : options.rotation;
   plan.rule = options.scale_rule;
   plan.pool = pool;
   const WeightLoader w(src, plan);

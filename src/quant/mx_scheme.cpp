@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "formats/hadamard.h"
 #include "kernels/mx_gemm.h"
 #include "kernels/ops.h"
 #include "quant/linear.h"
@@ -26,12 +27,16 @@ MxMatrixView act_view(const ActRows& a, int64_t row0, int64_t rows) {
 class PackedMx {
  public:
   PackedMx(const MxWeights& w, int64_t parts)
-      : kern_(mx_gemm_kernels()), scheme_(w.scheme), n_(w.n / parts), k_(w.k) {
+      : kern_(mx_gemm_kernels()),
+        scheme_(w.scheme),
+        n_(w.n / parts),
+        k_(w.k),
+        rotation_(w.rotation) {
     for (int64_t p = 0; p < parts; ++p) add(w, p * n_);
   }
   // Filled part by part with add().
-  PackedMx(Scheme scheme, int64_t n, int64_t k)
-      : kern_(mx_gemm_kernels()), scheme_(scheme), n_(n), k_(k) {}
+  PackedMx(Scheme scheme, int64_t n, int64_t k, int64_t rotation)
+      : kern_(mx_gemm_kernels()), scheme_(scheme), n_(n), k_(k), rotation_(rotation) {}
   // Packs rows [row0, row0 + n) of w as the next part.
   void add(const MxWeights& w, int64_t row0) {
     const SchemeInfo& info = scheme_info(w.scheme);
@@ -44,6 +49,8 @@ class PackedMx {
   // The table whose layout the parts are in: the one that multiplies them.
   const MxGemmKernels& kernels() const { return kern_; }
   Scheme scheme() const { return scheme_; }
+  // The rows the weights take: the scheme's activation format, rotated as they were.
+  RowFormat input_format() const { return RowFormat::mx(scheme_, rotation_); }
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   const MxPanelView& view(int64_t part) const { return parts_[static_cast<size_t>(part)].view; }
@@ -56,7 +63,7 @@ class PackedMx {
  private:
   const MxGemmKernels& kern_;
   Scheme scheme_;
-  int64_t n_, k_;
+  int64_t n_, k_, rotation_;
   std::vector<MxPanelWeights> parts_;
 };
 
@@ -225,7 +232,7 @@ class MxLinear final : public Linear {
   uint64_t weight_bytes() const override { return w_.bytes(); }
   void forward(const float* x, int64_t m, float* y, ExecContext& ctx) const override {
     ActRows& a = ctx.workspace().object<ActRows>(kObjMxLinearRows);
-    act_rows_init(RowFormat::mx(w_.scheme()), w_.k(), rule_, &a);
+    act_rows_init(w_.input_format(), w_.k(), rule_, &a);
     a.resize(m);
     for_rows(m, w_.k(), ctx.pool(), [&](int64_t r0, int64_t r1, int) {
       for (int64_t r = r0; r < r1; ++r) act_rows_quantize(x + r * w_.k(), r, rule_, &a);
@@ -241,10 +248,11 @@ class MxLinear final : public Linear {
 class MxExpertBank final : public ExpertBank {
  public:
   // Empty; filled expert by expert with add().
-  MxExpertBank(Scheme scheme, int64_t experts, int64_t hidden, int64_t inter, ScaleRule rule)
+  MxExpertBank(Scheme scheme, int64_t rotation, int64_t experts, int64_t hidden, int64_t inter,
+               ScaleRule rule)
       : ExpertBank(experts, hidden, inter),
-        w13_(scheme, 2 * inter, hidden),
-        w2_(scheme, hidden, inter),
+        w13_(scheme, 2 * inter, hidden, rotation),
+        w2_(scheme, hidden, inter, rotation),
         rule_(rule) {}
   void add(const MxWeights& w13, const MxWeights& w2) {
     w13_.add(w13, 0);
@@ -254,7 +262,7 @@ class MxExpertBank final : public ExpertBank {
   std::string kernel_table() const override { return table_name(w13_.kernels()); }
   uint64_t weight_bytes() const override { return w13_.bytes() + w2_.bytes(); }
   RowFormat input_format(DispatchMode mode) const override {
-    const RowFormat local = RowFormat::mx(w13_.scheme());
+    const RowFormat local = w13_.input_format();
     switch (mode) {
       case DispatchMode::kLocal:
         return local;
@@ -284,12 +292,12 @@ class MxExpertBank final : public ExpertBank {
     const int64_t total = offsets[num_experts()];
     // Rows not in gmm1's format (FP32, or another MX format off the wire) are quantized here.
     const ActRows* in = &rows;
-    if (!rows.in_format(RowFormat::mx(w13_.scheme()))) in = convert(rows, total, ctx);
+    if (!rows.in_format(w13_.input_format())) in = convert(rows, total, ctx);
     int64_t max_rows = 0;
     const std::span<const int64_t> active = active_experts(offsets, num_experts(), ctx, &max_rows);
     if (active.empty()) return;
     ActRows& act = ctx.workspace().object<ActRows>(kObjMxAct);
-    act_rows_init(RowFormat::mx(w2_.scheme()), i, rule_, &act);
+    act_rows_init(w2_.input_format(), i, rule_, &act);
     act.resize(total);
     {
       const GemmActs in_acts(w13_.kernels(), *in, scheme_info(w13_.scheme()).weight, 0, total, ctx);
@@ -311,7 +319,7 @@ class MxExpertBank final : public ExpertBank {
   const ActRows* convert(const ActRows& rows, int64_t total, ExecContext& ctx) const {
     const int64_t h = hidden();
     ActRows& converted = ctx.workspace().object<ActRows>(kObjMxConverted);
-    act_rows_init(RowFormat::mx(w13_.scheme()), h, rule_, &converted);
+    act_rows_init(w13_.input_format(), h, rule_, &converted);
     converted.resize(total);
     float* f = ctx.workspace().floats(kWsMxRow, h);
     for (int64_t r = 0; r < total; ++r) {
@@ -323,6 +331,7 @@ class MxExpertBank final : public ExpertBank {
         src = f;
       } else if (rows.quantized) {
         mx_decode_activations(act_view(rows, r, 1), f);
+        if (rows.rotation > 0) hadamard_kernels().rotate(f, h, rows.rotation);  // back
         src = f;
       }
       act_rows_quantize(src, r, rule_, &converted);
@@ -403,22 +412,23 @@ Result<std::unique_ptr<ExpertBank>> make_mx_expert_bank(int64_t experts, const M
   if (experts < 1) return invalid_argument(name + ": no experts");
   std::unique_ptr<MxExpertBank> bank;
   Scheme scheme = Scheme::kW8A8Mxfp8;
-  int64_t h = 0, i2 = 0;
+  int64_t h = 0, i2 = 0, rotation = 0;
   for (int64_t x = 0; x < experts; ++x) {
     MX_ASSIGN_OR_RETURN(auto w, next(x));
     const MxWeights& w13 = w.first;
     const MxWeights& w2 = w.second;
     if (x == 0) {
       scheme = w13.scheme;
+      rotation = w13.rotation;
       h = w13.k;
       i2 = w13.n;
       if (i2 % 2 != 0) return invalid_argument(name + ": gate_up has an odd number of rows");
-      bank = std::make_unique<MxExpertBank>(scheme, experts, h, i2 / 2, rule);
+      bank = std::make_unique<MxExpertBank>(scheme, rotation, experts, h, i2 / 2, rule);
     }
     if (w13.n != i2 || w13.k != h || w2.n != h || w2.k * 2 != i2 || w13.scheme != scheme ||
-        w2.scheme != scheme) {
+        w2.scheme != scheme || w13.rotation != rotation || w2.rotation != rotation) {
       return invalid_argument(name + ".experts." + std::to_string(x) +
-                              ": shape or scheme differs from expert 0");
+                              ": shape, scheme or rotation differs from expert 0");
     }
     bank->add(w13, w2);
   }

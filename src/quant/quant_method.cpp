@@ -140,19 +140,25 @@ class MxMethod final : public QuantMethod {
 
   static Result<MxWeights> to_mx(const StoredWeight& w, Scheme s, const QuantPlan& plan) {
     switch (w.encoding) {
-      case WeightEncoding::kMx:
-        return mx_of(w);
+      case WeightEncoding::kMx: {
+        MxWeights m = mx_of(w);
+        m.rotation = plan.rotation;  // an offline checkpoint's, from its description
+        return m;
+      }
       case WeightEncoding::kFloat:
-        return quantize_weight(w.data, s, plan.rule, w.name, plan.pool);
+        return quantize_weight(w.data, s, plan.rule, w.name, plan.pool, plan.rotation);
       case WeightEncoding::kGgml:
         break;
     }
     const SchemeInfo& info = scheme_info(s);
-    // MXFP4 blocks already are E2M1 with E8M0 scales per 32: repacked, not requantized.
-    if (w.ggml == GgmlType::kMXFP4 && info.weight == ElemFormat::kE2M1 && !info.dual) {
+    // MXFP4 blocks already are E2M1 with E8M0 scales per 32: repacked, not requantized (unless
+    // a rotation asks for new blocks).
+    if (w.ggml == GgmlType::kMXFP4 && info.weight == ElemFormat::kE2M1 && !info.dual &&
+        plan.rotation == 0) {
       return ggml_mxfp4_to_mx(ggml_of(w), s, w.name);
     }
-    return quantize_weight(dequantize_ggml(ggml_of(w)), s, plan.rule, w.name, plan.pool);
+    return quantize_weight(dequantize_ggml(ggml_of(w)), s, plan.rule, w.name, plan.pool,
+                           plan.rotation);
   }
 };
 

@@ -29,6 +29,9 @@ struct QuantPlan {
   // How GGUF blocks kept as stored meet activations (--gguf-activations).
   GgmlActivations gguf_activations = GgmlActivations::kNative;
   ScaleRule rule = ScaleRule::kFloor;
+  // Online quantization rotates each weight row by blocks of this many first, and the
+  // activations meeting it likewise (--rotation; 0: none).
+  int64_t rotation = 0;
   ThreadPool* pool = nullptr;  // splits online quantization across threads (may be null)
 };
 

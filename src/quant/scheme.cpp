@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "formats/act_quant.h"
+#include "formats/hadamard.h"
 #include "formats/half.h"
 #include "formats/mx_layout.h"
 #include "kernels/ggml_dot.h"
@@ -104,8 +105,14 @@ uint64_t MxWeights::bytes() const {
   return codes.nbytes() + scales.nbytes() + (chunk_scales.defined() ? chunk_scales.nbytes() : 0);
 }
 
+Status check_rotation(int64_t rotation, const std::string& name) {
+  if (rotation == 0 || hadamard_block_ok(rotation)) return Status::ok();
+  return invalid_argument(name + ": a rotation block of " + std::to_string(rotation) +
+                          " is not one of 32 or 128");
+}
+
 Result<MxWeights> quantize_weight(const Tensor& w, Scheme scheme, ScaleRule rule,
-                                  const std::string& name, ThreadPool* pool) {
+                                  const std::string& name, ThreadPool* pool, int64_t rotation) {
   if (scheme == Scheme::kBf16) return invalid_argument(name + ": bf16 is not an MX scheme");
   if (w.rank() != 2) return invalid_argument(name + ": expected a 2-D weight, got " + w.describe());
   if (w.dtype() != DType::kBF16 && w.dtype() != DType::kF16 && w.dtype() != DType::kF32) {
@@ -116,6 +123,8 @@ Result<MxWeights> quantize_weight(const Tensor& w, Scheme scheme, ScaleRule rule
   q.scheme = scheme;
   q.n = w.dim(0);
   q.k = w.dim(1);
+  q.rotation = rotation;
+  MX_RETURN_IF_ERROR(check_rotation(rotation, name));
   const int64_t nb = mx_num_blocks(q.k), rb = q.row_bytes();
   q.codes = Tensor::empty(DType::kU8, {q.n, rb});
   q.scales = Tensor::empty(DType::kU8, {q.n, nb});
@@ -133,12 +142,13 @@ Result<MxWeights> quantize_weight(const Tensor& w, Scheme scheme, ScaleRule rule
     for (int64_t r = r0; r < r1; ++r) {
       uint8_t* sc = q.scales.mutable_data_as<uint8_t>() + r * nb;
       uint8_t* dst = q.codes.mutable_data_as<uint8_t>() + r * rb;
-      if (vec && c.dtype() == DType::kBF16) {
+      if (vec && c.dtype() == DType::kBF16 && rotation == 0) {
         const uint16_t* x = c.data_as<uint16_t>() + r * q.k;
         (fp4 ? aq.bf16_to_mxfp4 : aq.bf16_to_mxfp8)(x, q.k, rule, dst, sc);
         continue;
       }
       row_to_f32(c, r, f.data());
+      if (rotation > 0) hadamard_kernels().rotate(f.data(), q.k, rotation);
       if (vec) {
         (fp4 ? aq.f32_to_mxfp4 : aq.f32_to_mxfp8)(f.data(), q.k, rule, dst, sc);
       } else if (info.dual) {
@@ -169,9 +179,10 @@ Result<MxWeights> stack_mx_weights(const std::vector<MxWeights>& parts, const st
   MxWeights out;
   out.scheme = parts[0].scheme;
   out.k = parts[0].k;
+  out.rotation = parts[0].rotation;
   for (const MxWeights& p : parts) {
-    if (p.scheme != out.scheme || p.k != out.k) {
-      return invalid_argument(name + ": packed parts differ in scheme or input width");
+    if (p.scheme != out.scheme || p.k != out.k || p.rotation != parts[0].rotation) {
+      return invalid_argument(name + ": packed parts differ in scheme, input width or rotation");
     }
     out.n += p.n;
   }
@@ -214,6 +225,8 @@ Tensor dequantize_weight(const MxWeights& w) {
     } else {
       mx_dequantize_row(codes.data(), sc, w.k, info.weight, dst);
     }
+    // The rotation is its own inverse.
+    if (w.rotation > 0) hadamard_kernels().rotate(dst, w.k, w.rotation);
   }
   return out;
 }
@@ -244,9 +257,9 @@ void ActRows::resize(int64_t r) {
   if (dual) grow_to(chunk_scales, r * mx_num_chunks(k));
 }
 
-RowFormat RowFormat::mx(Scheme s) {
-  MX_CHECK(s != Scheme::kBf16);
-  return RowFormat(s);
+RowFormat RowFormat::mx(Scheme s, int64_t rotation) {
+  MX_CHECK(s != Scheme::kBf16 && (rotation == 0 || hadamard_block_ok(rotation)));
+  return RowFormat(s, rotation);
 }
 
 Scheme RowFormat::scheme() const {
@@ -259,6 +272,7 @@ void act_rows_init(RowFormat format, int64_t k, ScaleRule rule, ActRows* out) {
   out->quantized = format.quantized();
   out->k = k;
   out->rows = 0;
+  out->rotation = format.rotation();
   if (!format.quantized()) {
     out->format = ElemFormat::kE4M3;
     out->dual = false;
@@ -275,6 +289,7 @@ void act_rows_init(RowFormat format, int64_t k, ScaleRule rule, ActRows* out) {
 
 bool ActRows::in_format(RowFormat want) const {
   if (!quantized || !want.quantized()) return !quantized && !want.quantized();
+  if (rotation != want.rotation()) return false;
   const SchemeInfo& info = scheme_info(want.scheme());
   if (int8 || info.int8_act) return int8 == info.int8_act;
   return format == info.activation && dual == info.dual;
@@ -288,12 +303,38 @@ void act_rows_quantize(const float* x, int64_t r, ScaleRule rule, ActRows* out) 
   act_rows_quantize_cols(x, r, 0, out->k, rule, out);
 }
 
-int64_t act_rows_unit(const ActRows& rows) { return rows.dual ? kMxDualChunk : kMxBlock; }
+int64_t act_rows_unit(const ActRows& rows) {
+  return std::max<int64_t>(rows.dual ? kMxDualChunk : kMxBlock, rows.rotation);
+}
+
+namespace {
+void quantize_cols(const float* x, int64_t r, int64_t col0, int64_t n, ScaleRule rule,
+                   ActRows* out);
+}  // namespace
 
 void act_rows_quantize_cols(const float* x, int64_t r, int64_t col0, int64_t n, ScaleRule rule,
                             ActRows* out) {
+  MX_CHECK(out->quantized && col0 % act_rows_unit(*out) == 0 && col0 + n <= out->k);
+  if (out->rotation == 0) return quantize_cols(x, r, col0, n, rule, out);
+  // Rotated a piece at a time in a buffer that stays in L1, each piece quantized as soon as it
+  // is rotated; pieces are whole dual-level chunks, so the chunk scales see what they would.
+  constexpr int64_t kPiece = kMxDualChunk;
+  static_assert(kPiece % 128 == 0);
+  float t[kPiece];
+  const HadamardKernels& h = hadamard_kernels();
+  for (int64_t base = 0; base < n; base += kPiece) {
+    const int64_t len = std::min(kPiece, n - base);
+    std::memcpy(t, x + base, static_cast<size_t>(len) * sizeof(float));
+    h.rotate(t, len, out->rotation);
+    quantize_cols(t, r, col0 + base, len, rule, out);
+  }
+}
+
+namespace {
+
+void quantize_cols(const float* x, int64_t r, int64_t col0, int64_t n, ScaleRule rule,
+                   ActRows* out) {
   const int64_t k = out->k, nb = mx_num_blocks(k);
-  MX_CHECK(out->quantized && col0 % act_rows_unit(*out) == 0 && col0 + n <= k);
   if (out->int8) {
     quantize_int8_blocks(x, n,
                          reinterpret_cast<int8_t*>(out->codes.data() + r * out->row_bytes) + col0,
@@ -326,6 +367,8 @@ void act_rows_quantize_cols(const float* x, int64_t r, int64_t col0, int64_t n, 
     kern.f32_to_mxfp8(x, n, rule, codes + col0, scales + col0 / kMxBlock);
   }
 }
+
+}  // namespace
 
 void act_rows_copy(const ActRows& src, int64_t s, ActRows* dst, int64_t d) {
   const int64_t k = src.k;

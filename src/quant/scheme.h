@@ -45,6 +45,9 @@ std::optional<Scheme> scheme_from_offline_type(std::string_view type);
 struct MxWeights {
   Scheme scheme = Scheme::kW8A8Mxfp8;
   int64_t n = 0, k = 0;
+  // Block Hadamard rotation along k (formats/hadamard.h) the rows were quantized after, 0 for
+  // none: activations meeting them are rotated by the same blocks before they are quantized.
+  int64_t rotation = 0;
   Tensor codes, scales, chunk_scales;
   int64_t row_bytes() const;
   uint64_t bytes() const;
@@ -53,10 +56,14 @@ struct MxWeights {
 // Quantizes a float weight (BF16, F16 or F32) [n, k] online, rows split across `pool` when
 // one is given.
 Result<MxWeights> quantize_weight(const Tensor& w, Scheme scheme, ScaleRule rule,
-                                  const std::string& name, ThreadPool* pool = nullptr);
+                                  const std::string& name, ThreadPool* pool = nullptr,
+                                  int64_t rotation = 0);
+// Whether `rotation` (0: none) is a rotation block offered; the error names the weight.
+Status check_rotation(int64_t rotation, const std::string& name);
 // Stacks weights of one scheme and width along n (q/k/v, gate/up, experts).
 Result<MxWeights> stack_mx_weights(const std::vector<MxWeights>& parts, const std::string& name);
-// Dequantizes to FP32 [n, k] (the reference of the tests, and a quantized router gate).
+// Dequantizes to FP32 [n, k], rotated back (the reference of the tests, and a quantized
+// router gate).
 Tensor dequantize_weight(const MxWeights& w);
 
 // The format of activation rows that one layer hands another (a dispatcher, an expert bank):
@@ -64,16 +71,19 @@ Tensor dequantize_weight(const MxWeights& w);
 class RowFormat {
  public:
   static RowFormat f32() { return RowFormat(std::nullopt); }
-  // Rows in `s`'s activation format; s is an MX scheme, never kBf16.
-  static RowFormat mx(Scheme s);
+  // Rows in `s`'s activation format; s is an MX scheme, never kBf16. `rotation`: the block
+  // Hadamard rotation applied to each row before it is quantized (0: none).
+  static RowFormat mx(Scheme s, int64_t rotation = 0);
   bool quantized() const { return mx_.has_value(); }
   // The MX scheme whose activation format quantized rows are in.
   Scheme scheme() const;
+  int64_t rotation() const { return rotation_; }
   bool operator==(const RowFormat&) const = default;
 
  private:
-  explicit RowFormat(std::optional<Scheme> s) : mx_(s) {}
+  explicit RowFormat(std::optional<Scheme> s, int64_t rotation = 0) : mx_(s), rotation_(rotation) {}
   std::optional<Scheme> mx_;
+  int64_t rotation_ = 0;
 };
 
 // Rows of activations, either FP32 or quantized to a scheme's input format: MX codes and E8M0
@@ -83,6 +93,7 @@ struct ActRows {
   ElemFormat format = ElemFormat::kE4M3;
   bool dual = false;
   bool int8 = false;
+  int64_t rotation = 0;  // RowFormat::rotation
   int64_t rows = 0, k = 0, row_bytes = 0;
   std::vector<float> f32;           // [rows, k] when not quantized
   std::vector<uint8_t> codes;       // [rows, row_bytes]
