@@ -8,40 +8,14 @@
 #include <mutex>
 
 #include "core/mapped_file.h"
+#include "engine_collector.h"
 #include "runtime/engine.h"
 #include "test_util.h"
 
 namespace mx {
 namespace {
 
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<uint64_t, std::vector<int32_t>> tokens;
-  std::map<uint64_t, std::vector<float>> logprobs;
-  std::map<uint64_t, std::string> text, reason;
-  int finished = 0;
-  // The events of one request, kept under `key`: a request's first tokens can arrive before
-  // submit() has returned its id to the submitting thread.
-  std::function<void(const StreamEvent&)> sink(uint64_t key) {
-    return [this, key](const StreamEvent& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      auto& t = tokens[key];
-      t.insert(t.end(), e.tokens.begin(), e.tokens.end());
-      for (const TokenLogprob& lp : e.logprobs) logprobs[key].push_back(lp.logprob);
-      text[key] += e.text;
-      if (e.finished) {
-        reason[key] = e.finish_reason;
-        ++finished;
-        cv.notify_all();
-      }
-    };
-  }
-  bool wait_for(int n) {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, std::chrono::minutes(5), [&] { return finished >= n; });
-  }
-};
+using test::Collector;
 
 struct Fixture {
   std::unique_ptr<DecoderModel> model;
@@ -196,7 +170,8 @@ TEST(Engine, HybridPrefixCacheEqualsAlone) {
   const std::string common = prose->substr(0, 1400);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 4; ++i) {
-    prompts.push_back(f.tok->encode(common + prose->substr(5000 + static_cast<size_t>(i) * 300, 80)));
+    prompts.push_back(
+        f.tok->encode(common + prose->substr(5000 + static_cast<size_t>(i) * 300, 80)));
   }
   SchedulerConfig cfg = concurrency(false);
   cfg.chunked_prefill_size = 512;

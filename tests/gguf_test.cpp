@@ -9,8 +9,6 @@
 #include <fstream>
 #include <optional>
 
-#include <openssl/sha.h>
-
 #include "core/json_util.h"
 #include "loader/gguf.h"
 #include "test_util.h"
@@ -20,19 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using VT = GgufValueType;
-
-// SHA-256 of tensor bytes (OpenSSL), to check them against the goldens' raw hashes.
-std::string sha256_hex(const uint8_t* data, size_t n) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(data, n, md);
-  std::string out;
-  char buf[3];
-  for (unsigned char c : md) {
-    std::snprintf(buf, sizeof(buf), "%02x", c);
-    out += buf;
-  }
-  return out;
-}
 
 // ---- ggml facts written down independently of the code under test (ggml.h, ggml-quants.h) ----
 
@@ -273,7 +258,7 @@ TEST(GgufFixtures, TensorBytesMatchGoldenHashes) {
     EXPECT_EQ(ggml_type_info(t->type).name, e["ggml_type"].get<std::string>());
     // The hash covers the whole stored tensor (axis0_slice applies to the dequantized values).
     EXPECT_EQ(t->bytes, e["raw_nbytes"].get<uint64_t>());
-    EXPECT_EQ(sha256_hex(t->data, t->bytes), e["raw_bytes_sha256"].get<std::string>());
+    EXPECT_EQ(test::sha256_hex(t->data, t->bytes), e["raw_bytes_sha256"].get<std::string>());
     ++checked;
   }
   EXPECT_EQ(checked, 38);

@@ -6,7 +6,6 @@
 #include <cstdio>  // jpeglib.h needs FILE declared first
 
 #include <jpeglib.h>
-#include <openssl/sha.h>
 #include <png.h>
 #include <webp/encode.h>
 #include <zlib.h>
@@ -38,18 +37,6 @@ Bytes read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   EXPECT_TRUE(in.good()) << path;
   return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::string sha256_hex(const void* data, size_t n) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(static_cast<const unsigned char*>(data), n, md);
-  std::string out;
-  char buf[3];
-  for (unsigned char c : md) {
-    std::snprintf(buf, sizeof(buf), "%02x", c);
-    out += buf;
-  }
-  return out;
 }
 
 // The golden tensors by name, read straight from the safetensors layout (8-byte header length,
@@ -133,7 +120,7 @@ TEST(MediaGolden, EveryCaseMatchesPixelForPixel) {
     EXPECT_EQ(p->rows, g["pixel_values_shape"][0].get<int64_t>());
     EXPECT_EQ(p->cols, g["pixel_values_shape"][1].get<int64_t>());
     ASSERT_EQ(p->values.size(), static_cast<size_t>(p->rows * p->cols));
-    EXPECT_EQ(sha256_hex(p->values.data(), p->values.size() * sizeof(float)),
+    EXPECT_EQ(test::sha256_hex(p->values.data(), p->values.size() * sizeof(float)),
               g["pixel_values_sha256_f32le"].get<std::string>());
     const Bytes stored = tensors.bytes(name + ".pixel_values");
     ASSERT_EQ(stored.size(), p->values.size() * sizeof(float));

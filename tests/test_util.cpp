@@ -1,8 +1,10 @@
 #include "test_util.h"
 
+#include <openssl/sha.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 namespace mx::test {
@@ -50,6 +52,18 @@ std::string utf8(uint32_t cp) {
     s += static_cast<char>(0x80 | (cp & 0x3F));
   }
   return s;
+}
+
+std::string sha256_hex(const void* data, size_t n) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(static_cast<const unsigned char*>(data), n, md);
+  std::string out;
+  char buf[3];
+  for (unsigned char c : md) {
+    std::snprintf(buf, sizeof(buf), "%02x", c);
+    out += buf;
+  }
+  return out;
 }
 
 }  // namespace mx::test

@@ -24,6 +24,9 @@ std::string temp_dir(const std::string& tag);
 // look like after a residual add.
 std::vector<float> activation_like(size_t n, uint32_t seed);
 
+// SHA-256 of bytes as lowercase hex (OpenSSL), to check data against goldens' hashes.
+std::string sha256_hex(const void* data, size_t n);
+
 // The UTF-8 encoding of one code point (no validation: surrogates encode as given).
 std::string utf8(uint32_t cp);
 

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "core/json_util.h"
+#include "engine_collector.h"
 #include "media/image.h"
 #include "media/vision_preprocess.h"
 #include "model/vision_tower.h"
@@ -25,29 +26,7 @@ namespace {
 
 std::string vl_dir() { return test::shared_dir() + "/fixtures/tiny-qwen3_5-moe-vl"; }
 
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<uint64_t, std::vector<int32_t>> tokens;
-  std::map<uint64_t, std::vector<float>> logprobs;
-  int finished = 0;
-  std::function<void(const StreamEvent&)> sink(uint64_t key) {
-    return [this, key](const StreamEvent& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      auto& t = tokens[key];
-      t.insert(t.end(), e.tokens.begin(), e.tokens.end());
-      for (const TokenLogprob& lp : e.logprobs) logprobs[key].push_back(lp.logprob);
-      if (e.finished) {
-        ++finished;
-        cv.notify_all();
-      }
-    };
-  }
-  bool wait_for(int n) {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, std::chrono::minutes(5), [&] { return finished >= n; });
-  }
-};
+using test::Collector;
 
 struct Vl {
   std::unique_ptr<DecoderModel> model;
