@@ -96,7 +96,8 @@ TEST(Vision, ExpandedIdsAndPositionsEqualTheGolden) {
   ASSERT_TRUE(cfg.is_ok());
   auto tok = Tokenizer::load(vl_dir() + "/tokenizer.json");
   ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
-  for (const Json& c : golden()["cases"]) {
+  const Json cases = golden()["cases"];  // a copy: golden() is a temporary
+  for (const Json& c : cases) {
     SCOPED_TRACE(c["name"].get<std::string>());
     const ImageGrid g = grid_of(c);
     const auto ids = (*tok)->encode(c["rendered_prompt"].get<std::string>());
@@ -116,7 +117,8 @@ TEST(Vision, ExpandedIdsAndPositionsEqualTheGolden) {
 
 TEST(Vision, TowerOnStoredPixelsMeetsTheEmbeds) {
   auto t = tower();
-  for (const Json& c : golden()["cases"]) {
+  const Json cases = golden()["cases"];  // a copy: golden() is a temporary
+  for (const Json& c : cases) {
     const std::string name = c["name"].get<std::string>();
     SCOPED_TRACE(name);
     const ImageGrid g = grid_of(c);
@@ -135,7 +137,8 @@ TEST(Vision, TowerFromThePngsMeetsTheEmbeds) {
   auto t = tower();
   auto pre = read_preprocessor_config(vl_dir());
   ASSERT_TRUE(pre.is_ok()) << pre.status().to_string();
-  for (const Json& c : golden()["cases"]) {
+  const Json cases = golden()["cases"];  // a copy: golden() is a temporary
+  for (const Json& c : cases) {
     const std::string name = c["name"].get<std::string>();
     SCOPED_TRACE(name);
     std::ifstream f(vl_dir() + "/golden/" + c["image_file"].get<std::string>(), std::ios::binary);
@@ -319,7 +322,8 @@ TEST(Vision, Mxfp8TowerOfflineMeetsTheGoldenAndEqualsOnline) {
   auto on = tower(Scheme::kW8A8Mxfp8);
   EXPECT_EQ(off->scheme_summary(), "w8a8_mxfp8");
   EXPECT_EQ(on->scheme_summary(), "w8a8_mxfp8");
-  for (const Json& c : golden(fp8_dir())["cases"]) {
+  const Json cases = golden(fp8_dir())["cases"];  // a copy: golden() is a temporary
+  for (const Json& c : cases) {
     const std::string name = c["name"].get<std::string>();
     SCOPED_TRACE(name);
     const ImageGrid g = grid_of(c);
