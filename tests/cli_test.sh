@@ -336,6 +336,28 @@ expect_fail "run: --rotation without --quantization" "rotation rotates online qu
   "$bin" run -m "$model" -p hi --rotation block32
 expect_fail "run: --rotation of a size not offered" "rotation" \
   "$bin" run -m "$model" -p hi --quantization mxfp8 --rotation block64
+# eval --compare-to: a rotated W4A8 export against its BF16 source gives what online
+# quantization with the same rotation gives against --compare-bf16, to the last digit (the
+# export loads bit for bit as online); another model is refused by name.
+head -c 30000 "$model/eval/prose_heldout.txt" >"$tmp/prose.txt"
+"$bin" quantize -m "$model" -o "$tmp/rq" --scheme W4A8_MXFP --rotation block32 -t 2 >/dev/null 2>&1
+"$bin" eval -m "$tmp/rq" --compare-to "$model" --ppl "$tmp/prose.txt" --ctx 128 --stride 128 \
+  --json >"$tmp/cmp_off.json" 2>/dev/null
+"$bin" eval -m "$model" --quantization mxfp_w4a8 --rotation block32 --compare-bf16 \
+  --ppl "$tmp/prose.txt" --ctx 128 --stride 128 --json >"$tmp/cmp_on.json" 2>/dev/null
+python3 - "$tmp/cmp_off.json" "$tmp/cmp_on.json" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert a["offline"] and not b["offline"], (a, b)
+for k in ("perplexity", "ref_perplexity", "kl_mean", "top1_agreement", "scored_tokens"):
+    assert a[k] == b[k], (k, a[k], b[k])
+assert 0 < a["kl_mean"] < 0.05, a
+PY
+check "eval --compare-to: a rotated export against its source equals online against BF16" $?
+expect_fail "eval --compare-to: another model is refused by name" "is not the same model" \
+  "$bin" eval -m "$model" --compare-to "$shared/fixtures/tiny-qwen3_5-moe" --ppl "$tmp/prose.txt"
+expect_fail "eval: --compare-to and --compare-bf16 together" "give one of" \
+  "$bin" eval -m "$model" --compare-to "$model" --compare-bf16 --ppl "$tmp/prose.txt"
 # quantize never damages its input.
 copy_model "$tmp/src"
 expect_fail "quantize: -o equal to -m" "is the model directory .* or inside it" \

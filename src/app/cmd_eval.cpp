@@ -21,8 +21,34 @@ struct EvalArgs {
   std::string dump_file;
   int64_t max_new_tokens = 0;  // <= 0: task_max_new_tokens' default for each row's format
   bool compare_bf16 = false;
+  std::string compare_to;  // --compare-to DIR
   bool json = false;
 };
+
+// --compare-to DIR: the same model from another checkpoint (its BF16 source, another export),
+// loaded as stored with the FP32 KV cache. Null after printing why it cannot serve.
+std::unique_ptr<DecoderModel> comparison_model(const EvalArgs& a, const DecoderModel& model) {
+  ModelArgs r = a.m;
+  r.model = a.compare_to;
+  r.quantization.clear();
+  r.rotation = "none";
+  r.kv_cache_dtype = "auto";
+  auto ref = load_model_or_report(r, "eval", false);
+  if (!ref) return nullptr;
+  const ModelConfig &x = model.config(), &y = ref->config();
+  if (x.arch != y.arch || x.vocab_size != y.vocab_size || x.hidden_size != y.hidden_size ||
+      x.num_layers != y.num_layers) {
+    std::fprintf(stderr,
+                 "mxserve eval: --compare-to %s is not the same model as %s (%s vs %s, vocabulary "
+                 "%lld vs %lld, hidden %lld vs %lld, layers %lld vs %lld)\n",
+                 a.compare_to.c_str(), a.m.model.c_str(), y.hf_class.c_str(), x.hf_class.c_str(),
+                 static_cast<long long>(y.vocab_size), static_cast<long long>(x.vocab_size),
+                 static_cast<long long>(y.hidden_size), static_cast<long long>(x.hidden_size),
+                 static_cast<long long>(y.num_layers), static_cast<long long>(x.num_layers));
+    return nullptr;
+  }
+  return ref;
+}
 
 int eval(EvalArgs& a) {
   if (a.ppl_file.empty() && a.task_file.empty()) {
@@ -33,7 +59,14 @@ int eval(EvalArgs& a) {
   if (!model) return 1;
   if (int code = 0; ep_worker_takes_over(*model, &code)) return code;
   std::unique_ptr<DecoderModel> ref;
-  if (a.compare_bf16) {
+  if (a.compare_bf16 && !a.compare_to.empty()) {
+    std::fprintf(stderr, "mxserve eval: give one of --compare-bf16 and --compare-to\n");
+    return 1;
+  }
+  if (!a.compare_to.empty()) {
+    ref = comparison_model(a, *model);
+    if (!ref) return 1;
+  } else if (a.compare_bf16) {
     if (model->offline_quantized) {
       std::fprintf(stderr,
                    "mxserve eval: --compare-bf16 needs a BF16 checkpoint quantized online; "
@@ -129,15 +162,16 @@ int eval(EvalArgs& a) {
   }
   if (out.contains("ref_perplexity")) {
     std::printf(
-        "bf16 reference: perplexity %.4f (change %+.3f%%), mean KL %.5f, top-1 agreement %.2f%%\n",
-        out["ref_perplexity"].get<double>(), 100 * out["ppl_change"].get<double>(),
-        out["kl_mean"].get<double>(), 100 * out["top1_agreement"].get<double>());
+        "%s reference: perplexity %.4f (change %+.3f%%), mean KL %.5f, top-1 agreement %.2f%%\n",
+        a.compare_to.empty() ? "bf16" : a.compare_to.c_str(), out["ref_perplexity"].get<double>(),
+        100 * out["ppl_change"].get<double>(), out["kl_mean"].get<double>(),
+        100 * out["top1_agreement"].get<double>());
   }
   if (out.contains("task_accuracy")) {
     std::printf("task accuracy:  %.3f over %lld questions", out["task_accuracy"].get<double>(),
                 static_cast<long long>(out["questions"].get<int64_t>()));
     if (out.contains("ref_task_accuracy"))
-      std::printf(" (bf16 %.3f)", out["ref_task_accuracy"].get<double>());
+      std::printf(" (reference %.3f)", out["ref_task_accuracy"].get<double>());
     std::printf("\n%s", report.c_str());
   }
   return 0;
@@ -172,6 +206,9 @@ void register_eval(CLI::App& app, int& exit_code) {
                   "Write each question's label, prediction and generated text (JSONL)");
   cmd->add_flag("--compare-bf16", a->compare_bf16,
                 "Also run the BF16 model (FP32 KV cache): KL, top-1 agreement, deltas");
+  cmd->add_option("--compare-to", a->compare_to,
+                  "Also run this checkpoint of the same model as stored (its BF16 source, "
+                  "another export), FP32 KV cache: KL, top-1 agreement, deltas against it");
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->callback([a, &exit_code] { exit_code = eval(*a); });
 }
