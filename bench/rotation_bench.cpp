@@ -45,13 +45,13 @@ void BM_MxLinearRotation(benchmark::State& state) {
     l.forward(x.data(), m, y.data(), ctx);
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetLabel(std::string(scheme_info(s).name) + (rotation ? " block" + std::to_string(rotation)
-                                                              : " plain"));
+  state.SetLabel(std::string(scheme_info(s).name) +
+                 (rotation ? " block" + std::to_string(rotation) : " plain"));
 }
 
 void Args(benchmark::internal::Benchmark* b) {
-  for (Scheme s : {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4,
-                   Scheme::kW4A4Mxfp4Dual}) {
+  for (Scheme s :
+       {Scheme::kW8A8Mxfp8, Scheme::kW4A8Mxfp4, Scheme::kW4A4Mxfp4, Scheme::kW4A4Mxfp4Dual}) {
     for (int64_t m : {1, 64}) {
       for (int64_t rot : {0, 32, 128}) b->Args({static_cast<int64_t>(s), rot, m});
     }

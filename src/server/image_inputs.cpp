@@ -92,8 +92,9 @@ std::optional<HttpError> load_request_images(const std::vector<std::string>& url
     if (url.rfind("data:", 0) == 0) {
       img = decode_data_uri(url, serving.limits);
     } else if (web_url(url) && !serving.fetch_urls) {
-      return image_error(i, "image URLs are not fetched by this server (--no-image-urls); send "
-                            "the image inline as a data: URI (data:image/png;base64,...)");
+      return image_error(i,
+                         "image URLs are not fetched by this server (--no-image-urls); send "
+                         "the image inline as a data: URI (data:image/png;base64,...)");
     } else if (web_url(url)) {
       auto bytes = fetch_image_url(url, serving);
       if (!bytes.is_ok()) return image_error(i, url + ": " + bytes.status().message());

@@ -46,8 +46,8 @@ std::optional<HttpError> load_request_images(const std::vector<std::string>& url
 // with `cancelled` set.
 class ImageLoader {
  public:
-  using Done = std::function<void(std::optional<HttpError> error,
-                                  std::vector<PixelPatches> images, bool cancelled)>;
+  using Done = std::function<void(std::optional<HttpError> error, std::vector<PixelPatches> images,
+                                  bool cancelled)>;
   ImageLoader(const ImageServing& serving, int threads);
   ~ImageLoader();
   ImageLoader(const ImageLoader&) = delete;

@@ -434,8 +434,7 @@ struct OpenAiServer::Impl {
       auto px = std::make_shared<std::vector<PixelPatches>>(std::move(images));
       engine->run_between_steps([this, setup, req, px, grammar, ex, path] {
         if (shutting_down) {
-          return reject(setup->rid, path, {503, "the server is shutting down", "server_error"},
-                        ex);
+          return reject(setup->rid, path, {503, "the server is shutting down", "server_error"}, ex);
         }
         auto mm = build_multimodal_prompt(*config.images.tower, req->prompts[0], *px);
         if (!mm.is_ok()) return reject(setup->rid, path, {400, mm.status().message()}, ex);
