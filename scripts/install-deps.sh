@@ -11,6 +11,7 @@ apt_packages=(
   nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev libcpp-httplib-dev libssl-dev
   libboost-dev
   libpng-dev libjpeg-dev libwebp-dev zlib1g-dev
+  liblapack-dev
   clang libclang-rt-14-dev
   nodejs npm
   chromium

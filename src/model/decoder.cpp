@@ -190,7 +190,8 @@ Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, 
                      has_prefill,
                      steps_++};
   const LayerForward layer_forward = arch_impl(c.arch)->forward;
-  for (int64_t li = 0; li < c.num_layers; ++li) {
+  const int64_t run = layer_limit_ >= 0 ? std::min(layer_limit_, c.num_layers) : c.num_layers;
+  for (int64_t li = 0; li < run; ++li) {
     layer_forward(layers[static_cast<size_t>(li)], li, ctx, x, h);
   }
   const int64_t rows = static_cast<int64_t>(logit_rows.size());

@@ -98,6 +98,26 @@ std::vector<std::string> unmatched_patterns(const std::vector<std::string>& name
 
 }  // namespace
 
+std::optional<Scheme> export_scheme(const std::string& name, int64_t rank,
+                                    const ExportOptions& opt) {
+  Scheme scheme = opt.scheme;
+  bool named_head = false;
+  for (const auto& [pattern, s] : opt.module_schemes) {
+    if (name.find(pattern) == std::string::npos) continue;
+    scheme = s;
+    named_head = name.rfind("lm_head", 0) == 0;
+    break;
+  }
+  if (!ends_with(name, ".weight") || rank != 2 ||
+      always_float(name, opt.quantize_router_gate, opt.quantize_lm_head || named_head)) {
+    return std::nullopt;
+  }
+  for (const std::string& p : opt.keep_float) {
+    if (name.find(p) != std::string::npos) return std::nullopt;
+  }
+  return scheme;
+}
+
 Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::string& out_dir,
                                          const ExportOptions& opt) {
   if (opt.scheme == Scheme::kBf16) return invalid_argument("quantize: pick an MX scheme");
@@ -142,30 +162,28 @@ Result<ExportSummary> export_msmodelslim(const std::string& src_dir, const std::
   int64_t done = 0;
   for (const std::string& name : names) {
     MX_ASSIGN_OR_RETURN(Tensor t, ck->tensor(name));
-    Scheme scheme = opt.scheme;
-    bool named_head = false;
-    for (const auto& [pattern, s] : opt.module_schemes) {
-      if (name.find(pattern) == std::string::npos) continue;
-      scheme = s;
-      named_head = name.rfind("lm_head", 0) == 0;
-      break;
-    }
-    bool quantize =
-        ends_with(name, ".weight") && t.rank() == 2 &&
-        !always_float(name, opt.quantize_router_gate, opt.quantize_lm_head || named_head);
-    for (const std::string& p : opt.keep_float) {
-      if (name.find(p) != std::string::npos) quantize = false;
-    }
-    if (!quantize) {
+    const std::optional<Scheme> scheme = export_scheme(name, t.rank(), opt);
+    if (!scheme) {
       MX_RETURN_IF_ERROR(add(name, t, "FLOAT"));
       ++sum.kept_float;
     } else {
-      const std::string type(scheme_info(scheme).offline_type);
-      MX_ASSIGN_OR_RETURN(MxWeights q,
-                          quantize_weight(t, scheme, opt.rule, name, opt.pool, opt.rotation));
+      const std::string type(scheme_info(*scheme).offline_type);
+      MxWeights q;
+      const auto given = opt.calibrated != nullptr ? opt.calibrated->find(name)
+                                                   : decltype(opt.calibrated->end())();
+      if (opt.calibrated != nullptr && given != opt.calibrated->end()) {
+        q = given->second;
+        if (q.scheme != *scheme || q.n != t.dim(0) || q.k != t.dim(1) || q.rotation != opt.rotation)
+          return invalid_argument(name +
+                                  ": the calibrated weight's scheme, shape or rotation "
+                                  "differs from the export's");
+        ++sum.calibrated;
+      } else {
+        MX_ASSIGN_OR_RETURN(q, quantize_weight(t, *scheme, opt.rule, name, opt.pool, opt.rotation));
+      }
       const std::string base = name.substr(0, name.size() - 7);
       Tensor codes = q.codes;
-      if (scheme_info(scheme).weight == ElemFormat::kE4M3) {
+      if (scheme_info(*scheme).weight == ElemFormat::kE4M3) {
         codes = Tensor::from_storage(Storage::allocate(q.codes.nbytes()), DType::kF8E4M3,
                                      q.codes.shape());
         std::memcpy(codes.mutable_data(), q.codes.data(), q.codes.nbytes());

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +34,9 @@ struct ExportOptions {
   // Block Hadamard rotation of every quantized weight along K (32, 128; 0: none), recorded in
   // the description.
   int64_t rotation = 0;
+  // Weights quantized already (GPTQ, model/calibrate.h), by tensor name, written as given
+  // (each in the scheme this export chooses for it); every other one is rounded to nearest.
+  const std::map<std::string, MxWeights>* calibrated = nullptr;
   uint64_t max_shard_bytes = 4ull << 30;
   // Write into an output directory that already holds files (the previous export's weights
   // and index are removed first, so no stale shard is left to be loaded).
@@ -43,6 +48,7 @@ struct ExportOptions {
 
 struct ExportSummary {
   int64_t quantized = 0, kept_float = 0, shards = 0;
+  int64_t calibrated = 0;  // of `quantized`, those given in ExportOptions::calibrated
   uint64_t bytes = 0;
   // keep_float patterns that no tensor name contains (a typo keeps nothing FLOAT); each is
   // also logged as a warning before the export starts.
@@ -55,6 +61,10 @@ struct ExportSummary {
 // filesystem or loader would take it.
 inline constexpr uint64_t kMinShardBytes = 1ull << 20;
 inline constexpr uint64_t kMaxShardBytes = 1ull << 40;
+
+// The scheme export_msmodelslim writes the tensor `name` of rank `rank` in; nullopt: FLOAT.
+std::optional<Scheme> export_scheme(const std::string& name, int64_t rank,
+                                    const ExportOptions& opt);
 
 // Refuses an output directory equal to or inside the source (the export would overwrite or
 // mix with the checkpoint it reads), and a non-empty one unless `opt.overwrite`.

@@ -248,6 +248,10 @@ class DecoderModel {
   void set_profile(ForwardProfile* prof) { profile_ = prof; }
   bool profiling() const { return profile_ != nullptr; }
 
+  // Forward passes run only the first n layers (calibration gathers a layer's inputs without
+  // running those above it; the logits are then meaningless); negative: all of them.
+  void set_layer_limit(int64_t n) { layer_limit_ = n; }
+
   // When set, forward() records the router choices of each MoE layer.
   void set_trace_router(bool on) { trace_router_ = on; }
   const std::vector<RouterTrace>& router_trace() const { return router_trace_; }
@@ -273,6 +277,7 @@ class DecoderModel {
 
  private:
   bool trace_router_ = false;
+  int64_t layer_limit_ = -1;
   ForwardProfile* profile_ = nullptr;
   bool fused_dispatch_ = true;
   ScaleRule scale_rule_ = ScaleRule::kFloor;

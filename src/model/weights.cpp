@@ -112,7 +112,15 @@ Result<std::unique_ptr<Linear>> WeightLoader::linear_row_ranges(
 Result<std::unique_ptr<Linear>> WeightLoader::linear_of(const std::vector<StoredWeight>& parts,
                                                         const std::string& packed_name,
                                                         bool keep_float) const {
-  return quant_method_for(parts, plan_, keep_float).create_linear(parts, packed_name, plan_);
+  auto made = quant_method_for(parts, plan_, keep_float).create_linear(parts, packed_name, plan_);
+  if (made.is_ok() && plan_.on_module) {
+    LoadedModule m{made->get(), nullptr, {}};
+    for (const StoredWeight& p : parts) {
+      if (m.weights.empty() || m.weights.back() != p.name) m.weights.push_back(p.name);
+    }
+    plan_.on_module(m);
+  }
+  return made;
 }
 
 Result<std::unique_ptr<Linear>> WeightLoader::packed(const std::string& prefix,
@@ -164,7 +172,16 @@ Result<std::unique_ptr<ExpertBank>> WeightLoader::experts(const std::string& pre
   all.insert(all.end(), d.begin(), d.end());
   const QuantMethod& method = quant_method_for(all, plan_, /*keep_float=*/false);
   all.clear();
-  return method.create_expert_bank({std::move(g), std::move(u), std::move(d)}, prefix, plan_);
+  LoadedModule m;
+  for (size_t e = 0; plan_.on_module && e < g.size(); ++e) {
+    for (const std::vector<StoredWeight>* part : {&g, &u, &d}) m.weights.push_back((*part)[e].name);
+  }
+  auto bank = method.create_expert_bank({std::move(g), std::move(u), std::move(d)}, prefix, plan_);
+  if (bank.is_ok() && plan_.on_module) {
+    m.bank = bank->get();
+    plan_.on_module(m);
+  }
+  return bank;
 }
 
 Status WeightLoader::embedding(const std::string& module, int64_t vocab, int64_t hidden,

@@ -5,6 +5,7 @@
 // Nothing above this file branches on formats.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -20,6 +21,14 @@ namespace mx {
 
 struct Embedding;
 
+// A module the loader built and the weights it read, for calibration (model/calibrate.h): a
+// linear's weights in row order, or an expert bank's gate, up and down, expert by expert.
+struct LoadedModule {
+  const Linear* linear = nullptr;
+  const ExpertBank* bank = nullptr;
+  std::vector<std::string> weights;  // tensor names
+};
+
 // What to do with weights that are not already in an MX scheme (QuantPlan), and which of them
 // this process loads.
 struct WeightPlan : QuantPlan {
@@ -27,6 +36,8 @@ struct WeightPlan : QuantPlan {
   PackedModules packed = generic_packed_modules();
   // Expert parallelism: this rank loads only its contiguous share of each bank's experts.
   int ep_rank = 0, ep_size = 1;
+  // Told of every linear and expert bank built (null: nobody listens).
+  std::function<void(const LoadedModule&)> on_module;
 };
 
 class WeightLoader {
