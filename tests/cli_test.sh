@@ -359,8 +359,9 @@ expect_fail "eval --compare-to: another model is refused by name" "is not the sa
 expect_fail "eval: --compare-to and --compare-bf16 together" "give one of" \
   "$bin" eval -m "$model" --compare-to "$model" --compare-bf16 --ppl "$tmp/prose.txt"
 # GPTQ: calibrated on other held-out prose than the eval slice, a rotated W4A4 export moves the
-# model less than rounding to nearest with the same rotation; a self-sampled calibration set
-# works alike; the flags are refused by name.
+# model less than rounding to nearest with the same rotation (fitted to the unquantized model's
+# answers, the default); a self-sampled calibration set fitted to its own inputs alike; the
+# flags are refused by name.
 tail -c +30001 "$model/eval/prose_heldout.txt" | head -c 60000 >"$tmp/calib.txt"
 if [ "${MX_SANITIZED:-0}" = 1 ]; then
   "$bin" quantize -m "$model" -o "$tmp/gq" --scheme W4A8_MXFP --rotation block32 --method gptq \
@@ -373,7 +374,7 @@ else
     --calib "$tmp/calib.txt" --calib-tokens 4096 --calib-ctx 128 -t 2 >"$tmp/gq.out" 2>&1 &&
     "$bin" quantize -m "$model" -o "$tmp/gq4" --scheme W4A4_MXFP4 --rotation block32 -t 2 >/dev/null 2>&1 &&
     "$bin" quantize -m "$model" -o "$tmp/gg" --scheme W4A4_MXFP4 --method gptq --calib-generate 2048 \
-      --calib-ctx 128 -t 2 >"$tmp/gg.out" 2>&1 &&
+      --calib-ctx 128 --gptq-own-targets -t 2 >"$tmp/gg.out" 2>&1 &&
     "$bin" quantize -m "$model" -o "$tmp/gg4" --scheme W4A4_MXFP4 -t 2 >/dev/null 2>&1
   check "quantize --method gptq: exports from a text file and from self-sampled tokens" $?
   grep -q "weights quantized (91 by GPTQ)" "$tmp/gq.out" && grep -q "from 4096 calibration tokens" "$tmp/gq.out" &&

@@ -37,6 +37,7 @@ struct QuantizeArgs {
   int64_t calib_ctx = 512;
   bool act_order = false;
   bool input_aware = false;
+  bool own_targets = false;
   double damp = 0.01;
   bool force = false;
   int threads = default_threads();
@@ -132,6 +133,7 @@ bool calibrate(const QuantizeArgs& a, const ExportOptions& opt, CalibrationResul
   co.gptq.damp = a.damp;
   co.gptq.act_order = a.act_order;
   co.input_aware = a.input_aware;
+  co.float_targets = !a.own_targets;
   co.rule = opt.rule;
   co.rotation = opt.rotation;
   co.threads = a.threads;
@@ -262,6 +264,10 @@ void register_quantize(CLI::App& app, int& exit_code) {
   cmd->add_flag("--gptq-input-aware", a->input_aware,
                 "GPTQ: first fit the weights, in least squares, to the inputs as the scheme "
                 "quantizes them (wants many calibration tokens; few overfit)");
+  cmd->add_flag("--gptq-own-targets", a->own_targets,
+                "GPTQ: fit each linear to its inputs in the partly quantized model alone, not to "
+                "what the unquantized model gives it (which corrects the error of the layers "
+                "below, and runs the unquantized model beside)");
   cmd->add_option("--gptq-damp", a->damp,
                   "GPTQ: added to the Hessian's diagonal as a fraction of its mean")
       ->check(CLI::Range(1e-6, 10.0))

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <memory>
+#include <string_view>
+#include <unordered_map>
 
 #include "core/check.h"
 #include "formats/hadamard.h"
@@ -18,6 +20,12 @@ struct LinearSite {
   std::vector<std::string> weights;  // the quantized ones it stacks
   int64_t k = 0;
   std::vector<float> rows;
+  // CalibrationOptions::float_targets: the same rows as the unquantized model gives them.
+  std::vector<float> targets;
+  bool router = false;  // a MoE router's, tapped only to pair expert rows with tokens
+  // Reads the layer's normed input (q/k/v, gate/up): only these take float targets. A
+  // projection inside the layer (o, down) reads what the corrected ones above it give.
+  bool layer_input = false;
 };
 
 class TapLinear final : public Linear {
@@ -43,6 +51,9 @@ class TapLinear final : public Linear {
 struct BankSite {
   std::vector<std::string> weights;  // gate, up, down per expert
   std::vector<std::vector<float>> rows;
+  // CalibrationOptions::float_targets: per expert, the unquantized model's inputs to the layer
+  // for the tokens of `rows`.
+  std::vector<std::vector<float>> targets;
 };
 
 class TapBank final : public ExpertBank {
@@ -151,6 +162,8 @@ struct Moments {
   }
 };
 
+constexpr int64_t kFitRowsPerInput = 32;
+
 struct Calibrator {
   const WeightSource& src;
   const CalibrationOptions& opt;
@@ -167,8 +180,9 @@ struct Calibrator {
 
   bool aware(Scheme s) const { return opt.input_aware && !scheme_info(s).int8_act; }
 
-  Moments moments_of(const float* x, int64_t m, int64_t k, Scheme s) const {
-    Moments mo(k, aware(s));
+  // `target`: the rows the weights are to answer as if they met them (null: x itself).
+  Moments moments_of(const float* x, const float* target, int64_t m, int64_t k, Scheme s) const {
+    Moments mo(k, aware(s) || target != nullptr);
     constexpr int64_t kChunk = 4096;
     for (int64_t r0 = 0; r0 < m; r0 += kChunk) {
       const int64_t n = std::min(kChunk, m - r0);
@@ -177,9 +191,11 @@ struct Calibrator {
         mo.h.add(r.data(), n, pool);
         continue;
       }
-      const std::vector<float> y = quantized_inputs(r, k, s, opt.rule);
+      const std::vector<float> y = aware(s) ? quantized_inputs(r, k, s, opt.rule) : r;
+      const std::vector<float> t =
+          target != nullptr ? rotated(target + r0 * k, n, k, opt.rotation) : r;
       mo.h.add(y.data(), n, pool);
-      mo.cross->add(r.data(), y.data(), n, pool);
+      mo.cross->add(t.data(), y.data(), n, pool);
     }
     return mo;
   }
@@ -206,7 +222,10 @@ struct Calibrator {
     const int64_t n = w.dim(0), k = w.dim(1);
     std::vector<float> r = rotated(w.data_as<float>(), n, k, opt.rotation);
     const std::vector<double> h = mo.h.matrix();
-    if (mo.cross) {
+    // A least-squares fit of k weights per row follows the calibration rows' noise unless
+    // they are many times k (W4A4 on 2 K tokens ended worse than rounding to nearest): with
+    // fewer, the weights are fitted to their own inputs alone.
+    if (mo.cross && mo.h.rows() >= kFitRowsPerInput * k) {
       auto aware_w =
           input_aware_weights(r.data(), n, k, mo.cross->matrix(), h, opt.gptq.damp, pool);
       if (!aware_w.is_ok()) return invalid_argument(name + ": " + aware_w.status().message());
@@ -223,18 +242,27 @@ struct Calibrator {
     const std::optional<Scheme> s = scheme_of(site.weights);
     if (!s) return Status::ok();
     const int64_t m = static_cast<int64_t>(site.rows.size()) / site.k;
-    const Moments mo = moments_of(site.rows.data(), m, site.k, *s);
+    const Moments mo = moments_of(
+        site.rows.data(), site.targets.empty() ? nullptr : site.targets.data(), m, site.k, *s);
     for (const std::string& name : site.weights) MX_RETURN_IF_ERROR(quantize(name, mo));
     return Status::ok();
   }
 
   // SwiGLU(gate x, up x) of expert rows, what the down projection reads.
-  Result<std::vector<float>> expert_acts(const BankSite& site, size_t e, int64_t hidden,
-                                         ExecContext& ctx) const {
-    const std::vector<float>& x = site.rows[e];
+  // `quantized`: with the gate and up GPTQ gave (dequantized), what the down projection will
+  // meet; else with the stored ones.
+  Result<std::vector<float>> expert_acts(const BankSite& site, size_t e,
+                                         const std::vector<float>& x, int64_t hidden,
+                                         ExecContext& ctx, bool quantized = false) const {
     const int64_t m = static_cast<int64_t>(x.size()) / hidden;
-    MX_ASSIGN_OR_RETURN(Tensor g, src.tensor(site.weights[3 * e]));
-    MX_ASSIGN_OR_RETURN(Tensor u, src.tensor(site.weights[3 * e + 1]));
+    Tensor g, u;
+    if (quantized) {
+      g = dequantize_weight(result->weights.at(site.weights[3 * e]));
+      u = dequantize_weight(result->weights.at(site.weights[3 * e + 1]));
+    } else {
+      MX_ASSIGN_OR_RETURN(g, src.tensor(site.weights[3 * e]));
+      MX_ASSIGN_OR_RETURN(u, src.tensor(site.weights[3 * e + 1]));
+    }
     const int64_t inter = g.dim(0);
     MX_ASSIGN_OR_RETURN(std::unique_ptr<Linear> gu, make_bf16_linear({g, u}, site.weights[3 * e]));
     std::vector<float> y(static_cast<size_t>(m * 2 * inter)), act(static_cast<size_t>(m * inter));
@@ -248,6 +276,34 @@ struct Calibrator {
     return act;
   }
 
+  // Expert e's moments: of its inputs (gate and up), and of its down projection's.
+  Result<std::pair<Moments, Moments>> expert_moments(const BankSite& site, size_t e, int64_t hidden,
+                                                     Scheme s, ExecContext& ctx) const {
+    const std::vector<float>& x = site.rows[e];
+    const int64_t m = static_cast<int64_t>(x.size()) / hidden;
+    const std::vector<float>* t = site.targets.empty() ? nullptr : &site.targets[e];
+    MX_ASSIGN_OR_RETURN(std::vector<float> act, expert_acts(site, e, x, hidden, ctx));
+    const int64_t inter = static_cast<int64_t>(act.size()) / m;
+    return std::make_pair(moments_of(x.data(), t != nullptr ? t->data() : nullptr, m, hidden, s),
+                          moments_of(act.data(), nullptr, m, inter, s));
+  }
+
+  // The down projection's moments once gate and up are quantized: it meets SwiGLU of the
+  // quantized gate and up, and under float targets answers as the unquantized expert answers
+  // the unquantized model's rows.
+  Result<Moments> down_moments(const BankSite& site, size_t e, int64_t hidden, Scheme s,
+                               ExecContext& ctx) const {
+    const std::vector<float>& x = site.rows[e];
+    const int64_t m = static_cast<int64_t>(x.size()) / hidden;
+    MX_ASSIGN_OR_RETURN(std::vector<float> act, expert_acts(site, e, x, hidden, ctx, true));
+    std::vector<float> act_t;
+    if (!site.targets.empty()) {
+      MX_ASSIGN_OR_RETURN(act_t, expert_acts(site, e, site.targets[e], hidden, ctx));
+    }
+    const int64_t inter = static_cast<int64_t>(act.size()) / m;
+    return moments_of(act.data(), act_t.empty() ? nullptr : act_t.data(), m, inter, s);
+  }
+
   Status bank(const BankSite& site, int64_t hidden) {
     const std::optional<Scheme> s = scheme_of(site.weights);
     if (!s) return Status::ok();
@@ -256,32 +312,29 @@ struct Calibrator {
     // The layer's moments over every routed row, for experts with too few of their own.
     std::optional<Moments> pooled_in, pooled_down;
     for (size_t e = 0; e < experts; ++e) {
-      const int64_t m = static_cast<int64_t>(site.rows[e].size()) / hidden;
-      if (m == 0) continue;
-      MX_ASSIGN_OR_RETURN(std::vector<float> act, expert_acts(site, e, hidden, ctx));
-      const int64_t inter = static_cast<int64_t>(act.size()) / m;
+      if (site.rows[e].empty()) continue;
+      MX_ASSIGN_OR_RETURN(auto mo, expert_moments(site, e, hidden, *s, ctx));
       if (!pooled_in) {
-        pooled_in.emplace(hidden, aware(*s));
-        pooled_down.emplace(inter, aware(*s));
+        pooled_in.emplace(hidden, mo.first.cross.has_value());
+        pooled_down.emplace(mo.second.h.k(), mo.second.cross.has_value());
       }
-      pooled_in->add(moments_of(site.rows[e].data(), m, hidden, *s));
-      pooled_down->add(moments_of(act.data(), m, inter, *s));
+      pooled_in->add(mo.first);
+      pooled_down->add(mo.second);
     }
     if (!pooled_in) return invalid_argument("no calibration row reached " + site.weights[0]);
     for (size_t e = 0; e < experts; ++e) {
       const int64_t m = static_cast<int64_t>(site.rows[e].size()) / hidden;
-      const int64_t inter = pooled_down->h.k();
-      if (m < std::max(hidden, inter)) {
+      if (m < std::max(hidden, pooled_down->h.k())) {
         ++result->pooled_experts;
         for (int p = 0; p < 3; ++p)
           MX_RETURN_IF_ERROR(quantize(site.weights[3 * e + p], p < 2 ? *pooled_in : *pooled_down));
         continue;
       }
-      const Moments in = moments_of(site.rows[e].data(), m, hidden, *s);
-      MX_RETURN_IF_ERROR(quantize(site.weights[3 * e], in));
-      MX_RETURN_IF_ERROR(quantize(site.weights[3 * e + 1], in));
-      MX_ASSIGN_OR_RETURN(std::vector<float> act, expert_acts(site, e, hidden, ctx));
-      MX_RETURN_IF_ERROR(quantize(site.weights[3 * e + 2], moments_of(act.data(), m, inter, *s)));
+      MX_ASSIGN_OR_RETURN(auto mo, expert_moments(site, e, hidden, *s, ctx));
+      MX_RETURN_IF_ERROR(quantize(site.weights[3 * e], mo.first));
+      MX_RETURN_IF_ERROR(quantize(site.weights[3 * e + 1], mo.first));
+      MX_ASSIGN_OR_RETURN(const Moments down, down_moments(site, e, hidden, *s, ctx));
+      MX_RETURN_IF_ERROR(quantize(site.weights[3 * e + 2], down));
     }
     return Status::ok();
   }
@@ -323,11 +376,19 @@ void install_taps(DecoderLayer& layer, Half half, const std::vector<LoadedModule
   };
   for (std::unique_ptr<Linear>* slot : linear_slots(layer, half)) {
     if (*slot == nullptr) continue;
+    // Under float_targets the router's inputs (every token's, in order) pair expert rows with
+    // their tokens.
+    const bool router = opt.float_targets && layer.moe && slot == &layer.moe->router;
     for (const LoadedModule& m : seen) {
-      if (m.linear != slot->get() || !quantized(m.weights)) continue;
+      if (m.linear != slot->get() || !(quantized(m.weights) || router)) continue;
       auto site = std::make_unique<LinearSite>();
       site->weights = m.weights;
       site->k = (*slot)->in_features();
+      site->router = router;
+      site->layer_input = router || slot == &layer.attn.qkv ||
+                          (layer.deltanet && slot == &layer.deltanet->qkvz) ||
+                          (layer.mlp && slot == &layer.mlp->gate_up) ||
+                          (layer.moe && layer.moe->shared && slot == &layer.moe->shared->gate_up);
       *slot = std::make_unique<TapLinear>(std::move(*slot), site.get());
       sites->push_back(std::move(site));
       break;
@@ -357,9 +418,77 @@ Result<DecoderLayer> rebuild(const ArchImpl& arch, const WeightPlan& plan, const
 }
 
 // Gathers the inputs of one half of layer l over the calibration windows and quantizes it.
-Status calibrate_half(DecoderModel& model, const ArchImpl& arch, const WeightPlan& plan, int64_t l,
+Status run_windows(DecoderModel& model, const std::vector<std::vector<int32_t>>& windows) {
+  std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
+  for (const std::vector<int32_t>& w : windows) {
+    KvCache cache(model.config(), static_cast<int64_t>(w.size()));
+    MX_RETURN_IF_ERROR(
+        model.forward(w.data(), static_cast<int64_t>(w.size()), cache, false, logits.data()));
+  }
+  return Status::ok();
+}
+
+// The unquantized model's inputs to layer l's linears (for CalibrationOptions::float_targets),
+// into `sites` in order; `ref` runs its first l + 1 layers unquantized.
+// Each expert row's token, found by its bits among the router's inputs (the rows the dispatcher
+// copied), then that token's row of the unquantized model.
+void pair_expert_rows(const LinearSite& router, const std::vector<float>& ref_rows,
+                      BankSite* bank) {
+  const int64_t k = router.k;
+  const auto bytes = static_cast<size_t>(k) * sizeof(float);
+  std::unordered_map<std::string_view, int64_t> token;
+  const char* base = reinterpret_cast<const char*>(router.rows.data());
+  for (int64_t t = 0; t * k < static_cast<int64_t>(router.rows.size()); ++t)
+    token.emplace(std::string_view(base + t * bytes, bytes), t);
+  bank->targets.resize(bank->rows.size());
+  for (size_t e = 0; e < bank->rows.size(); ++e) {
+    const std::vector<float>& rows = bank->rows[e];
+    std::vector<float>& out = bank->targets[e];
+    out.resize(rows.size());
+    for (size_t r = 0; r * k < rows.size(); ++r) {
+      auto it =
+          token.find(std::string_view(reinterpret_cast<const char*>(rows.data() + r * k), bytes));
+      MX_CHECK(it != token.end());
+      std::copy_n(ref_rows.data() + it->second * k, k, out.data() + r * k);
+    }
+  }
+}
+
+Status gather_targets(DecoderModel& ref, const ArchImpl& arch, const WeightPlan& plan, int64_t l,
                       Half half, const std::vector<std::vector<int32_t>>& windows,
-                      Calibrator& cal) {
+                      const Calibrator& cal, std::vector<std::unique_ptr<LinearSite>>& sites,
+                      BankSite* experts) {
+  std::vector<LoadedModule> seen;
+  WeightPlan p = plan;
+  p.on_module = [&](const LoadedModule& m) { seen.push_back(m); };
+  DecoderLayer layer;
+  MX_RETURN_IF_ERROR(arch.build(WeightLoader(cal.src, p), ref.config(), l, &layer));
+  std::vector<std::unique_ptr<LinearSite>> mine;
+  std::unique_ptr<BankSite> bank;
+  install_taps(layer, half, seen, cal.opt, &mine, &bank);
+  ref.layers[static_cast<size_t>(l)] = std::move(layer);
+  ref.set_layer_limit(l + 1);
+  MX_RETURN_IF_ERROR(run_windows(ref, windows));
+  MX_CHECK(mine.size() == sites.size());
+  for (size_t i = 0; i < sites.size(); ++i) {
+    MX_CHECK(mine[i]->weights == sites[i]->weights &&
+             mine[i]->rows.size() == sites[i]->rows.size());
+    if (sites[i]->layer_input) sites[i]->targets = std::move(mine[i]->rows);
+  }
+  for (size_t i = 0; experts != nullptr && i < sites.size(); ++i) {
+    if (sites[i]->router) pair_expert_rows(*sites[i], sites[i]->targets, experts);
+  }
+  // Untapped again, for the layers above.
+  p.on_module = nullptr;
+  DecoderLayer plain;
+  MX_RETURN_IF_ERROR(arch.build(WeightLoader(cal.src, p), ref.config(), l, &plain));
+  ref.layers[static_cast<size_t>(l)] = std::move(plain);
+  return Status::ok();
+}
+
+Status calibrate_half(DecoderModel& model, DecoderModel* ref, const ArchImpl& arch,
+                      const WeightPlan& plan, int64_t l, Half half,
+                      const std::vector<std::vector<int32_t>>& windows, Calibrator& cal) {
   const ModelConfig& c = model.config();
   std::vector<LoadedModule> seen;
   MX_ASSIGN_OR_RETURN(DecoderLayer layer, rebuild(arch, plan, c, l, cal, &seen));
@@ -367,11 +496,9 @@ Status calibrate_half(DecoderModel& model, const ArchImpl& arch, const WeightPla
   std::unique_ptr<BankSite> bank;
   install_taps(layer, half, seen, cal.opt, &sites, &bank);
   model.layers[static_cast<size_t>(l)] = std::move(layer);
-  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
-  for (const std::vector<int32_t>& w : windows) {
-    KvCache cache(c, static_cast<int64_t>(w.size()));
-    MX_RETURN_IF_ERROR(
-        model.forward(w.data(), static_cast<int64_t>(w.size()), cache, false, logits.data()));
+  MX_RETURN_IF_ERROR(run_windows(model, windows));
+  if (ref != nullptr) {
+    MX_RETURN_IF_ERROR(gather_targets(*ref, arch, plan, l, half, windows, cal, sites, bank.get()));
   }
   for (const auto& site : sites) MX_RETURN_IF_ERROR(cal.linear(*site));
   if (bank) MX_RETURN_IF_ERROR(cal.bank(*bank, c.hidden_size));
@@ -400,9 +527,14 @@ Result<CalibrationResult> gptq_calibrate(const std::string& dir,
   CalibrationResult result;
   for (const auto& w : windows) result.tokens += static_cast<int64_t>(w.size());
   Calibrator cal{*ck.weights, opt, &model->pool(), &result};
+  std::unique_ptr<DecoderModel> ref;
+  if (opt.float_targets) {
+    MX_ASSIGN_OR_RETURN(ref, load_model(dir, lo));
+  }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     model->set_layer_limit(l + 1);
-    MX_RETURN_IF_ERROR(calibrate_half(*model, *arch, plan, l, Half::kWhole, windows, cal));
+    MX_RETURN_IF_ERROR(
+        calibrate_half(*model, ref.get(), *arch, plan, l, Half::kWhole, windows, cal));
     // The layer as the export will load it, for the layers above to calibrate on.
     MX_ASSIGN_OR_RETURN(model->layers[static_cast<size_t>(l)],
                         rebuild(*arch, plan, c, l, cal, nullptr));

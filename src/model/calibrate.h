@@ -6,7 +6,8 @@
 //
 // Experts take Hessians of the rows routed to them; one that saw fewer rows than its input
 // width takes the Hessian of every row its layer routed. An expert's down projection sees
-// SwiGLU(gate x, up x) of its unquantized gate and up.
+// SwiGLU(gate x, up x) of its quantized gate and up (of the stored ones when it has too few
+// rows of its own).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,13 @@ struct CalibrationOptions {
   // (quant/gptq.h's input_aware_weights) rather than for the exact inputs. With few rows per
   // expert the fit follows the calibration set's own quantization noise, so it is asked for.
   bool input_aware = false;
+  // Fit the linears that read a layer's input (q/k/v, gate/up, experts' gate/up) and the
+  // experts' down projections to what the unquantized model gives them (as GPTAQ, arXiv
+  // 2504.02692): the weights meeting the quantized model's inputs answer, in least squares
+  // before GPTQ, as the unquantized weights answer the unquantized model's, so the error of
+  // the layers below is corrected where it can be. Runs the unquantized model beside. Like
+  // input_aware, only where a module saw 32 calibration rows per input or more.
+  bool float_targets = true;
   int threads = 1;
   // After each layer (done, total).
   std::function<void(int64_t, int64_t)> progress;
