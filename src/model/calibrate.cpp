@@ -340,22 +340,17 @@ struct Calibrator {
   }
 };
 
-// Which modules of a layer gather their inputs in one pass. The whole layer at once: gathering
-// the FFN's inputs again after the token mixer below it was quantized (GPTQ's "true
-// sequential" order) left the bundled model further from BF16 (W4A8 + block32, first 300
-// prose windows: KL 0.00538 against 0.00525).
-enum class Half { kMixer, kFfn, kWhole };
-
-std::vector<std::unique_ptr<Linear>*> linear_slots(DecoderLayer& l, Half half) {
+// A layer's linears, which gather their inputs in one pass. Gathering the FFN's inputs again
+// after the token mixer below it was quantized (GPTQ's "true sequential" order) left the
+// bundled model further from BF16 (W4A8 + block32, first 300 prose windows: KL 0.00538
+// against 0.00525).
+std::vector<std::unique_ptr<Linear>*> linear_slots(DecoderLayer& l) {
   std::vector<std::unique_ptr<Linear>*> v;
   auto add = [&](std::initializer_list<std::unique_ptr<Linear>*> slots) {
     for (std::unique_ptr<Linear>* p : slots) v.push_back(p);
   };
-  if (half != Half::kFfn) {
-    add({&l.attn.qkv, &l.attn.o});
-    if (l.deltanet) add({&l.deltanet->qkvz, &l.deltanet->ba, &l.deltanet->out});
-    if (half == Half::kMixer) return v;
-  }
+  add({&l.attn.qkv, &l.attn.o});
+  if (l.deltanet) add({&l.deltanet->qkvz, &l.deltanet->ba, &l.deltanet->out});
   if (l.mlp) add({&l.mlp->gate_up, &l.mlp->down});
   if (l.moe) {
     add({&l.moe->router, &l.moe->shared_gate});
@@ -365,7 +360,7 @@ std::vector<std::unique_ptr<Linear>*> linear_slots(DecoderLayer& l, Half half) {
 }
 
 // Puts taps on the layer's modules with weights to quantize.
-void install_taps(DecoderLayer& layer, Half half, const std::vector<LoadedModule>& seen,
+void install_taps(DecoderLayer& layer, const std::vector<LoadedModule>& seen,
                   const CalibrationOptions& opt, std::vector<std::unique_ptr<LinearSite>>* sites,
                   std::unique_ptr<BankSite>* bank) {
   auto quantized = [&](const std::vector<std::string>& names) {
@@ -374,7 +369,7 @@ void install_taps(DecoderLayer& layer, Half half, const std::vector<LoadedModule
     }
     return false;
   };
-  for (std::unique_ptr<Linear>* slot : linear_slots(layer, half)) {
+  for (std::unique_ptr<Linear>* slot : linear_slots(layer)) {
     if (*slot == nullptr) continue;
     // Under float_targets the router's inputs (every token's, in order) pair expert rows with
     // their tokens.
@@ -394,7 +389,7 @@ void install_taps(DecoderLayer& layer, Half half, const std::vector<LoadedModule
       break;
     }
   }
-  if (!layer.moe || half == Half::kMixer) return;
+  if (!layer.moe) return;
   for (const LoadedModule& m : seen) {
     if (m.bank != layer.moe->experts.get() || !quantized(m.weights)) continue;
     *bank = std::make_unique<BankSite>();
@@ -417,7 +412,7 @@ Result<DecoderLayer> rebuild(const ArchImpl& arch, const WeightPlan& plan, const
   return layer;
 }
 
-// Gathers the inputs of one half of layer l over the calibration windows and quantizes it.
+// Gathers the inputs of layer l over the calibration windows and quantizes it.
 Status run_windows(DecoderModel& model, const std::vector<std::vector<int32_t>>& windows) {
   std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
   for (const std::vector<int32_t>& w : windows) {
@@ -455,9 +450,8 @@ void pair_expert_rows(const LinearSite& router, const std::vector<float>& ref_ro
 }
 
 Status gather_targets(DecoderModel& ref, const ArchImpl& arch, const WeightPlan& plan, int64_t l,
-                      Half half, const std::vector<std::vector<int32_t>>& windows,
-                      const Calibrator& cal, std::vector<std::unique_ptr<LinearSite>>& sites,
-                      BankSite* experts) {
+                      const std::vector<std::vector<int32_t>>& windows, const Calibrator& cal,
+                      std::vector<std::unique_ptr<LinearSite>>& sites, BankSite* experts) {
   std::vector<LoadedModule> seen;
   WeightPlan p = plan;
   p.on_module = [&](const LoadedModule& m) { seen.push_back(m); };
@@ -465,7 +459,7 @@ Status gather_targets(DecoderModel& ref, const ArchImpl& arch, const WeightPlan&
   MX_RETURN_IF_ERROR(arch.build(WeightLoader(cal.src, p), ref.config(), l, &layer));
   std::vector<std::unique_ptr<LinearSite>> mine;
   std::unique_ptr<BankSite> bank;
-  install_taps(layer, half, seen, cal.opt, &mine, &bank);
+  install_taps(layer, seen, cal.opt, &mine, &bank);
   ref.layers[static_cast<size_t>(l)] = std::move(layer);
   ref.set_layer_limit(l + 1);
   MX_RETURN_IF_ERROR(run_windows(ref, windows));
@@ -486,19 +480,19 @@ Status gather_targets(DecoderModel& ref, const ArchImpl& arch, const WeightPlan&
   return Status::ok();
 }
 
-Status calibrate_half(DecoderModel& model, DecoderModel* ref, const ArchImpl& arch,
-                      const WeightPlan& plan, int64_t l, Half half,
-                      const std::vector<std::vector<int32_t>>& windows, Calibrator& cal) {
+Status calibrate_layer(DecoderModel& model, DecoderModel* ref, const ArchImpl& arch,
+                       const WeightPlan& plan, int64_t l,
+                       const std::vector<std::vector<int32_t>>& windows, Calibrator& cal) {
   const ModelConfig& c = model.config();
   std::vector<LoadedModule> seen;
   MX_ASSIGN_OR_RETURN(DecoderLayer layer, rebuild(arch, plan, c, l, cal, &seen));
   std::vector<std::unique_ptr<LinearSite>> sites;
   std::unique_ptr<BankSite> bank;
-  install_taps(layer, half, seen, cal.opt, &sites, &bank);
+  install_taps(layer, seen, cal.opt, &sites, &bank);
   model.layers[static_cast<size_t>(l)] = std::move(layer);
   MX_RETURN_IF_ERROR(run_windows(model, windows));
   if (ref != nullptr) {
-    MX_RETURN_IF_ERROR(gather_targets(*ref, arch, plan, l, half, windows, cal, sites, bank.get()));
+    MX_RETURN_IF_ERROR(gather_targets(*ref, arch, plan, l, windows, cal, sites, bank.get()));
   }
   for (const auto& site : sites) MX_RETURN_IF_ERROR(cal.linear(*site));
   if (bank) MX_RETURN_IF_ERROR(cal.bank(*bank, c.hidden_size));
@@ -533,8 +527,7 @@ Result<CalibrationResult> gptq_calibrate(const std::string& dir,
   }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     model->set_layer_limit(l + 1);
-    MX_RETURN_IF_ERROR(
-        calibrate_half(*model, ref.get(), *arch, plan, l, Half::kWhole, windows, cal));
+    MX_RETURN_IF_ERROR(calibrate_layer(*model, ref.get(), *arch, plan, l, windows, cal));
     // The layer as the export will load it, for the layers above to calibrate on.
     MX_ASSIGN_OR_RETURN(model->layers[static_cast<size_t>(l)],
                         rebuild(*arch, plan, c, l, cal, nullptr));
