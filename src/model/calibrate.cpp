@@ -7,7 +7,6 @@
 
 #include "core/check.h"
 #include "formats/hadamard.h"
-#include "formats/half.h"
 #include "formats/mx_block.h"
 #include "loader/checkpoint_format.h"
 #include "model/blocks.h"
@@ -50,6 +49,7 @@ class TapLinear final : public Linear {
 // An expert bank's routed rows, per expert.
 struct BankSite {
   std::vector<std::string> weights;  // gate, up, down per expert
+  int64_t inter = 0;
   std::vector<std::vector<float>> rows;
   // CalibrationOptions::float_targets: per expert, the unquantized model's inputs to the layer
   // for the tokens of `rows`.
@@ -203,16 +203,7 @@ struct Calibrator {
   Result<Tensor> float_weight(const std::string& name) const {
     MX_ASSIGN_OR_RETURN(Tensor t, src.tensor(name));
     if (t.rank() != 2) return invalid_argument(name + ": expected a 2-D weight");
-    Tensor f = Tensor::empty(DType::kF32, t.shape());
-    const Tensor c = t.is_contiguous() ? t : t.contiguous_copy();
-    const int64_t n = c.numel();
-    float* o = f.mutable_data_as<float>();
-    for (int64_t i = 0; i < n; ++i) {
-      o[i] = c.dtype() == DType::kF32    ? c.data_as<float>()[i]
-             : c.dtype() == DType::kBF16 ? bf16_to_float(c.data_as<uint16_t>()[i])
-                                         : fp16_to_float(c.data_as<uint16_t>()[i]);
-    }
-    return f;
+    return float_tensor_f32(t, name);
   }
 
   Status quantize(const std::string& name, const Moments& mo) {
@@ -276,16 +267,11 @@ struct Calibrator {
     return act;
   }
 
-  // Expert e's moments: of its inputs (gate and up), and of its down projection's.
-  Result<std::pair<Moments, Moments>> expert_moments(const BankSite& site, size_t e, int64_t hidden,
-                                                     Scheme s, ExecContext& ctx) const {
+  // The moments of expert e's inputs (its gate and up).
+  Moments input_moments(const BankSite& site, size_t e, int64_t hidden, Scheme s) const {
     const std::vector<float>& x = site.rows[e];
-    const int64_t m = static_cast<int64_t>(x.size()) / hidden;
-    const std::vector<float>* t = site.targets.empty() ? nullptr : &site.targets[e];
-    MX_ASSIGN_OR_RETURN(std::vector<float> act, expert_acts(site, e, x, hidden, ctx));
-    const int64_t inter = static_cast<int64_t>(act.size()) / m;
-    return std::make_pair(moments_of(x.data(), t != nullptr ? t->data() : nullptr, m, hidden, s),
-                          moments_of(act.data(), nullptr, m, inter, s));
+    const float* t = site.targets.empty() ? nullptr : site.targets[e].data();
+    return moments_of(x.data(), t, static_cast<int64_t>(x.size()) / hidden, hidden, s);
   }
 
   // The down projection's moments once gate and up are quantized: it meets SwiGLU of the
@@ -304,35 +290,46 @@ struct Calibrator {
     return moments_of(act.data(), act_t.empty() ? nullptr : act_t.data(), m, inter, s);
   }
 
+  // The layer's moments over every routed row, for experts with too few of their own: the down
+  // projection's from the stored gate and up, as none of them is quantized yet.
+  Status pooled(const BankSite& site, int64_t hidden, Scheme s, ExecContext& ctx,
+                std::optional<Moments>* in, std::optional<Moments>* down) const {
+    in->emplace(hidden, aware(s) || !site.targets.empty());
+    down->emplace(site.inter, aware(s));
+    for (size_t e = 0; e < site.rows.size(); ++e) {
+      const int64_t m = static_cast<int64_t>(site.rows[e].size()) / hidden;
+      if (m == 0) continue;
+      MX_ASSIGN_OR_RETURN(std::vector<float> act, expert_acts(site, e, site.rows[e], hidden, ctx));
+      (*in)->add(input_moments(site, e, hidden, s));
+      (*down)->add(moments_of(act.data(), nullptr, m, site.inter, s));
+    }
+    if ((*in)->h.rows() == 0)
+      return invalid_argument("no calibration row reached " + site.weights[0]);
+    return Status::ok();
+  }
+
   Status bank(const BankSite& site, int64_t hidden) {
     const std::optional<Scheme> s = scheme_of(site.weights);
     if (!s) return Status::ok();
     const size_t experts = site.rows.size();
     ExecContext ctx(pool);
-    // The layer's moments over every routed row, for experts with too few of their own.
+    auto own = [&](size_t e) {
+      return static_cast<int64_t>(site.rows[e].size()) / hidden >= std::max(hidden, site.inter);
+    };
     std::optional<Moments> pooled_in, pooled_down;
-    for (size_t e = 0; e < experts; ++e) {
-      if (site.rows[e].empty()) continue;
-      MX_ASSIGN_OR_RETURN(auto mo, expert_moments(site, e, hidden, *s, ctx));
-      if (!pooled_in) {
-        pooled_in.emplace(hidden, mo.first.cross.has_value());
-        pooled_down.emplace(mo.second.h.k(), mo.second.cross.has_value());
-      }
-      pooled_in->add(mo.first);
-      pooled_down->add(mo.second);
+    for (size_t e = 0; e < experts && !pooled_in; ++e) {
+      if (!own(e)) MX_RETURN_IF_ERROR(pooled(site, hidden, *s, ctx, &pooled_in, &pooled_down));
     }
-    if (!pooled_in) return invalid_argument("no calibration row reached " + site.weights[0]);
     for (size_t e = 0; e < experts; ++e) {
-      const int64_t m = static_cast<int64_t>(site.rows[e].size()) / hidden;
-      if (m < std::max(hidden, pooled_down->h.k())) {
+      if (!own(e)) {
         ++result->pooled_experts;
         for (int p = 0; p < 3; ++p)
           MX_RETURN_IF_ERROR(quantize(site.weights[3 * e + p], p < 2 ? *pooled_in : *pooled_down));
         continue;
       }
-      MX_ASSIGN_OR_RETURN(auto mo, expert_moments(site, e, hidden, *s, ctx));
-      MX_RETURN_IF_ERROR(quantize(site.weights[3 * e], mo.first));
-      MX_RETURN_IF_ERROR(quantize(site.weights[3 * e + 1], mo.first));
+      const Moments in = input_moments(site, e, hidden, *s);
+      MX_RETURN_IF_ERROR(quantize(site.weights[3 * e], in));
+      MX_RETURN_IF_ERROR(quantize(site.weights[3 * e + 1], in));
       MX_ASSIGN_OR_RETURN(const Moments down, down_moments(site, e, hidden, *s, ctx));
       MX_RETURN_IF_ERROR(quantize(site.weights[3 * e + 2], down));
     }
@@ -394,6 +391,7 @@ void install_taps(DecoderLayer& layer, const std::vector<LoadedModule>& seen,
     if (m.bank != layer.moe->experts.get() || !quantized(m.weights)) continue;
     *bank = std::make_unique<BankSite>();
     (*bank)->weights = m.weights;
+    (*bank)->inter = m.bank->inter();
     (*bank)->rows.resize(static_cast<size_t>(m.bank->num_experts()));
     layer.moe->experts = std::make_unique<TapBank>(std::move(layer.moe->experts), bank->get());
   }

@@ -41,14 +41,13 @@ Result<Tensor> WeightLoader::norm(const std::string& name, int64_t n) const {
   return floats(name, {n});
 }
 
-Result<Tensor> WeightLoader::floats(const std::string& name, const Shape& shape) const {
-  MX_ASSIGN_OR_RETURN(Tensor t, get(name, shape));
+Result<Tensor> float_tensor_f32(const Tensor& t, const std::string& name) {
   if (t.dtype() != DType::kBF16 && t.dtype() != DType::kF16 && t.dtype() != DType::kF32) {
     return invalid_argument("tensor '" + name + "' is " + t.describe() +
                             " where float weights belong");
   }
   const int64_t n = t.numel();
-  Tensor out = Tensor::empty(DType::kF32, shape);
+  Tensor out = Tensor::empty(DType::kF32, t.shape());
   float* o = out.mutable_data_as<float>();
   const Tensor c = t.is_contiguous() ? t : t.contiguous_copy();
   for (int64_t i = 0; i < n; ++i) {
@@ -58,6 +57,11 @@ Result<Tensor> WeightLoader::floats(const std::string& name, const Shape& shape)
                                        : fp16_to_float(h);
   }
   return out;
+}
+
+Result<Tensor> WeightLoader::floats(const std::string& name, const Shape& shape) const {
+  MX_ASSIGN_OR_RETURN(Tensor t, get(name, shape));
+  return float_tensor_f32(t, name);
 }
 
 Result<std::vector<StoredWeight>> WeightLoader::parts_of(const std::vector<std::string>& modules,

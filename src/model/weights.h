@@ -40,6 +40,9 @@ struct WeightPlan : QuantPlan {
   std::function<void(const LoadedModule&)> on_module;
 };
 
+// A float tensor (BF16, F16 or F32) as FP32; fails naming `name` for any other dtype.
+Result<Tensor> float_tensor_f32(const Tensor& t, const std::string& name);
+
 class WeightLoader {
  public:
   WeightLoader(const WeightSource& src, const WeightPlan& plan) : src_(src), plan_(plan) {}
