@@ -1,7 +1,8 @@
 // Constrained decoding on the real Qwen3 vocabulary (151k tokens): per-request compile time,
 // and the per-token mask cost while replaying valid documents for five grammars, cold (a fresh
-// grammar, every position visited for the first time) and warm (positions cached by an
-// earlier request with the same grammar). The budget is 50 us per token warm. Run as
+// grammar: its masks computed ahead within the server's budget, as serve does before the
+// first token, or with arg 0 each when first met) and warm (positions cached by an earlier
+// request with the same grammar). The budget is 50 us per token. Run as
 // `mx_grammar_bench`; without the npm tokenizer (npm ci) every case is skipped.
 #include <benchmark/benchmark.h>
 
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -185,12 +187,19 @@ void BM_GrammarMaskCold(benchmark::State& state) {
     return;
   }
   const Case& c = cases()[state.range(0)];
-  state.SetLabel(c.name);
+  const bool ahead = state.range(1) != 0;
+  state.SetLabel(std::string(c.name) + (ahead ? " ahead" : " lazy"));
   const std::vector<int32_t> ids = v.tokenizer->encode(c.document);
   std::vector<uint32_t> mask((v.vocab->size() + 31) / 32);
   std::vector<double> per_token;
+  double ahead_ms = 0;
   for (auto _ : state) {
     auto g = c.compile();
+    if (g.is_ok() && ahead) {
+      const auto t0 = Clock::now();
+      precompute_masks(**g, *v.vocab, kMaskAheadBudget);
+      ahead_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    }
     std::string error;
     const double before = sum(per_token);
     if (!g.is_ok() || !replay(v, *g, ids, mask, per_token, &error)) {
@@ -200,6 +209,7 @@ void BM_GrammarMaskCold(benchmark::State& state) {
     state.SetIterationTime(sum(per_token) - before);
   }
   report(state, per_token);
+  state.counters["ahead_ms"] = ahead_ms / static_cast<double>(state.iterations());
 }
 
 // One grammar per case, its positions cached by a first replay; each iteration is a new
@@ -309,13 +319,21 @@ void BM_SchemaCorpusMaskCold(benchmark::State& state) {
     docs.push_back(g.is_ok() ? draw(v, *g, static_cast<uint32_t>(i)) : std::vector<int32_t>{});
   }
   std::vector<uint32_t> mask((v.vocab->size() + 31) / 32);
-  double total = 0, tokens = 0, worst = 0;
+  const bool ahead = state.range(0) != 0;
+  double total = 0, tokens = 0, worst = 0, ahead_ms = 0, ahead_worst_ms = 0;
   std::string worst_name;
   for (auto _ : state) {
     double iteration = 0;
     for (size_t i = 0; i < corpus.size(); ++i) {
       if (docs[i].empty()) continue;
       auto g = grammar_from_json_schema(corpus[i].second);
+      if (g.is_ok() && ahead) {
+        const auto t0 = Clock::now();
+        precompute_masks(**g, *v.vocab, kMaskAheadBudget);
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        ahead_ms += ms;
+        ahead_worst_ms = std::max(ahead_worst_ms, ms);
+      }
       std::vector<double> per_token;
       std::string error;
       if (!g.is_ok() || !replay(v, *g, docs[i], mask, per_token, &error)) {
@@ -336,17 +354,73 @@ void BM_SchemaCorpusMaskCold(benchmark::State& state) {
   state.counters["tokens"] = tokens / static_cast<double>(state.iterations());
   state.counters["us_per_token"] = total / tokens * 1e6;
   state.counters["worst_schema_us_per_token"] = worst * 1e6;
-  state.SetLabel("slowest " + worst_name);
+  state.counters["ahead_mean_ms"] =
+      ahead_ms / static_cast<double>(state.iterations() * corpus.size());
+  state.counters["ahead_worst_ms"] = ahead_worst_ms;
+  state.SetLabel(std::string(ahead ? "ahead" : "lazy") + ", slowest " + worst_name);
 }
-BENCHMARK(BM_SchemaCorpusMaskCold)->UseManualTime()->Iterations(2)->Unit(benchmark::kMillisecond);
+// Arg 1: each grammar's masks computed ahead within the server's budget before its document
+// (the server's path); arg 0: every mask computed when first met.
+BENCHMARK(BM_SchemaCorpusMaskCold)
+    ->Arg(1)
+    ->Arg(0)
+    ->UseManualTime()
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
+
+// Every position's mask of each corpus schema, computed ahead without a budget: what the
+// whole of each grammar costs, printed per schema.
+void BM_SchemaCorpusPrecompute(benchmark::State& state) {
+  const Vocab& v = qwen3();
+  if (!v.error.empty()) {
+    state.SkipWithError(v.error.c_str());
+    return;
+  }
+  std::vector<std::pair<std::string, json>> corpus;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(MX_SOURCE_DIR) + "/tests/data/schemas")) {
+    std::ifstream in(e.path());
+    corpus.emplace_back(e.path().filename().string(), json::parse(in));
+  }
+  std::sort(corpus.begin(), corpus.end());
+  std::vector<double> ms(corpus.size(), 0.0);
+  for (auto _ : state) {
+    double iteration = 0;
+    for (size_t i = 0; i < corpus.size(); ++i) {
+      auto g = grammar_from_json_schema(corpus[i].second);
+      if (!g.is_ok()) continue;
+      const auto t0 = Clock::now();
+      precompute_masks(**g, *v.vocab, std::chrono::hours(1));
+      const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      ms[i] += t;
+      iteration += t / 1e3;
+    }
+    state.SetIterationTime(iteration);
+  }
+  const double n = static_cast<double>(state.iterations());
+  for (size_t i = 0; i < corpus.size(); ++i) {
+    std::fprintf(stderr, "%-40s %8.2f ms\n", corpus[i].first.c_str(), ms[i] / n);
+  }
+  const size_t worst = std::max_element(ms.begin(), ms.end()) - ms.begin();
+  state.counters["mean_ms"] = sum(ms) / n / static_cast<double>(corpus.size());
+  state.counters["worst_ms"] = ms[worst] / n;
+  state.SetLabel("slowest " + corpus[worst].first);
+}
+BENCHMARK(BM_SchemaCorpusPrecompute)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
 
 void all_cases(benchmark::internal::Benchmark* b) {
   for (int i = 0; i < 5; ++i) b->Arg(i);
 }
 
+void all_cases_both_ways(benchmark::internal::Benchmark* b) {
+  for (int ahead : {1, 0}) {
+    for (int i = 0; i < 5; ++i) b->Args({i, ahead});
+  }
+}
+
 BENCHMARK(BM_GrammarCompile)->Apply(all_cases)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GrammarMaskCold)
-    ->Apply(all_cases)
+    ->Apply(all_cases_both_ways)
     ->UseManualTime()
     ->Iterations(2)
     ->Unit(benchmark::kMillisecond);

@@ -655,16 +655,25 @@ void run_walks(const PropertyCase& pc, const SmallVocab& v, uint32_t seed) {
   EXPECT_GT(completed, 0) << pc.name << " seed " << seed;
 }
 
-TEST(GrammarProperty, MaskEqualsBruteForceOracle) {
-  std::mt19937 rng(20240601);
-  std::vector<std::string> tokens = random_tokens(rng, 300);
-  // Tokens that close two or three nested values at once: their fate depends on the stack
-  // below the positions they start from.
-  for (const char* t : {"}]}", "}]}]", "}}}", "}},", "]}]", "1}]}", "}]}, ", "]]]", "}]]", "]}}",
-                        "}]},{", "0}]}"}) {
-    tokens.emplace_back(t);
-  }
-  const SmallVocab v(std::move(tokens));
+const SmallVocab& property_vocab() {
+  static const SmallVocab v = [] {
+    std::mt19937 rng(20240601);
+    std::vector<std::string> tokens = random_tokens(rng, 300);
+    // Tokens that close two or three nested values at once: their fate depends on the stack
+    // below the positions they start from.
+    for (const char* t : {"}]}", "}]}]", "}}}", "}},", "]}]", "1}]}", "}]}, ", "]]]", "}]]", "]}}",
+                          "}]},{", "0}]}"}) {
+      tokens.emplace_back(t);
+    }
+    return SmallVocab(std::move(tokens));
+  }();
+  return v;
+}
+
+const json kBounded = {{"type", "string"}, {"maxLength", 6}};
+const json kPattern = {{"type", "string"}, {"pattern", "[a-e0-9]{2,5}(x|[.,]{1,3})"}};
+
+std::vector<PropertyCase> property_cases() {
   const std::string tool =
       "<tool_call>\\n\\{\"name\": \"get_weather\", \"arguments\": \\{\"city\":" + kWs + kStr +
       "(?:," + kWs + "\"unit\":" + kWs + "(?:\"c\"|\"f\"))?\\}\\}\\n</tool_call>";
@@ -672,7 +681,7 @@ TEST(GrammarProperty, MaskEqualsBruteForceOracle) {
   const std::string any_obj = "(?<obj>\\{(?:" + kStr + ":" + kWs + any_value + "(?:," + kWs + kStr +
                               ":" + kWs + any_value + ")*)?\\})";
   const std::string any_arr = "(?<arr>\\[(?:" + any_value + "(?:," + kWs + any_value + ")*)?\\])";
-  const std::vector<PropertyCase> cases = {
+  return {
       {"S1", must(grammar_from_json_schema(kS1)), kS1Regex, &kS1},
       {"S2", must(grammar_from_json_schema(kS2)), kS2Regex, &kS2},
       {"S3", must(grammar_from_json_schema(kS3)), kS3Regex, &kS3},
@@ -682,7 +691,16 @@ TEST(GrammarProperty, MaskEqualsBruteForceOracle) {
        "[a-c]{2,3}(?:x|yz)*[0-9]?(?:[\\x00-\\x60\\x62-\\x7f]|" + kUtf8Multi + ")"},
       {"choices", must(grammar_from_choices({"yes", "no", "maybe", "yesterday"})),
        "yes|no|maybe|yesterday"},
+      // A bounded string body and a pattern of counted classes: the walks' subtree skips.
+      {"bounded", must(grammar_from_json_schema(kBounded)), "\"" + kStrChar + "{0,6}\"", &kBounded},
+      {"pattern", must(grammar_from_json_schema(kPattern)), "\"[a-e0-9]{2,5}(?:x|[.,]{1,3})\"",
+       &kPattern},
   };
+}
+
+TEST(GrammarProperty, MaskEqualsBruteForceOracle) {
+  const SmallVocab& v = property_vocab();
+  const std::vector<PropertyCase> cases = property_cases();
   for (const PropertyCase& pc : cases) {
     ASSERT_NE(pc.grammar, nullptr) << pc.name;
     for (uint32_t seed : {1u, 2u}) run_walks(pc, v, seed);
@@ -691,6 +709,20 @@ TEST(GrammarProperty, MaskEqualsBruteForceOracle) {
   check_prefixes(cases[2], v, R"({"kids":[{"kids":[{"kids":[{"v":-1}],"v":4}],"v":0}],"v":5})");
   check_prefixes(cases[3], v, R"({"a": [[1, {"b": [2]}], {"c": {"d": {}}}], "e": "x"})");
   check_prefixes(cases[3], v, R"({"a":{"b":{"c":[[[]]]}},"d":[{},{"e":null}]})");
+}
+
+// The same walks over grammars whose masks were all computed before the first token.
+TEST(GrammarProperty, MasksComputedAheadEqualTheOracle) {
+  const SmallVocab& v = property_vocab();
+  for (const PropertyCase& pc : property_cases()) {
+    ASSERT_NE(pc.grammar, nullptr) << pc.name;
+    ASSERT_TRUE(precompute_masks(*pc.grammar, *v.vocab, std::chrono::hours(1))) << pc.name;
+    run_walks(pc, v, 3);
+  }
+  // A budget of nothing computes nothing and says so; the matcher still masks correctly.
+  const PropertyCase pc = property_cases()[0];
+  EXPECT_FALSE(precompute_masks(*pc.grammar, *v.vocab, std::chrono::microseconds(0)));
+  run_walks(pc, v, 4);
 }
 
 TEST(GrammarMatcher, ConcurrentMatchersShareOneGrammar) {

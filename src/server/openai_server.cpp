@@ -410,6 +410,10 @@ struct OpenAiServer::Impl {
     if (grammar && !vocab) {
       return reject(rid, h.path, {400, "structured output is not available on this server"}, ex);
     }
+    // A new grammar's masks are computed here, on the request's thread, so that the engine's
+    // steps (every running sequence's next token) never wait on one. A grammar already done
+    // returns at once.
+    if (grammar) precompute_masks(*grammar, *vocab, kMaskAheadBudget);
     if (!pr.image_urls.empty())
       return with_images(h.path, std::move(js), std::move(pr), grammar, ex);
     auto job = std::make_shared<CompletionJob>(std::move(js), *tok, ex);

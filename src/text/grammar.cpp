@@ -3,6 +3,7 @@
 // rule can call itself before reading a byte (the matcher's stack would grow without end),
 // and the public constructors built on the front ends.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -52,6 +53,23 @@ int32_t ExprBuilder::seq(std::vector<int32_t> kids) {
 }
 
 int32_t ExprBuilder::alt(std::vector<int32_t> kids) {
+  // Alternatives that read one byte each are one byte set: a single NFA state rather than one
+  // per alternative, which a class of many ranges inside a bounded repetition multiplies.
+  ByteSet merged;
+  size_t single = 0;
+  for (int32_t k : kids) {
+    if (exprs_[k].kind == Expr::Kind::kBytes) {
+      merged |= exprs_[k].bytes;
+      ++single;
+    }
+  }
+  if (single > 1) {
+    std::vector<int32_t> rest{bytes(merged)};
+    for (int32_t k : kids) {
+      if (exprs_[k].kind != Expr::Kind::kBytes) rest.push_back(k);
+    }
+    kids = std::move(rest);
+  }
   if (kids.size() == 1) return kids[0];
   Expr e;
   e.kind = Expr::Kind::kAlt;
@@ -552,14 +570,54 @@ namespace mx {
 const grammar::PositionMasks* Grammar::find_masks(uint64_t key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = masks_.find(key);
-  return it == masks_.end() ? nullptr : it->second.get();
+  return it == masks_.end() ? nullptr : it->second;
 }
+
+namespace {
+
+uint64_t content_hash(const grammar::PositionMasks& m) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  auto mix = [&h](const auto& x, uint64_t tag) {
+    h = (h ^ tag ^ x.size()) * 0x100000001B3ull;
+    for (auto w : x) h = (h ^ static_cast<uint32_t>(w)) * 0x100000001B3ull;
+  };
+  mix(m.bits, 1);
+  mix(m.list, 2);
+  mix(m.uncertain, 3);
+  return h;
+}
+
+}  // namespace
 
 const grammar::PositionMasks* Grammar::insert_masks(
     uint64_t key, std::unique_ptr<grammar::PositionMasks> m) const {
+  const uint64_t h = content_hash(*m);
   std::lock_guard<std::mutex> lock(mu_);
-  auto [it, inserted] = masks_.emplace(key, std::move(m));
-  return it->second.get();
+  if (auto it = masks_.find(key); it != masks_.end()) return it->second;
+  const grammar::PositionMasks* entry = nullptr;
+  for (auto [it, end] = by_content_.equal_range(h); it != end && !entry; ++it) {
+    const grammar::PositionMasks& o = *it->second;
+    if (o.bits == m->bits && o.list == m->list && o.uncertain == m->uncertain) entry = it->second;
+  }
+  if (!entry) {
+    entry = m.get();
+    owned_.push_back(std::move(m));
+    by_content_.emplace(h, entry);
+  }
+  masks_.emplace(key, entry);
+  return entry;
+}
+
+size_t Grammar::ahead_next(uint64_t serial) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = ahead_.find(serial);
+  return it == ahead_.end() ? 0 : it->second;
+}
+
+void Grammar::set_ahead_next(uint64_t serial, size_t next) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t& at = ahead_[serial];
+  at = std::max(at, next);
 }
 
 Result<std::shared_ptr<const Grammar>> grammar_from_json_schema(

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -93,6 +94,14 @@ class TokenVocab {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// Computes the token masks of the grammar's positions ahead of its first document, so that
+// no mask is computed while the engine waits: the outermost rules first, until all are done
+// or `budget` has passed (true when all are). A later call resumes; positions left are
+// computed by a matcher when first met. Safe to call from several threads.
+bool precompute_masks(const Grammar& g, const TokenVocab& vocab, std::chrono::microseconds budget);
+// What the server grants a new grammar before its request starts decoding.
+constexpr std::chrono::milliseconds kMaskAheadBudget{1000};
 
 class GrammarMatcher {
  public:

@@ -193,12 +193,21 @@ class Grammar {
   // insertion wins. Keyed by vocabulary serial (bits 40 and up), top state (bits 20-39)
   // and the state below it plus one (bits 0-19; 0 when there is none).
   const grammar::PositionMasks* find_masks(uint64_t key) const;
+  // Positions with equal masks (the string bodies of many properties, the nesting levels of
+  // free JSON) share one entry, which keeps a grammar computed ahead small.
   const grammar::PositionMasks* insert_masks(uint64_t key,
                                              std::unique_ptr<grammar::PositionMasks> m) const;
+  // Where precompute_masks stopped for vocabulary `serial` (0 before it ran, SIZE_MAX when
+  // it finished).
+  size_t ahead_next(uint64_t serial) const;
+  void set_ahead_next(uint64_t serial, size_t next) const;
 
  private:
   mutable std::mutex mu_;
-  mutable std::unordered_map<uint64_t, std::unique_ptr<grammar::PositionMasks>> masks_;
+  mutable std::unordered_map<uint64_t, const grammar::PositionMasks*> masks_;
+  mutable std::unordered_multimap<uint64_t, const grammar::PositionMasks*> by_content_;
+  mutable std::vector<std::unique_ptr<grammar::PositionMasks>> owned_;
+  mutable std::unordered_map<uint64_t, size_t> ahead_;
 };
 
 namespace grammar {

@@ -1,4 +1,4 @@
-// The vocabulary trie and the matcher.
+// The matcher.
 //
 // The matcher's state is a set of parser stacks, each a node (NFA state on top, parent node
 // below) interned so that equal stacks share one id. A byte moves every stack whose top
@@ -18,171 +18,23 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <string_view>
 #include <unordered_map>
 
 #include "core/check.h"
 #include "text/grammar_internal.h"
+#include "text/grammar_vocab.h"
 
 namespace mx {
 
 using grammar::PositionMasks;
-
-struct TokenVocab::Impl {
-  enum Kind : uint8_t { kText, kStop, kNever };
-  int32_t size = 0;
-  uint64_t serial = 0;
-  std::vector<std::string> bytes;
-  std::vector<uint8_t> kind;
-  std::vector<int32_t> stops;
-  // The trie in pre-order, root left out: node i reads node_byte[i] at depth node_depth[i]
-  // (1-based); its subtree is [i, node_end[i]); its tokens are toks[tok_begin[i]..
-  // tok_begin[i + 1]), so a subtree's tokens are contiguous too.
-  std::vector<uint8_t> node_byte;
-  std::vector<int32_t> node_depth;
-  std::vector<int32_t> node_end;
-  std::vector<int32_t> tok_begin;
-  std::vector<int32_t> toks;
-  int32_t max_depth = 0;
-  // Text below node i: the UTF-8 decoder state after its bytes (a Utf8 value), and the height
-  // of its subtree when every path below it goes on as well-formed UTF-8 of plain characters
-  // (no control character, quote or backslash), else -1. Inside a string such a subtree needs
-  // no walk when its start state survives any such text that long.
-  std::vector<uint8_t> utf8_state;
-  std::vector<int16_t> text_height;
-  // text_bits[L]: the tokens of at most L bytes (L <= kMaxTextHeight) that are plain text
-  // from a character boundary (whole or ending inside a character): what a string-body
-  // position that survives L bytes of any text accepts.
-  std::vector<std::vector<uint32_t>> text_bits;
-};
+using namespace grammar;
 
 namespace {
-
-std::atomic<uint64_t> g_vocab_serial{1};
-
-bool is_plain(uint8_t b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
-constexpr int32_t kMaxTextHeight = 64;
-
-// The well-formed UTF-8 decoder (RFC 3629: no overlongs, surrogates or code points past
-// U+10FFFF), over plain characters: at a character boundary, or expecting continuation bytes
-// (the range of the next one restricted after E0, ED, F0 and F4).
-enum Utf8 : uint8_t {
-  kBoundary,
-  kCont1,
-  kCont2,
-  kContE0,
-  kContED,
-  kCont3,
-  kContF0,
-  kContF4,
-  kUtf8States,
-  kInvalid = kUtf8States
-};
-
-uint8_t utf8_next(uint8_t q, uint8_t b) {
-  const bool cont = b >= 0x80 && b <= 0xBF;
-  switch (q) {
-    case kBoundary:
-      if (b < 0x80) return is_plain(b) ? kBoundary : kInvalid;
-      if (b >= 0xC2 && b <= 0xDF) return kCont1;
-      if (b == 0xE0) return kContE0;
-      if (b == 0xED) return kContED;
-      if (b >= 0xE1 && b <= 0xEF) return kCont2;
-      if (b == 0xF0) return kContF0;
-      if (b == 0xF4) return kContF4;
-      if (b >= 0xF1 && b <= 0xF3) return kCont3;
-      return kInvalid;
-    case kCont1:
-      return cont ? kBoundary : kInvalid;
-    case kCont2:
-      return cont ? kCont1 : kInvalid;
-    case kContE0:
-      return b >= 0xA0 && b <= 0xBF ? kCont1 : kInvalid;
-    case kContED:
-      return b >= 0x80 && b <= 0x9F ? kCont1 : kInvalid;
-    case kCont3:
-      return cont ? kCont2 : kInvalid;
-    case kContF0:
-      return b >= 0x90 && b <= 0xBF ? kCont2 : kInvalid;
-    case kContF4:
-      return b >= 0x80 && b <= 0x8F ? kCont2 : kInvalid;
-    default:
-      return kInvalid;
-  }
-}
-
-void build_trie(TokenVocab::Impl& v) {
-  std::vector<int32_t> ids;
-  for (int32_t t = 0; t < v.size; ++t) {
-    if (v.kind[t] == TokenVocab::Impl::kText) ids.push_back(t);
-  }
-  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
-    return v.bytes[a] != v.bytes[b] ? v.bytes[a] < v.bytes[b] : a < b;
-  });
-  std::vector<int32_t> path, tok_node;
-  std::string_view prev;
-  for (int32_t id : ids) {
-    const std::string_view w = v.bytes[id];
-    size_t l = 0;
-    while (l < prev.size() && l < w.size() && prev[l] == w[l]) ++l;
-    path.resize(l);
-    for (size_t k = l; k < w.size(); ++k) {
-      path.push_back(static_cast<int32_t>(v.node_byte.size()));
-      v.node_byte.push_back(static_cast<uint8_t>(w[k]));
-      v.node_depth.push_back(static_cast<int32_t>(k + 1));
-    }
-    tok_node.push_back(path.back());
-    v.toks.push_back(id);
-    v.max_depth = std::max(v.max_depth, static_cast<int32_t>(w.size()));
-    prev = w;
-  }
-  const int32_t n = static_cast<int32_t>(v.node_byte.size());
-  v.tok_begin.assign(n + 1, 0);
-  for (int32_t node : tok_node) ++v.tok_begin[node + 1];
-  for (int32_t i = 0; i < n; ++i) v.tok_begin[i + 1] += v.tok_begin[i];
-  v.node_end.assign(n, n);
-  std::vector<int32_t> open;
-  for (int32_t i = 0; i < n; ++i) {
-    while (!open.empty() && v.node_depth[open.back()] >= v.node_depth[i]) {
-      v.node_end[open.back()] = i;
-      open.pop_back();
-    }
-    open.push_back(i);
-  }
-  v.utf8_state.assign(n, kInvalid);
-  std::vector<uint8_t> at_depth(v.max_depth + 1, kBoundary);
-  for (int32_t i = 0; i < n; ++i) {
-    const int32_t d = v.node_depth[i];
-    const uint8_t up = at_depth[d - 1];
-    v.utf8_state[i] = up == kInvalid ? uint8_t{kInvalid} : utf8_next(up, v.node_byte[i]);
-    at_depth[d] = v.utf8_state[i];
-  }
-  v.text_height.assign(n, 0);
-  for (int32_t i = n - 1; i >= 0; --i) {
-    int32_t h = 0;
-    for (int32_t c = i + 1; c < v.node_end[i] && h >= 0; c = v.node_end[c]) {
-      h = v.utf8_state[c] == kInvalid || v.text_height[c] < 0
-              ? -1
-              : std::max<int32_t>(h, v.text_height[c] + 1);
-    }
-    v.text_height[i] = static_cast<int16_t>(h > kMaxTextHeight ? -1 : h);
-  }
-  v.text_bits.assign(kMaxTextHeight + 1,
-                     std::vector<uint32_t>((static_cast<size_t>(v.size) + 31) / 32, 0));
-  for (int32_t i = 0; i < n; ++i) {
-    if (v.utf8_state[i] == kInvalid || v.node_depth[i] > kMaxTextHeight) continue;
-    for (int32_t k = v.tok_begin[i]; k < v.tok_begin[i + 1]; ++k) {
-      v.text_bits[v.node_depth[i]][v.toks[k] >> 5] |= 1u << (v.toks[k] & 31);
-    }
-  }
-  for (int32_t len = 1; len <= kMaxTextHeight; ++len) {
-    for (size_t w = 0; w < v.text_bits[len].size(); ++w) {
-      v.text_bits[len][w] |= v.text_bits[len - 1][w];
-    }
-  }
-}
 
 constexpr int32_t kNoParent = -1;  // below the bottom frame: the grammar's (or a walk's) end
 // A walk automaton kept between positions is dropped past this many states.
@@ -311,7 +163,12 @@ class WalkAutomaton {
     }
     cut[0] = true;
     for (int b = 0; b < 256; ++b) {
-      if (cut[b]) reps_.push_back(static_cast<uint8_t>(b));
+      if (!cut[b]) continue;
+      reps_.push_back(static_cast<uint8_t>(b));
+      run_sets_.emplace_back();
+      int end = b + 1;
+      while (end < 256 && !cut[end]) ++end;
+      run_sets_.back().add(b, end - 1);
     }
   }
 
@@ -340,8 +197,8 @@ class WalkAutomaton {
     sparse_.emplace(key, t);
     return t;
   }
-  bool alive(int32_t s) const { return !states_[s].frontier.empty(); }
-  bool end(int32_t s) const { return states_[s].end; }
+  bool alive(int32_t s) const { return flags_[s] & kAlive; }
+  bool end(int32_t s) const { return flags_[s] & kEnd; }
 
   // Every state that plain UTF-8 text leads to from walk state `s`, the decoder being in
   // `q`, within `depth` bytes is alive. Such bytes mostly share their targets (inside a string,
@@ -351,7 +208,7 @@ class WalkAutomaton {
     if (!alive(s)) return false;
     if (depth == 0) return true;
     // Safe to a depth is safe to every smaller one, unsafe to every larger one.
-    Known& k = known_[(static_cast<uint64_t>(s) << 8) | q];
+    Known& k = known(s, q);
     if (depth <= k.safe) return true;
     if (depth >= k.unsafe) return false;
     bool ok = true;
@@ -361,7 +218,7 @@ class WalkAutomaton {
         break;
       }
     }
-    Known& after = known_[(static_cast<uint64_t>(s) << 8) | q];  // the map may have grown
+    Known& after = known(s, q);  // the table may have grown
     if (ok) {
       after.safe = std::max(after.safe, depth);
     } else {
@@ -370,8 +227,102 @@ class WalkAutomaton {
     return ok;
   }
 
+  // The length at which every string of plain ASCII from `s` has died (neither alive nor
+  // ending), when all such strings pass through the same states and none of them ends; -1
+  // otherwise. A string body's character count is the usual case.
+  int32_t ascii_death(int32_t s) {
+    int32_t at = s;
+    for (int32_t depth = 1; depth <= kMaxTextHeight + 1; ++depth) {
+      int32_t t = -1;
+      for (size_t r = 0; r < reps_.size(); ++r) {
+        const uint8_t b = reps_[r];
+        if (!is_plain(b)) continue;
+        const int32_t u = next(at, b);
+        if (t >= 0 && u != t) return -1;
+        t = u;
+      }
+      if (t < 0 || end(t)) return -1;
+      if (!alive(t)) return depth;
+      at = t;
+    }
+    return -1;
+  }
+
+  // Every string of bytes from `set`, up to `depth` long, keeps the walk alive from `s`. Checked
+  // through the state's run chain: the bytes that all lead to one successor, that successor's,
+  // and so on; strings of those bytes follow the chain whatever they are, so the test is one
+  // set inclusion against the chain's running intersection at that depth.
+  bool run_safe(int32_t s, const grammar::ByteSet& set, int32_t depth) {
+    if (static_cast<size_t>(s) >= chains_.size()) chains_.resize(states_.size());
+    if (chains_[s].empty()) build_chain(s);
+    const std::vector<std::pair<int32_t, grammar::ByteSet>>& c = chains_[s];
+    // c holds (deepest depth, intersection) in increasing depth; the last entry covers all
+    // deeper ones when its depth is INT32_MAX.
+    for (const auto& [until, inter] : c) {
+      if (depth > until) continue;
+      return ((set.w[0] & ~inter.w[0]) | (set.w[1] & ~inter.w[1]) | (set.w[2] & ~inter.w[2]) |
+              (set.w[3] & ~inter.w[3])) == 0;
+    }
+    return false;
+  }
+
  private:
   static constexpr int32_t kDenseStates = 4096;
+  static constexpr int32_t kMaxChain = 512;
+
+  // The bytes of `s` that lead to its most common alive successor, and that successor.
+  std::pair<grammar::ByteSet, int32_t> main_run(int32_t s) {
+    std::vector<std::pair<int32_t, grammar::ByteSet>> by_target;
+    for (size_t r = 0; r < reps_.size(); ++r) {
+      const int32_t t = next(s, reps_[r]);
+      if (!alive(t)) continue;
+      auto it = std::find_if(by_target.begin(), by_target.end(),
+                             [&](const auto& e) { return e.first == t; });
+      if (it == by_target.end()) {
+        by_target.emplace_back(t, run_sets_[r]);
+      } else {
+        it->second |= run_sets_[r];
+      }
+    }
+    std::pair<grammar::ByteSet, int32_t> best{grammar::ByteSet{}, -1};
+    int best_count = 0;
+    for (const auto& [t, set] : by_target) {
+      int count = 0;
+      for (uint64_t w : set.w) count += __builtin_popcountll(w);
+      if (count > best_count) {
+        best_count = count;
+        best = {set, t};
+      }
+    }
+    return best;
+  }
+
+  void build_chain(int32_t s) {
+    std::vector<std::pair<int32_t, grammar::ByteSet>> c;
+    grammar::ByteSet inter;
+    inter.w.fill(~uint64_t{0});
+    std::vector<int32_t> seen;
+    int32_t at = s;
+    for (int32_t depth = 1; depth <= kMaxChain; ++depth) {
+      const auto [run, t] = main_run(at);
+      grammar::ByteSet next_inter;
+      for (int k = 0; k < 4; ++k) next_inter.w[k] = inter.w[k] & run.w[k];
+      if (next_inter.w != inter.w && depth > 1) c.emplace_back(depth - 1, inter);
+      inter = next_inter;
+      if (inter.empty()) break;
+      // A state met again repeats the chain: the intersection holds at every depth.
+      if (std::find(seen.begin(), seen.end(), t) != seen.end()) {
+        c.emplace_back(INT32_MAX, inter);
+        chains_[s] = std::move(c);
+        return;
+      }
+      seen.push_back(at);
+      at = t;
+    }
+    if (!inter.empty()) c.emplace_back(kMaxChain, inter);
+    if (c.empty()) c.emplace_back(0, grammar::ByteSet{});  // computed: nothing is safe
+    chains_[s] = std::move(c);
+  }
 
   const std::vector<std::pair<int32_t, uint8_t>>& text_targets(int32_t s, uint8_t q) {
     const uint64_t key = (static_cast<uint64_t>(s) << 8) | q;
@@ -400,7 +351,12 @@ class WalkAutomaton {
     auto [it, inserted] = ids_.try_emplace(std::move(key), static_cast<int32_t>(states_.size()));
     if (inserted) {
       states_.push_back(p);
-      if (states_.size() <= kDenseStates) dense_.resize(states_.size() * 256, -1);
+      flags_.push_back(
+          static_cast<uint8_t>((p.frontier.empty() ? 0 : kAlive) | (p.end ? kEnd : 0)));
+      if (states_.size() <= kDenseStates) {
+        dense_.resize(states_.size() * 256, -1);
+        known_dense_.resize(states_.size() * kUtf8States);
+      }
     }
     return it->second;
   }
@@ -415,7 +371,18 @@ class WalkAutomaton {
   struct Known {
     int32_t safe = 0, unsafe = INT32_MAX;
   };
+  // What text_safe learnt per (walk state, decoder state): a table for the first states (the
+  // walk asks at nearly every trie node), a map past them.
+  Known& known(int32_t s, uint8_t q) {
+    if (s < kDenseStates) return known_dense_[static_cast<size_t>(s) * kUtf8States + q];
+    return known_[(static_cast<uint64_t>(s) << 8) | q];
+  }
+  static constexpr uint8_t kAlive = 1, kEnd = 2;
+  std::vector<uint8_t> flags_;  // per walk state
+  std::vector<Known> known_dense_;
   std::unordered_map<uint64_t, Known> known_;
+  std::vector<grammar::ByteSet> run_sets_;  // the bytes of each run, reps_[r] first
+  std::vector<std::vector<std::pair<int32_t, grammar::ByteSet>>> chains_;  // see run_safe
   std::unordered_map<uint64_t, std::vector<std::pair<int32_t, uint8_t>>> text_targets_;
   std::vector<uint8_t> reps_;
   int32_t below_ = kNoParent;  // one byte of each class the grammar and UTF-8 treat alike
@@ -447,11 +414,13 @@ std::unique_ptr<PositionMasks> compute_masks(const Grammar& g, const TokenVocab:
     }
   }
   const bool all_text = text_depth > 0;
+  // Plain ASCII past text_depth dies: a subtree of plain ASCII holds nothing the bitset lacks.
+  const bool ascii_bounded = all_text && walk.ascii_death(start) == text_depth + 1;
   const int32_t n = static_cast<int32_t>(v.node_byte.size());
   for (int32_t i = 0; i < n;) {
     const int32_t d = v.node_depth[i];
     if (all_text && v.utf8_state[i] != kInvalid && v.text_height[i] >= 0 &&
-        d + v.text_height[i] <= text_depth) {
+        (d + v.text_height[i] <= text_depth || (ascii_bounded && v.ascii_subtree[i]))) {
       i = v.node_end[i];
       continue;
     }
@@ -465,7 +434,9 @@ std::unique_ptr<PositionMasks> compute_masks(const Grammar& g, const TokenVocab:
       masks->uncertain.insert(masks->uncertain.end(), v.toks.begin() + v.tok_begin[i],
                               v.toks.begin() + v.tok_begin[i + 1]);
     }
-    if (alive && v.text_height[i] > 0 && walk.text_safe(cur, v.utf8_state[i], v.text_height[i])) {
+    if (alive && v.height[i] > 0 &&
+        ((v.text_height[i] > 0 && walk.text_safe(cur, v.utf8_state[i], v.text_height[i])) ||
+         walk.run_safe(cur, v.sets[v.below_set[i]], v.height[i]))) {
       // The whole subtree stays alive: accept it without walking it.
       accepted.insert(accepted.end(), v.toks.begin() + v.tok_begin[i + 1],
                       v.toks.begin() + v.tok_begin[v.node_end[i]]);
@@ -498,34 +469,6 @@ std::unique_ptr<PositionMasks> compute_masks(const Grammar& g, const TokenVocab:
 }
 
 }  // namespace
-
-TokenVocab::TokenVocab(const std::vector<std::string>& token_bytes,
-                       const std::vector<int32_t>& stop_ids,
-                       const std::vector<int32_t>& special_ids)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& v = *impl_;
-  v.size = static_cast<int32_t>(token_bytes.size());
-  v.serial = g_vocab_serial.fetch_add(1);
-  v.bytes = token_bytes;
-  v.kind.assign(v.size, Impl::kText);
-  for (int32_t t = 0; t < v.size; ++t) {
-    if (v.bytes[t].empty()) v.kind[t] = Impl::kNever;
-  }
-  // Ids outside the vocabulary are ignored: there is no token to allow or forbid.
-  for (int32_t t : special_ids) {
-    if (t >= 0 && t < v.size) v.kind[t] = Impl::kNever;
-  }
-  for (int32_t t : stop_ids) {
-    if (t >= 0 && t < v.size && v.kind[t] != Impl::kStop) {
-      v.kind[t] = Impl::kStop;
-      v.stops.push_back(t);
-    }
-  }
-  build_trie(v);
-}
-
-TokenVocab::~TokenVocab() = default;
-int32_t TokenVocab::size() const { return impl_->size; }
 
 struct GrammarMatcher::Impl {
   Impl(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocab> token_vocab)
@@ -627,6 +570,73 @@ struct GrammarMatcher::Impl {
   std::unordered_map<int32_t, std::unique_ptr<WalkAutomaton>> walks;
   std::vector<const PositionMasks*> tops;
 };
+
+namespace {
+
+// Every position of `g` (top state with byte edges, state its rule returns to), the rules
+// nearest the root by calls first: those are where a document starts and spends most of its
+// tokens, so a budget that runs out leaves the deep nesting levels to be computed lazily.
+std::vector<std::pair<int32_t, int32_t>> positions_by_depth(const Grammar& g) {
+  const int32_t num_rules = static_cast<int32_t>(g.rule_start.size());
+  std::vector<std::vector<int32_t>> parents(num_rules), states(num_rules), callees(num_rules);
+  parents[g.root_rule].push_back(-1);
+  for (int32_t s = 0; s < static_cast<int32_t>(g.states.size()); ++s) {
+    const grammar::NfaState& st = g.states[s];
+    if (st.byte_begin != st.byte_end) states[g.state_rule[s]].push_back(s);
+    for (uint32_t c = st.call_begin; c < st.call_end; ++c) {
+      const grammar::CallEdge& call = g.call_edges[c];
+      auto& p = parents[call.rule];
+      if (std::find(p.begin(), p.end(), call.ret) == p.end()) p.push_back(call.ret);
+      callees[g.state_rule[s]].push_back(call.rule);
+    }
+  }
+  std::vector<int32_t> order{g.root_rule};
+  std::vector<uint8_t> seen(num_rules, 0);
+  seen[g.root_rule] = 1;
+  for (size_t k = 0; k < order.size(); ++k) {
+    for (int32_t r : callees[order[k]]) {
+      if (!seen[r]) {
+        seen[r] = 1;
+        order.push_back(r);
+      }
+    }
+  }
+  std::vector<std::pair<int32_t, int32_t>> out;
+  for (int32_t r : order) {
+    for (int32_t p : parents[r]) {
+      for (int32_t s : states[r]) out.emplace_back(s, p);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool precompute_masks(const Grammar& g, const TokenVocab& vocab, std::chrono::microseconds budget) {
+  const TokenVocab::Impl& v = vocab.impl();
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  size_t next = g.ahead_next(v.serial);
+  if (next == SIZE_MAX) return true;
+  const std::vector<std::pair<int32_t, int32_t>> positions = positions_by_depth(g);
+  std::unordered_map<int32_t, std::unique_ptr<WalkAutomaton>> walks;
+  for (; next < positions.size(); ++next) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      g.set_ahead_next(v.serial, next);
+      return false;
+    }
+    const auto [state, parent_state] = positions[next];
+    const uint64_t key = (v.serial << 40) | (static_cast<uint64_t>(state) << 20) |
+                         static_cast<uint64_t>(parent_state + 1);
+    if (g.find_masks(key) != nullptr) continue;
+    std::unique_ptr<WalkAutomaton>& walk = walks[parent_state];
+    if (!walk || walk->states() > kMaxKeptWalkStates) {
+      walk = std::make_unique<WalkAutomaton>(g, parent_state);
+    }
+    g.insert_masks(key, compute_masks(g, v, *walk, state, parent_state));
+  }
+  g.set_ahead_next(v.serial, SIZE_MAX);
+  return true;
+}
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar,
                                std::shared_ptr<const TokenVocab> vocab)
