@@ -186,6 +186,9 @@ class Grammar {
   std::vector<int32_t> state_rule;
   std::vector<std::string> rule_names;
   int32_t root_rule = 0;
+  // One byte per run of bytes the grammar (and UTF-8) never tell apart, and each run's bytes.
+  std::vector<uint8_t> class_reps;
+  std::vector<grammar::ByteSet> class_runs;
 
   // Position masks, filled lazily by matchers and shared by all of them: a mutex guards the
   // map; an entry, once inserted, is immutable and lives as long as the grammar, so matchers

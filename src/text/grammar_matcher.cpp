@@ -22,6 +22,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 
@@ -39,6 +40,9 @@ namespace {
 constexpr int32_t kNoParent = -1;  // below the bottom frame: the grammar's (or a walk's) end
 // A walk automaton kept between positions is dropped past this many states.
 constexpr size_t kMaxKeptWalkStates = 1 << 16;
+// A walk state's run chain steps every byte class from it, which a small subtree does not
+// repay: smaller ones are walked.
+constexpr int32_t kMinRunSkipTokens = 16;
 
 // Parser stacks as interned (state, parent) nodes. Nodes made while trying a token are
 // dropped again by truncate(), so that checks do not grow the pool.
@@ -148,28 +152,9 @@ class Stepper {
 // where it started), so most of its steps are a table lookup.
 class WalkAutomaton {
  public:
-  WalkAutomaton(const Grammar& g, int32_t parent_state) : stepper_(g, pool_) {
+  WalkAutomaton(const Grammar& g, int32_t parent_state)
+      : stepper_(g, pool_), reps_(g.class_reps), run_sets_(g.class_runs) {
     below_ = parent_state < 0 ? kNoParent : pool_.intern(parent_state, kNoParent);
-    // Bytes that no edge of the grammar and no step of the UTF-8 decoder tell apart behave
-    // alike everywhere: one representative per run between cut points is enough.
-    std::array<bool, 257> cut{};
-    for (const grammar::ByteEdge& e : g.byte_edges) {
-      cut[e.lo] = true;
-      cut[e.hi + 1] = true;
-    }
-    for (int b : {0x20, 0x22, 0x23, 0x5C, 0x5D, 0x7F, 0x80, 0x90, 0xA0, 0xC0, 0xC2, 0xE0, 0xE1,
-                  0xED, 0xEE, 0xF0, 0xF1, 0xF4, 0xF5}) {
-      cut[b] = true;
-    }
-    cut[0] = true;
-    for (int b = 0; b < 256; ++b) {
-      if (!cut[b]) continue;
-      reps_.push_back(static_cast<uint8_t>(b));
-      run_sets_.emplace_back();
-      int end = b + 1;
-      while (end < 256 && !cut[end]) ++end;
-      run_sets_.back().add(b, end - 1);
-    }
   }
 
   // The walk state of a position whose top state is `state` (the frame below is this
@@ -268,10 +253,17 @@ class WalkAutomaton {
 
  private:
   static constexpr int32_t kDenseStates = 4096;
-  static constexpr int32_t kMaxChain = 512;
+  static constexpr int32_t kMaxChain = 64;  // deeper subtrees are walked
 
-  // The bytes of `s` that lead to its most common alive successor, and that successor.
-  std::pair<grammar::ByteSet, int32_t> main_run(int32_t s) {
+  // The bytes of `s` that lead to its most common alive successor, and that successor (-1:
+  // none); computed once per state, as the chains of successive states share their tails.
+  const std::pair<grammar::ByteSet, int32_t>& main_run(int32_t s) {
+    if (static_cast<size_t>(s) >= main_runs_.size()) main_runs_.resize(states_.size());
+    if (!main_runs_[s]) main_runs_[s] = compute_main_run(s);
+    return *main_runs_[s];
+  }
+
+  std::pair<grammar::ByteSet, int32_t> compute_main_run(int32_t s) {
     std::vector<std::pair<int32_t, grammar::ByteSet>> by_target;
     for (size_t r = 0; r < reps_.size(); ++r) {
       const int32_t t = next(s, reps_[r]);
@@ -297,31 +289,58 @@ class WalkAutomaton {
     return best;
   }
 
+  // A state's chain from its successor's: the first byte from the main run, the rest as the
+  // successor allows. The path of successors is followed until a state whose chain is known,
+  // a loop, a cycle, runs with nothing in common, or kMaxChain states, and the chains are
+  // derived backwards. A path cut at kMaxChain counts its tail as unsafe, which only walks
+  // more; its chains are then kept for `s` alone, as the others would be cut shorter.
   void build_chain(int32_t s) {
-    std::vector<std::pair<int32_t, grammar::ByteSet>> c;
-    grammar::ByteSet inter;
-    inter.w.fill(~uint64_t{0});
-    std::vector<int32_t> seen;
-    int32_t at = s;
-    for (int32_t depth = 1; depth <= kMaxChain; ++depth) {
-      const auto [run, t] = main_run(at);
-      grammar::ByteSet next_inter;
-      for (int k = 0; k < 4; ++k) next_inter.w[k] = inter.w[k] & run.w[k];
-      if (next_inter.w != inter.w && depth > 1) c.emplace_back(depth - 1, inter);
-      inter = next_inter;
-      if (inter.empty()) break;
-      // A state met again repeats the chain: the intersection holds at every depth.
-      if (std::find(seen.begin(), seen.end(), t) != seen.end()) {
-        c.emplace_back(INT32_MAX, inter);
-        chains_[s] = std::move(c);
-        return;
+    using Chain = std::vector<std::pair<int32_t, grammar::ByteSet>>;
+    std::vector<int32_t> path{s};
+    grammar::ByteSet shared;  // what the runs so far share: once empty, deeper is no use
+    shared.w.fill(~uint64_t{0});
+    bool cut = true;
+    while (static_cast<int32_t>(path.size()) < kMaxChain) {
+      const auto& [run, t] = main_run(path.back());
+      for (int w = 0; w < 4; ++w) shared.w[w] &= run.w[w];
+      chains_.resize(states_.size());
+      if (t < 0 || shared.empty() || t == path.back() || !chains_[t].empty() ||
+          std::find(path.begin(), path.end(), t) != path.end()) {
+        cut = false;
+        break;
       }
-      seen.push_back(at);
-      at = t;
+      path.push_back(t);
     }
-    if (!inter.empty()) c.emplace_back(kMaxChain, inter);
-    if (c.empty()) c.emplace_back(0, grammar::ByteSet{});  // computed: nothing is safe
-    chains_[s] = std::move(c);
+    Chain tail;  // the chain of path[k + 1] while path[k] is derived
+    for (size_t k = path.size(); k-- > 0;) {
+      const int32_t at = path[k];
+      const auto& [run, t] = main_run(at);  // the last one's may add states
+      chains_.resize(states_.size());
+      if (k + 1 == path.size()) tail = t >= 0 && !cut ? chains_[t] : Chain{};
+      Chain c;
+      if (t >= 0 && !run.empty()) {
+        if (t == at) {
+          c.emplace_back(INT32_MAX, run);  // a loop: the run holds at every depth
+        } else {
+          c.emplace_back(1, run);
+          for (const auto& [until, inter] : tail) {
+            if (until < 1) continue;
+            grammar::ByteSet both;
+            for (int w = 0; w < 4; ++w) both.w[w] = run.w[w] & inter.w[w];
+            if (both.empty()) break;
+            const int32_t deeper = until == INT32_MAX ? INT32_MAX : until + 1;
+            if (both.w == c.back().second.w) {
+              c.back().first = deeper;
+            } else {
+              c.emplace_back(deeper, both);
+            }
+          }
+        }
+      }
+      if (c.empty()) c.emplace_back(0, grammar::ByteSet{});  // computed: nothing is safe
+      if (!cut || k == 0) chains_[at] = c;
+      tail = std::move(c);
+    }
   }
 
   const std::vector<std::pair<int32_t, uint8_t>>& text_targets(int32_t s, uint8_t q) {
@@ -381,10 +400,11 @@ class WalkAutomaton {
   std::vector<uint8_t> flags_;  // per walk state
   std::vector<Known> known_dense_;
   std::unordered_map<uint64_t, Known> known_;
-  std::vector<grammar::ByteSet> run_sets_;  // the bytes of each run, reps_[r] first
   std::vector<std::vector<std::pair<int32_t, grammar::ByteSet>>> chains_;  // see run_safe
+  std::vector<std::optional<std::pair<grammar::ByteSet, int32_t>>> main_runs_;
   std::unordered_map<uint64_t, std::vector<std::pair<int32_t, uint8_t>>> text_targets_;
-  std::vector<uint8_t> reps_;
+  const std::vector<uint8_t>& reps_;  // the grammar's byte classes (Grammar::class_reps)
+  const std::vector<grammar::ByteSet>& run_sets_;
   int32_t below_ = kNoParent;  // one byte of each class the grammar and UTF-8 treat alike
 };
 
@@ -436,7 +456,8 @@ std::unique_ptr<PositionMasks> compute_masks(const Grammar& g, const TokenVocab:
     }
     if (alive && v.height[i] > 0 &&
         ((v.text_height[i] > 0 && walk.text_safe(cur, v.utf8_state[i], v.text_height[i])) ||
-         walk.run_safe(cur, v.sets[v.below_set[i]], v.height[i]))) {
+         (v.tok_begin[v.node_end[i]] - v.tok_begin[i + 1] >= kMinRunSkipTokens &&
+          walk.run_safe(cur, v.sets[v.below_set[i]], v.height[i])))) {
       // The whole subtree stays alive: accept it without walking it.
       accepted.insert(accepted.end(), v.toks.begin() + v.tok_begin[i + 1],
                       v.toks.begin() + v.tok_begin[v.node_end[i]]);
