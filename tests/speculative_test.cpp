@@ -88,8 +88,8 @@ void check_lossless(const std::string& path, std::optional<Scheme> scheme = std:
   const auto same = [&](const GenerateResult& r, const std::string& what) {
     EXPECT_EQ(r.token_ids, ref.token_ids) << what;
     ASSERT_EQ(r.logprobs.size(), ref.logprobs.size()) << what;
-    EXPECT_EQ(0, std::memcmp(r.logprobs.data(), ref.logprobs.data(),
-                             ref.logprobs.size() * sizeof(float)))
+    EXPECT_EQ(
+        0, std::memcmp(r.logprobs.data(), ref.logprobs.data(), ref.logprobs.size() * sizeof(float)))
         << what << ": log-probs differ";
   };
   for (int k : {1, 4}) {
@@ -195,9 +195,9 @@ std::vector<double> softmax(const std::vector<float>& logits) {
 std::vector<double> next_probs(DecoderModel& m, const std::vector<int32_t>& tokens) {
   KvCache cache(m.config(), static_cast<int64_t>(tokens.size()));
   std::vector<float> logits(static_cast<size_t>(m.config().vocab_size));
-  EXPECT_TRUE(m.forward(tokens.data(), static_cast<int64_t>(tokens.size()), cache, false,
-                        logits.data())
-                  .is_ok());
+  EXPECT_TRUE(
+      m.forward(tokens.data(), static_cast<int64_t>(tokens.size()), cache, false, logits.data())
+          .is_ok());
   return softmax(logits);
 }
 
@@ -228,7 +228,9 @@ TEST(Speculative, SamplingFollowsTheModelsDistribution) {
   ASSERT_TRUE(l.model);
   DecoderModel& m = *l.model;
   const std::vector<int32_t> prompt = l.tok->encode("She said");
-  constexpr int kSamples = 2000;
+  // A quarter of the samples under the sanitizers (the statistic passes there by a wide margin
+  // too: 10.4 against 26.3 over 9 bins); the full count in the release run.
+  constexpr int kSamples = test::kSanitized ? 500 : 2000;
   std::map<std::vector<int32_t>, double> exact;
   const auto p1 = next_probs(m, prompt);
   for (size_t a = 0; a < p1.size(); ++a) {
@@ -304,7 +306,8 @@ TEST(Speculative, NgramProposesWhatFollowedTheLatestMatch) {
   NgramDrafter d(2, 4);
   std::vector<int32_t> out;
   // "1 2 3 9 ... 1 2 3 7 8 ... 1 2 3": the latest "1 2 3" was followed by 7 8.
-  ASSERT_TRUE(d.propose(std::vector<int32_t>{1, 2, 3, 9, 5, 1, 2, 3, 7, 8, 6, 1, 2, 3}, 3, &out).is_ok());
+  ASSERT_TRUE(
+      d.propose(std::vector<int32_t>{1, 2, 3, 9, 5, 1, 2, 3, 7, 8, 6, 1, 2, 3}, 3, &out).is_ok());
   EXPECT_EQ(out, (std::vector<int32_t>{7, 8, 6}));
   // Only the last two tokens recur; the continuation stops at the end of the history.
   ASSERT_TRUE(d.propose(std::vector<int32_t>{4, 5, 6, 9, 5, 6}, 5, &out).is_ok());

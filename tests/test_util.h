@@ -17,6 +17,14 @@ inline std::string env_or(const char* name, const std::string& fallback) {
   return v != nullptr && *v != '\0' ? std::string(v) : fallback;
 }
 
+// Built with AddressSanitizer: tests whose work is numerics or many repeats of one path
+// shrink it there, where every load is checked and runs several times slower.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // A scratch directory unique to this process, removed by the caller if it cares.
 std::string temp_dir(const std::string& tag);
 

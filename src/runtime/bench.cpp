@@ -261,7 +261,7 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
   r.peak_includes_probe = !reset_peak_resident();
   // Mapped from here on, so that the resident set it adds is the same at every moment of the
   // peak taken below, and comes off it exactly. 256 MiB: eight times the largest L3 here.
-  BandwidthProbe probe(model.pool(), size_t{256} << 20);
+  BandwidthProbe probe(model.pool(), (size_t{256} << 20) / kProbeShrink);
   constexpr int64_t kProbeEvery = 4;  // decode steps per sample
   r.cost = model_cost(model, opt.batch, opt.prompt, opt.gen);
   auto stats = [&]() -> Result<DispatchStats> {

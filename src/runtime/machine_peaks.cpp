@@ -92,7 +92,7 @@ double median_of(std::vector<double> v) {
 void sample_read_bandwidth(ThreadPool& pool, int samples, MachinePeaks* m) {
   // 512 MiB: far past any last-level cache, so every read comes from memory. Mapped on its
   // own and unmapped after, so that the probe leaves nothing resident behind.
-  BandwidthProbe probe(pool, size_t{512} << 20);
+  BandwidthProbe probe(pool, (size_t{512} << 20) / kProbeShrink);
   if (!probe.ok()) return;
   for (int i = 0; i < samples; ++i) m->bandwidth_samples.push_back(probe.sample());
   m->bandwidth_gbs = median_of(m->bandwidth_samples);
@@ -107,30 +107,33 @@ MachinePeaks measure_machine_peaks(ThreadPool& pool) {
   // The widest arithmetic the selected kernels use: AVX-512 where they run at that level.
   const bool avx512 = active_isa() >= IsaLevel::kAvx512;
   if (avx2) {
-    m.fp32_gflops = best_rate(pool, 3,
-                              [&](int64_t t) {
-                                float* sink = &sinks[static_cast<size_t>(t) * 16];
-                                return avx512 ? peaks_detail::fp32_fma_avx512(20'000'000, sink)
-                                              : peaks_detail::fp32_fma_avx2(20'000'000, sink);
-                              }) /
-                    1e9;
+    m.fp32_gflops =
+        best_rate(pool, 3,
+                  [&](int64_t t) {
+                    float* sink = &sinks[static_cast<size_t>(t) * 16];
+                    return avx512 ? peaks_detail::fp32_fma_avx512(20'000'000 / kProbeShrink, sink)
+                                  : peaks_detail::fp32_fma_avx2(20'000'000 / kProbeShrink, sink);
+                  }) /
+        1e9;
     std::vector<int> isinks(static_cast<size_t>(threads) * 16, 0);
     const bool amx = active_isa() >= IsaLevel::kAmx;
-    m.int8_gops = best_rate(pool, 3,
-                            [&](int64_t t) {
-                              int* sink = &isinks[static_cast<size_t>(t) * 16];
-                              if (amx) return peaks_detail::int8_dot_amx(1'000'000, sink);
-                              return avx512 ? peaks_detail::int8_dot_avx512(20'000'000, sink)
-                                            : peaks_detail::int8_dot_avx2(20'000'000, sink);
-                            }) /
-                  1e9;
+    m.int8_gops =
+        best_rate(pool, 3,
+                  [&](int64_t t) {
+                    int* sink = &isinks[static_cast<size_t>(t) * 16];
+                    if (amx) return peaks_detail::int8_dot_amx(1'000'000 / kProbeShrink, sink);
+                    return avx512 ? peaks_detail::int8_dot_avx512(20'000'000 / kProbeShrink, sink)
+                                  : peaks_detail::int8_dot_avx2(20'000'000 / kProbeShrink, sink);
+                  }) /
+        1e9;
     if (!avx512) {
-      m.int16_gops = best_rate(pool, 3,
-                               [&](int64_t t) {
-                                 return peaks_detail::int16_dot_avx2(
-                                     20'000'000, &isinks[static_cast<size_t>(t) * 16]);
-                               }) /
-                     1e9;
+      m.int16_gops =
+          best_rate(pool, 3,
+                    [&](int64_t t) {
+                      return peaks_detail::int16_dot_avx2(20'000'000 / kProbeShrink,
+                                                          &isinks[static_cast<size_t>(t) * 16]);
+                    }) /
+          1e9;
     }
     // The BF16 kernels widen BF16 to FP32 and use FP32 FMAs (vdpbf16ps would round the
     // activations to BF16 too): the FP32 peak bounds them.

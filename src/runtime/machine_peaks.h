@@ -5,6 +5,7 @@
 // busy.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,20 @@ class BandwidthProbe {
 };
 
 double median_of(std::vector<double> v);
+
+// Under the sanitizers every load is checked and a probe's figures mean nothing: probe buffers
+// and loops shrink by this much there, so that a test's bench run takes seconds.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr int64_t kProbeShrink = 16;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr int64_t kProbeShrink = 16;
+#else
+inline constexpr int64_t kProbeShrink = 1;
+#endif
+#else
+inline constexpr int64_t kProbeShrink = 1;
+#endif
 
 namespace peaks_detail {
 // AVX2 loops (machine_peaks_avx2.cpp); each returns its operation count.
