@@ -127,6 +127,18 @@ const std::vector<Case>& cases() {
   return c;
 }
 
+// The schema corpus (tests/data/schemas) by file name, in name order.
+std::vector<std::pair<std::string, json>> schema_corpus() {
+  std::vector<std::pair<std::string, json>> corpus;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(MX_SOURCE_DIR) + "/tests/data/schemas")) {
+    std::ifstream in(e.path());
+    corpus.emplace_back(e.path().filename().string(), json::parse(in));
+  }
+  std::sort(corpus.begin(), corpus.end());
+  return corpus;
+}
+
 // Replays the document's tokens, adding each fill_mask time to `per_token` (seconds); returns
 // false with an error when the grammar rejects a token of the document.
 bool replay(const Vocab& v, const std::shared_ptr<const Grammar>& g,
@@ -243,12 +255,7 @@ void BM_GrammarMaskWarm(benchmark::State& state) {
 // The schema corpus (tests/data/schemas): each iteration compiles all of it; the slowest
 // schema's mean compile time is the figure the 50 ms budget applies to.
 void BM_SchemaCorpusCompile(benchmark::State& state) {
-  std::vector<std::pair<std::string, json>> corpus;
-  for (const auto& e :
-       std::filesystem::directory_iterator(std::string(MX_SOURCE_DIR) + "/tests/data/schemas")) {
-    std::ifstream in(e.path());
-    corpus.emplace_back(e.path().filename().string(), json::parse(in));
-  }
+  const auto corpus = schema_corpus();
   std::vector<double> ms(corpus.size(), 0.0);
   for (auto _ : state) {
     for (size_t i = 0; i < corpus.size(); ++i) {
@@ -306,13 +313,7 @@ void BM_SchemaCorpusMaskCold(benchmark::State& state) {
     state.SkipWithError(v.error.c_str());
     return;
   }
-  std::vector<std::pair<std::string, json>> corpus;
-  for (const auto& e :
-       std::filesystem::directory_iterator(std::string(MX_SOURCE_DIR) + "/tests/data/schemas")) {
-    std::ifstream in(e.path());
-    corpus.emplace_back(e.path().filename().string(), json::parse(in));
-  }
-  std::sort(corpus.begin(), corpus.end());
+  const auto corpus = schema_corpus();
   std::vector<std::vector<int32_t>> docs;
   for (size_t i = 0; i < corpus.size(); ++i) {
     auto g = grammar_from_json_schema(corpus[i].second);
@@ -376,13 +377,7 @@ void BM_SchemaCorpusPrecompute(benchmark::State& state) {
     state.SkipWithError(v.error.c_str());
     return;
   }
-  std::vector<std::pair<std::string, json>> corpus;
-  for (const auto& e :
-       std::filesystem::directory_iterator(std::string(MX_SOURCE_DIR) + "/tests/data/schemas")) {
-    std::ifstream in(e.path());
-    corpus.emplace_back(e.path().filename().string(), json::parse(in));
-  }
-  std::sort(corpus.begin(), corpus.end());
+  const auto corpus = schema_corpus();
   std::vector<double> ms(corpus.size(), 0.0);
   for (auto _ : state) {
     double iteration = 0;
