@@ -489,6 +489,29 @@ std::unique_ptr<PositionMasks> compute_masks(const Grammar& g, const TokenVocab:
   return masks;
 }
 
+// One walk automaton per frame below, kept across positions: the positions of one value (a
+// bounded string's counter, say) meet the same walk states again.
+using Walks = std::unordered_map<int32_t, std::unique_ptr<WalkAutomaton>>;
+
+// A position's place in the grammar's mask cache: vocabulary serial (bits 40 and up), top
+// state (bits 20-39), the state below it plus one (bits 0-19).
+uint64_t mask_key(uint64_t serial, int32_t state, int32_t parent_state) {
+  return (serial << 40) | (static_cast<uint64_t>(state) << 20) |
+         static_cast<uint64_t>(parent_state + 1);
+}
+
+// The position's masks computed by a walk and stored in the grammar (or the entry another
+// thread stored first).
+const PositionMasks* compute_and_store(const Grammar& g, const TokenVocab::Impl& v, Walks& walks,
+                                       int32_t state, int32_t parent_state) {
+  std::unique_ptr<WalkAutomaton>& walk = walks[parent_state];
+  if (!walk || walk->states() > kMaxKeptWalkStates) {
+    walk = std::make_unique<WalkAutomaton>(g, parent_state);
+  }
+  return g.insert_masks(mask_key(v.serial, state, parent_state),
+                        compute_masks(g, v, *walk, state, parent_state));
+}
+
 }  // namespace
 
 struct GrammarMatcher::Impl {
@@ -518,17 +541,8 @@ struct GrammarMatcher::Impl {
         (static_cast<uint64_t>(pool.state(node)) << 20) | static_cast<uint64_t>(parent_state + 1);
     auto it = masks.find(pos);
     if (it != masks.end()) return *it->second;
-    const uint64_t key = (v.serial << 40) | pos;
-    const PositionMasks* m = g->find_masks(key);
-    if (m == nullptr) {
-      // One walk automaton per frame below, kept for the request: the positions of one
-      // value (a bounded string's counter, say) meet the same walk states again.
-      std::unique_ptr<WalkAutomaton>& walk = walks[parent_state];
-      if (!walk || walk->states() > kMaxKeptWalkStates) {
-        walk = std::make_unique<WalkAutomaton>(*g, parent_state);
-      }
-      m = g->insert_masks(key, compute_masks(*g, v, *walk, pool.state(node), parent_state));
-    }
+    const PositionMasks* m = g->find_masks(mask_key(v.serial, pool.state(node), parent_state));
+    if (m == nullptr) m = compute_and_store(*g, v, walks, pool.state(node), parent_state);
     masks.emplace(pos, m);
     return *m;
   }
@@ -588,7 +602,7 @@ struct GrammarMatcher::Impl {
   bool done = false;  // a stop token was accepted: nothing more comes
   // Positions met so far (see masks_of), from the grammar's cache.
   std::unordered_map<uint64_t, const PositionMasks*> masks;
-  std::unordered_map<int32_t, std::unique_ptr<WalkAutomaton>> walks;
+  Walks walks;
   std::vector<const PositionMasks*> tops;
 };
 
@@ -639,21 +653,16 @@ bool precompute_masks(const Grammar& g, const TokenVocab& vocab, std::chrono::mi
   size_t next = g.ahead_next(v.serial);
   if (next == SIZE_MAX) return true;
   const std::vector<std::pair<int32_t, int32_t>> positions = positions_by_depth(g);
-  std::unordered_map<int32_t, std::unique_ptr<WalkAutomaton>> walks;
+  Walks walks;
   for (; next < positions.size(); ++next) {
     if (std::chrono::steady_clock::now() >= deadline) {
       g.set_ahead_next(v.serial, next);
       return false;
     }
     const auto [state, parent_state] = positions[next];
-    const uint64_t key = (v.serial << 40) | (static_cast<uint64_t>(state) << 20) |
-                         static_cast<uint64_t>(parent_state + 1);
-    if (g.find_masks(key) != nullptr) continue;
-    std::unique_ptr<WalkAutomaton>& walk = walks[parent_state];
-    if (!walk || walk->states() > kMaxKeptWalkStates) {
-      walk = std::make_unique<WalkAutomaton>(g, parent_state);
+    if (g.find_masks(mask_key(v.serial, state, parent_state)) == nullptr) {
+      compute_and_store(g, v, walks, state, parent_state);
     }
-    g.insert_masks(key, compute_masks(g, v, *walk, state, parent_state));
   }
   g.set_ahead_next(v.serial, SIZE_MAX);
   return true;
