@@ -307,16 +307,18 @@ TEST(GrammarSchema, AdditionalPropertiesAndAnyJson) {
   EXPECT_EQ(feed(obj, R"({"a": [1, {"b": {}}], "c": "d"})"), Verdict::kComplete);
   EXPECT_EQ(feed(obj, "[]"), Verdict::kReject);
   EXPECT_EQ(feed(obj, "{} "), Verdict::kReject);
-  // 32 nested objects fit, a 33rd does not.
+  // Nesting is as deep as the output goes (as in llama.cpp's and XGrammar's JSON grammars);
+  // every level still closes what it opened.
   std::string deep, close;
-  for (int i = 0; i < 32; ++i) {
-    deep += "{\"a\":";
-    close += "}";
+  for (int i = 0; i < 200; ++i) {
+    deep += i % 2 ? "[" : "{\"a\":";
+    close = (i % 2 ? "]" : "}") + close;
   }
-  EXPECT_EQ(feed(obj, deep.substr(0, deep.size() - 5) + "{}" + close.substr(1)),
-            Verdict::kComplete);
-  EXPECT_EQ(feed(obj, deep + "{"), Verdict::kReject);
   EXPECT_EQ(feed(obj, deep + "1" + close), Verdict::kComplete);
+  EXPECT_EQ(feed(obj, deep + "{}" + close), Verdict::kComplete);
+  EXPECT_EQ(feed(obj, deep + "1" + close.substr(0, close.size() - 1)), Verdict::kPrefix);
+  EXPECT_EQ(feed(obj, deep + "1}"), Verdict::kReject);  // the innermost is an array
+  EXPECT_EQ(feed(obj, deep + "1" + close + "}"), Verdict::kReject);
 }
 
 TEST(GrammarSchema, ErrorsNameTheCause) {

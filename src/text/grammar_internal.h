@@ -4,7 +4,7 @@
 // A grammar is a set of rules over bytes. Each rule compiles to an epsilon-free NFA whose
 // edges read a byte range or call another rule (a call pushes the return state). The front
 // ends inline everything that is not recursive, so calls appear only for $ref targets and for
-// the nesting levels of unconstrained JSON; that keeps most of a document inside one rule,
+// the containers of unconstrained JSON; that keeps most of a document inside one rule,
 // where the matcher's per-position token masks need no knowledge of the stack below.
 #pragma once
 
@@ -25,14 +25,13 @@ namespace mx::grammar {
 
 // Bounds that keep a hostile schema or regex from exhausting memory or time: the compiled
 // NFA states of all rules, the rules, the IR nodes, a regex repetition count, and the
-// nesting of a schema (recursion in the compiler) and of unconstrained JSON values.
+// nesting of a schema (recursion in the compiler).
 constexpr int32_t kMaxStates = 200000;
 static_assert(kMaxStates < (1 << 20), "state ids fill 20 bits of a mask cache key");
 constexpr int32_t kMaxRules = 4096;
 constexpr int32_t kMaxExprs = 400000;
 constexpr int32_t kMaxRepeat = 10000;
 constexpr int32_t kMaxSchemaDepth = 64;
-constexpr int32_t kMaxJsonDepth = 32;
 // Epsilon elimination copies the edges of each closure; chains of optional parts such as
 // (a?){5000} make that quadratic, so the copied edges and the closure work are bounded too.
 constexpr size_t kMaxEdges = 2000000;
@@ -96,7 +95,7 @@ class ExprBuilder {
     if (status_.is_ok()) status_ = std::move(s);
   }
 
-  // Rules shared by the front ends (the nesting levels of any JSON value) by name, and a
+  // Rules shared by the front ends (the containers of any JSON value) by name, and a
   // counter that tells apart the schemas of one grammar (each resolves its own $refs).
   std::unordered_map<std::string, int32_t> memo;
   int32_t schemas = 0;
@@ -121,7 +120,7 @@ Result<const nlohmann::ordered_json*> resolve_ref(const nlohmann::ordered_json& 
 Result<nlohmann::ordered_json> merge_all_of(const nlohmann::ordered_json& root,
                                             const nlohmann::ordered_json& s, int depth,
                                             const std::string& path);
-// Any JSON value (objects and arrays through nesting rules up to kMaxJsonDepth).
+// Any JSON value (nested objects and arrays through two recursive rules).
 int32_t any_json_value_expr(ExprBuilder& b);
 // Any JSON object.
 int32_t any_json_object_expr(ExprBuilder& b);
@@ -196,8 +195,8 @@ class Grammar {
   // insertion wins. Keyed by vocabulary serial (bits 40 and up), top state (bits 20-39)
   // and the state below it plus one (bits 0-19; 0 when there is none).
   const grammar::PositionMasks* find_masks(uint64_t key) const;
-  // Positions with equal masks (the string bodies of many properties, the nesting levels of
-  // free JSON) share one entry, which keeps a grammar computed ahead small.
+  // Positions with equal masks (the string bodies of many properties, the members of free
+  // JSON objects and arrays) share one entry, which keeps a grammar computed ahead small.
   const grammar::PositionMasks* insert_masks(uint64_t key,
                                              std::unique_ptr<grammar::PositionMasks> m) const;
   // Where precompute_masks stopped for vocabulary `serial` (0 before it ran, SIZE_MAX when

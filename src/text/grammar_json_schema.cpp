@@ -7,7 +7,7 @@
 // schema's order), required ones always, optional ones may be left out. Strings are
 // valid UTF-8 with JSON escapes and no raw control characters. Schemas are inlined where they
 // are used; only $ref targets become rules (so recursion works), and unconstrained values nest
-// through one rule per level up to kMaxJsonDepth.
+// through two shared recursive rules (objects, arrays), as deep as the output goes.
 //
 // Keywords: annotations (title, description, default, examples, $schema, $id, $comment,
 // strict, readOnly, writeOnly, deprecated, OpenAPI's example, discriminator and x-...) are
@@ -530,33 +530,32 @@ Result<int32_t> SchemaCompiler::compile_number(const json& s, const std::string&
   return number_range_expr(b_, r, false, path);
 }
 
-// The nesting rule of objects or arrays at `depth` (bodies in line at the top).
-int32_t container_body(ExprBuilder& b, bool object, int depth);
+// An object or an array, whose members are any JSON values.
+int32_t container_body(ExprBuilder& b, bool object);
 
-int32_t value_at(ExprBuilder& b, int depth) {
+// Nested containers are calls of two shared recursive rules, so every nesting level has the
+// same positions and one set of masks serves them all.
+int32_t any_value(ExprBuilder& b) {
   std::vector<int32_t> alts = {string_expr(b, 0, -1), any_number_expr(b), b.literal("true"),
                                b.literal("false"), b.literal("null")};
-  if (depth < kMaxJsonDepth) {
-    for (bool object : {true, false}) {
-      const std::string name =
-          std::string(object ? "json object " : "json array ") + std::to_string(depth);
-      auto it = b.memo.find(name);
-      int32_t rule = it == b.memo.end() ? -1 : it->second;
-      if (rule < 0) {
-        rule = b.new_rule(name);
-        if (rule < 0) return 0;
-        b.memo[name] = rule;
-        b.set_body(rule, container_body(b, object, depth));
-      }
-      alts.push_back(b.ref(rule));
+  for (bool object : {true, false}) {
+    const std::string name = object ? "json object" : "json array";
+    auto it = b.memo.find(name);
+    int32_t rule = it == b.memo.end() ? -1 : it->second;
+    if (rule < 0) {
+      rule = b.new_rule(name);
+      if (rule < 0) return 0;
+      b.memo[name] = rule;
+      b.set_body(rule, container_body(b, object));
     }
+    alts.push_back(b.ref(rule));
   }
   return b.alt(std::move(alts));
 }
 
-int32_t container_body(ExprBuilder& b, bool object, int depth) {
-  const int32_t item = object ? b.seq({string_expr(b, 0, -1), colon(b), value_at(b, depth + 1)})
-                              : value_at(b, depth + 1);
+int32_t container_body(ExprBuilder& b, bool object) {
+  const int32_t item =
+      object ? b.seq({string_expr(b, 0, -1), colon(b), any_value(b)}) : any_value(b);
   const int32_t items = b.opt(b.seq({item, b.repeat(b.seq({sep(b), item}), 0, -1)}));
   return object ? b.seq({b.literal("{"), items, b.literal("}")})
                 : b.seq({b.literal("["), items, b.literal("]")});
@@ -573,9 +572,9 @@ Result<int32_t> json_schema_expr(ExprBuilder& b, const nlohmann::ordered_json& s
 
 int32_t any_json_value_expr(ExprBuilder& b) {
   return b.alt({string_expr(b, 0, -1), any_number_expr(b), b.literal("true"), b.literal("false"),
-                b.literal("null"), container_body(b, true, 0), container_body(b, false, 0)});
+                b.literal("null"), container_body(b, true), container_body(b, false)});
 }
 
-int32_t any_json_object_expr(ExprBuilder& b) { return container_body(b, true, 0); }
+int32_t any_json_object_expr(ExprBuilder& b) { return container_body(b, true); }
 
 }  // namespace mx::grammar
