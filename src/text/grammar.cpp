@@ -561,6 +561,7 @@ Result<std::shared_ptr<const Grammar>> compile(ExprBuilder& b, int32_t root) {
     g->rule_start.push_back(start);
   }
   MX_RETURN_IF_ERROR(check_left_recursion(*g));
+  merge_equivalent_states(g.get());
   // Bytes that no edge of the grammar and no step of the UTF-8 decoder over string text tell
   // apart behave alike everywhere: a walk steps one representative per run between cuts.
   std::array<bool, 257> cut{};

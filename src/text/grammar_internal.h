@@ -213,6 +213,8 @@ class Grammar {
 };
 
 namespace grammar {
+// Merges the states of each rule that accept the same continuations (grammar_minimize.cpp).
+void merge_equivalent_states(Grammar* g);
 // Compiles the rules of `b` with `root` as the start expression.
 Result<std::shared_ptr<const Grammar>> compile(ExprBuilder& b, int32_t root);
 }  // namespace grammar
