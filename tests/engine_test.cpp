@@ -5,12 +5,14 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 
 #include "core/mapped_file.h"
 #include "engine_collector.h"
 #include "runtime/engine.h"
 #include "test_util.h"
+#include "text/grammar.h"
 
 namespace mx {
 namespace {
@@ -127,6 +129,81 @@ TEST(Engine, SpeculativeEqualsPlain) {
   no_cache.prefix_caching = false;
   check_speculative(f, no_cache, false);
   check_speculative(f, concurrency(true), true);
+}
+
+// Runs the 16 prompts greedily, each under its own matcher of `g`, with `spec`.
+EngineStats run_under_grammar(Fixture& f, const std::shared_ptr<const Grammar>& g,
+                              const std::shared_ptr<const TokenVocab>& vocab,
+                              const SpeculativeOptions& spec, Collector& c) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 64;
+  Engine engine(*f.model, *f.tok, concurrency(false), spec);
+  for (size_t i = 0; i < f.prompts.size(); ++i) {
+    EngineRequest req{f.prompts[i], p, c.sink(i)};
+    req.top_logprobs = 0;
+    req.grammar = std::make_shared<GrammarMatcher>(g, vocab);
+    auto r = engine.submit(std::move(req));
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  }
+  EXPECT_TRUE(c.wait_for(static_cast<int>(f.prompts.size())));
+  return engine.stats();
+}
+
+// Under a grammar each verified row is masked by the grammar as it stands after the rows
+// before it, and drafts stop where the grammar refuses them: plain decoding's tokens and
+// log-probs, and documents the grammar accepts.
+TEST(Engine, SpeculativeUnderAGrammarEqualsPlain) {
+  Fixture f = make_fixture();
+  std::vector<std::string> bytes;
+  std::vector<int32_t> stops, specials;
+  for (int32_t id = 0; id < f.tok->vocab_size(); ++id) {
+    bytes.push_back(f.tok->token_bytes(id));
+    if (f.tok->is_special(id)) specials.push_back(id);
+  }
+  for (const char* s : {"<|im_end|>", "<|endoftext|>"}) {
+    if (auto id = f.tok->token_id(s)) stops.push_back(*id);
+  }
+  const auto vocab = std::make_shared<const TokenVocab>(bytes, stops, specials);
+  // Open strings, where the model's loops give the drafter guesses to keep; bounded ones,
+  // whose documents end inside verified rows.
+  for (const bool bounded : {false, true}) {
+    auto g = grammar_from_json_schema(nlohmann::ordered_json::parse(
+        bounded ? R"({"type": "object", "properties": {"text": {"type": "string", "maxLength": 40},
+                     "more": {"type": "array", "items": {"type": "string", "maxLength": 12},
+                     "maxItems": 2}}, "required": ["text"]})"
+                : R"({"type": "object", "properties": {"text": {"type": "string"}},
+                     "required": ["text"]})"));
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    Collector plain, spec;
+    run_under_grammar(f, *g, vocab, {}, plain);
+    const EngineStats s = run_under_grammar(f, *g, vocab, {SpecAlgorithm::kNgram, 4}, spec);
+    EXPECT_GT(s.spec_draft_tokens, 0);
+    if (!bounded) {
+      EXPECT_GT(s.spec_accepted_tokens, 0);
+      EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens);
+    }
+    size_t complete = 0;
+    for (size_t i = 0; i < f.prompts.size(); ++i) {
+      EXPECT_EQ(spec.tokens[i], plain.tokens[i]) << "request " << i;
+      EXPECT_EQ(spec.logprobs[i], plain.logprobs[i]) << "request " << i;
+      EXPECT_EQ(spec.text[i], plain.text[i]) << "request " << i;
+      EXPECT_EQ(spec.reason[i], plain.reason[i]) << "request " << i;
+      ASSERT_EQ(spec.text[i].rfind("{\"text\":", 0), 0u) << spec.text[i];
+      if (spec.reason[i] == "stop") {
+        const auto doc = nlohmann::json::parse(spec.text[i], nullptr, false);
+        EXPECT_TRUE(doc.is_object() && doc["text"].is_string()) << spec.text[i];
+        ++complete;
+      }
+    }
+    if (bounded) {
+      EXPECT_EQ(complete, f.prompts.size());
+    }
+    std::printf("%s strings: %zu of %zu documents complete; %lld of %lld guesses kept\n",
+                bounded ? "bounded" : "open", complete, f.prompts.size(),
+                static_cast<long long>(s.spec_accepted_tokens),
+                static_cast<long long>(s.spec_draft_tokens));
+  }
 }
 
 // Qwen3.5: each running request's recurrent state in its own slot, carried across prefill

@@ -494,6 +494,43 @@ TEST(GrammarMatcher, MultiByteTokensStopAndSpecial) {
   EXPECT_TRUE(u.can_end());
 }
 
+// A draft's part the grammar takes, found without moving the matcher: the expected counts are
+// where a text of the tokens stops being a prefix of a kS1 document, and a stop token counts
+// only where a document may end.
+TEST(GrammarMatcher, AllowedPrefixOfADraft) {
+  const SmallVocab& v = small_vocab();
+  const auto g = must(grammar_from_json_schema(kS1));
+  GrammarMatcher m(g, v.vocab);
+  const size_t words = (v.tokens.size() + 31) / 32;
+  std::vector<uint32_t> before(words), after(words);
+  auto ids = [&](const std::vector<std::string>& pieces) {
+    std::vector<int32_t> out;
+    for (const std::string& p : pieces) out.push_back(p == "STOP" ? v.stop : v.id_of(p));
+    return out;
+  };
+  EXPECT_TRUE(m.accept(v.id_of("{\"")));
+  m.fill_mask(before.data());
+  const std::vector<std::string> doc = {"i", "d", "\": ", "7", ",",   " ",    "\"",
+                                        "k", "i", "n",    "d", "\":", "null", "}"};
+  std::vector<std::string> draft = doc;
+  draft.insert(draft.end(), {"STOP", "x"});
+  EXPECT_EQ(m.allowed_prefix(ids(draft)), doc.size() + 1);
+  EXPECT_EQ(m.allowed_prefix(ids({"i", "d", "\": ", "7", "}"})), 4u);  // kind is required
+  EXPECT_EQ(m.allowed_prefix(ids({"i", "d", "\": ", "7", "STOP"})), 4u);
+  EXPECT_EQ(m.allowed_prefix(ids({"i", "d", "\":", "true"})), 3u);  // id is an integer
+  EXPECT_EQ(m.allowed_prefix(ids({"x", "i"})), 0u);
+  EXPECT_EQ(m.allowed_prefix({}), 0u);
+  EXPECT_EQ(m.allowed_prefix({v.special, 'i'}), 0u);
+  m.fill_mask(after.data());
+  EXPECT_EQ(before, after);
+  // The matcher goes on from where it was.
+  for (int32_t t : ids(doc)) EXPECT_TRUE(m.accept(t));
+  EXPECT_TRUE(m.must_end());
+  EXPECT_EQ(m.allowed_prefix(ids({"STOP", "STOP"})), 1u);
+  EXPECT_TRUE(m.accept(v.stop));
+  EXPECT_EQ(m.allowed_prefix(ids({"STOP"})), 0u);
+}
+
 // --- the property test ----------------------------------------------------------------
 
 // Tokens built from pieces of JSON syntax, letters, digits and UTF-8 (whole and cut).

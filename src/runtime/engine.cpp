@@ -232,7 +232,7 @@ void Engine::draft_guesses(std::unique_lock<std::mutex>& lock) {
   for (auto& [id, l] : live_) {
     const SeqInfo* info = sched_.find(id);
     l.draft.clear();
-    if (info == nullptr || !info->decoding() || l.req.grammar || l.stopped) continue;
+    if (info == nullptr || !info->decoding() || l.stopped) continue;
     const int64_t room = l.req.params.max_tokens - info->generated - 1;
     const int k = static_cast<int>(std::min<int64_t>(l.policy.choose(row_cost_, base), room));
     if (k > 0) wants.push_back({id, k});
@@ -244,6 +244,9 @@ void Engine::draft_guesses(std::unique_lock<std::mutex>& lock) {
     // A drafter that fails drafts nothing: the request decodes plainly.
     if (!drafter_of(l)->propose(l.tokens, w.k, &l.draft).is_ok()) l.draft.clear();
     if (static_cast<int>(l.draft.size()) > w.k) l.draft.resize(static_cast<size_t>(w.k));
+    // Under a grammar, guesses past the first it refuses would be verified only to be
+    // rejected: the verify rows stop there.
+    if (l.req.grammar) l.draft.resize(l.req.grammar->allowed_prefix(l.draft));
   }
   const double secs = seconds_since(t0);
   lock.lock();

@@ -75,7 +75,9 @@ struct EngineStats {
 class Engine {
  public:
   // With `spec`, decode steps verify drafted tokens (the same outputs under greedy decoding,
-  // the same distribution when sampling). Requests under a grammar decode plainly.
+  // the same distribution when sampling). Under a grammar, each verified row is masked by the
+  // grammar as it stands after the rows before it, and drafts stop at the first token it
+  // refuses.
   // `mtp_head`: the checkpoint's MTP head (load_mtp_head) for spec.algorithm mtp; each request
   // then drafts with its own MtpDrafter over it.
   Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config,

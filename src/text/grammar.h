@@ -114,6 +114,10 @@ class GrammarMatcher {
   void fill_mask(uint32_t* mask);
   // Advances past `token`; false (and unchanged) when the grammar does not allow it.
   bool accept(int32_t token);
+  // How many of `tokens` the grammar takes one after another from here (a stop token where
+  // the output may end counts, and nothing after it does), leaving the matcher as it was: the
+  // part of a speculative draft worth verifying.
+  size_t allowed_prefix(const std::vector<int32_t>& tokens);
   // The output so far is a complete sentence of the grammar (a stop token may come).
   bool can_end() const;
   // Nothing but a stop token may come.

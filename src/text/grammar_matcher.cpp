@@ -520,9 +520,9 @@ struct GrammarMatcher::Impl {
     stepper.start(pool.intern(g->rule_start[g->root_rule], kNoParent), cur);
   }
 
-  // The state after `bytes` from `cur`, or null when they leave the grammar.
-  const ParseState* consume(std::string_view bytes) {
-    const ParseState* in = &cur;
+  // The state after `bytes` from `from` (not `a` or `b`), or null when they leave the grammar.
+  const ParseState* consume(std::string_view bytes, const ParseState* from = nullptr) {
+    const ParseState* in = from != nullptr ? from : &cur;
     for (size_t i = 0; i < bytes.size(); ++i) {
       ParseState* out = in == &a ? &b : &a;
       stepper.step(*in, static_cast<uint8_t>(bytes[i]), *out);
@@ -591,6 +591,26 @@ struct GrammarMatcher::Impl {
     cur.frontier = next->frontier;
     cur.end = next->end;
     return true;
+  }
+
+  size_t allowed_prefix(const std::vector<int32_t>& tokens) {
+    if (done) return 0;
+    const size_t mark = pool.size();
+    ParseState at = cur;
+    size_t k = 0;
+    for (; k < tokens.size(); ++k) {
+      const int32_t t = tokens[k];
+      if (t < 0 || t >= v.size || v.kind[t] == TokenVocab::Impl::kNever) break;
+      if (v.kind[t] == TokenVocab::Impl::kStop) {
+        k += at.end ? 1 : 0;
+        break;
+      }
+      const ParseState* next = consume(v.bytes[t], &at);
+      if (next == nullptr) break;
+      at = *next;
+    }
+    pool.truncate(mark);
+    return k;
   }
 
   std::shared_ptr<const Grammar> g;
@@ -677,6 +697,9 @@ GrammarMatcher& GrammarMatcher::operator=(GrammarMatcher&&) noexcept = default;
 
 void GrammarMatcher::fill_mask(uint32_t* mask) { impl_->fill_mask(mask); }
 bool GrammarMatcher::accept(int32_t token) { return impl_->accept(token); }
+size_t GrammarMatcher::allowed_prefix(const std::vector<int32_t>& tokens) {
+  return impl_->allowed_prefix(tokens);
+}
 bool GrammarMatcher::can_end() const { return impl_->done || impl_->cur.end; }
 bool GrammarMatcher::must_end() const {
   return impl_->done || (impl_->cur.frontier.empty() && impl_->cur.end);
