@@ -184,8 +184,27 @@ check "bench --speculative-cost: K = 1..8 against decode" $?
 "$bin" bench -m "$model" -n 48 -r 1 --speculative-algorithm ngram >"$tmp/out" 2>&1
 grep -qE 'decode .* tok/s plain, .* tok/s speculative .*x$' "$tmp/out" && grep -q 'outputs identical' "$tmp/out"
 check "bench --speculative-algorithm ngram: both speeds, identical outputs" $?
-expect_fail "run: a drafter that is not here" "speculative-algorithm draft is not available yet" \
+expect_fail "run: a drafter that is not here" "speculative-algorithm eagle is not available yet" \
+  "$bin" run -m "$model" -p hi --speculative-algorithm eagle
+# A draft model with the target's tokenizer (the hybrid dense fixture): the golden greedy ids;
+# one without the flag that names it, with another tokenizer, or named without the algorithm.
+"$bin" run -m "$model" -p "It is a truth universally acknowledged, that" --temp 0 -n 8 --json \
+  --speculative-algorithm draft --speculative-draft-model-path "$shared/fixtures/tiny-qwen3_5-dense" \
+  >"$tmp/draft.json" 2>"$tmp/err"
+python3 - "$tmp/draft.json" "$want" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert json.dumps(d["token_ids"]).replace(" ", "") == sys.argv[2], d["token_ids"]
+assert d["speculative"]["algorithm"] == "draft", d["speculative"]
+PY
+check "run --speculative-algorithm draft: the golden greedy ids" $?
+expect_fail "run: draft without its model" "needs --speculative-draft-model-path" \
   "$bin" run -m "$model" -p hi --speculative-algorithm draft
+expect_fail "run: a draft model with another tokenizer" "must share the target's tokenizer" \
+  "$bin" run -m "$model" -p hi --speculative-algorithm draft \
+  --speculative-draft-model-path "$shared/fixtures/tiny-qwen3_5-moe-vl"
+expect_fail "run: a draft model without the algorithm" "needs --speculative-algorithm draft" \
+  "$bin" run -m "$model" -p hi --speculative-draft-model-path "$model"
 expect_fail "run: mtp on a checkpoint without the head" "no multi-token-prediction head" \
   "$bin" run -m "$model" -p hi --speculative-algorithm mtp
 # The checkpoint's MTP head (safetensors and the GGUF's nextn block): the plain greedy ids.

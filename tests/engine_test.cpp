@@ -45,7 +45,7 @@ Fixture make_fixture(const std::string& dir = test::source_dir() + "/models/tiny
 // runs longer, so that the bundled model's loops give the drafter something to find; the
 // reference is always plain decoding alone, log-probs included.
 EngineStats run_concurrent(Fixture& f, const SchedulerConfig& cfg, SpeculativeOptions spec = {},
-                           DecoderModel* mtp_head = nullptr) {
+                           DecoderModel* draft = nullptr) {
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = spec.algorithm == SpecAlgorithm::kNone ? 24 : 64;
@@ -53,7 +53,7 @@ EngineStats run_concurrent(Fixture& f, const SchedulerConfig& cfg, SpeculativeOp
   Collector c;
   EngineStats stats;
   {
-    Engine engine(*f.model, *f.tok, cfg, spec, mtp_head);
+    Engine engine(*f.model, *f.tok, cfg, spec, draft);
     for (size_t i = 0; i < f.prompts.size(); ++i) {
       EngineRequest req{f.prompts[i], p, c.sink(i)};
       req.top_logprobs = 0;
@@ -105,11 +105,11 @@ TEST(Engine, PreemptionKeepsResultsExact) {
 // Speculative decoding under 16 concurrent requests: the tokens and log-probs of plain
 // decoding alone, with and without the prefix cache and preemption.
 void check_speculative(Fixture& f, SchedulerConfig cfg, bool expect_preemption,
-                       DecoderModel* mtp_head = nullptr) {
-  const SpecAlgorithm a = mtp_head ? SpecAlgorithm::kMtp : SpecAlgorithm::kNgram;
-  const EngineStats s = run_concurrent(f, cfg, {a, 4}, mtp_head);
-  // The fixtures' MTP weights are random: their guesses are drafted and rejected.
-  if (mtp_head == nullptr) {
+                       SpecAlgorithm a = SpecAlgorithm::kNgram, DecoderModel* draft = nullptr) {
+  const EngineStats s = run_concurrent(f, cfg, {a, 4}, draft);
+  // The fixtures' MTP weights and draft models are random: their guesses are drafted and
+  // mostly rejected.
+  if (draft == nullptr) {
     EXPECT_GT(s.spec_accepted_tokens, 0);
   }
   EXPECT_GT(s.spec_draft_tokens, 0);
@@ -129,6 +129,18 @@ TEST(Engine, SpeculativeEqualsPlain) {
   no_cache.prefix_caching = false;
   check_speculative(f, no_cache, false);
   check_speculative(f, concurrency(true), true);
+}
+
+// A draft model of another family (hybrid: its recurrent state goes back after each draft) for
+// every request, with and without preemption.
+TEST(Engine, DraftModelSpeculativeEqualsPlain) {
+  Fixture f = make_fixture();
+  LoadOptions opt;
+  opt.threads = 2;
+  auto draft = load_model(test::shared_dir() + "/fixtures/tiny-qwen3_5-dense", opt);
+  ASSERT_TRUE(draft.is_ok()) << draft.status().to_string();
+  check_speculative(f, concurrency(false), false, SpecAlgorithm::kDraft, draft->get());
+  check_speculative(f, concurrency(true), true, SpecAlgorithm::kDraft, draft->get());
 }
 
 // Runs the 16 prompts greedily, each under its own matcher of `g`, with `spec`.
@@ -234,8 +246,8 @@ TEST(Engine, HybridMtpEqualsPlain) {
   opt.threads = 2;
   auto head = load_mtp_head(qwen3_5_dir(), *f.model, opt);
   ASSERT_TRUE(head.is_ok()) << head.status().to_string();
-  check_speculative(f, concurrency(false), false, head->get());
-  check_speculative(f, concurrency(true), true, head->get());
+  check_speculative(f, concurrency(false), false, SpecAlgorithm::kMtp, head->get());
+  check_speculative(f, concurrency(true), true, SpecAlgorithm::kMtp, head->get());
 }
 
 // Prefix caching on a hybrid model: a request that shares a long prefix with an earlier one

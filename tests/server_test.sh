@@ -30,7 +30,7 @@ run_suite() {
     kept=$(awk '/^mxserve_spec_decode_num_accepted_tokens_total /{print int($2)}' <<<"$m")
     [ "${drafted:-0}" -gt 0 ] ||
       { echo "FAIL: no drafting in /metrics: $(grep spec_decode <<<"$m")"; exit 1; }
-    [[ " ${extra[*]} " == *" mtp "* ]] || [ "${kept:-0}" -gt 0 ] ||
+    [[ " ${extra[*]} " == *" mtp "* || " ${extra[*]} " == *" draft "* ]] || [ "${kept:-0}" -gt 0 ] ||
       { echo "FAIL: prompt lookup kept nothing: $(grep spec_decode <<<"$m")"; exit 1; }
     grep -q 'mxserve_spec_decode_num_accepted_tokens_per_pos_total{position="0"}' <<<"$m" ||
       { echo "FAIL: no per-position counters"; exit 1; }
@@ -134,3 +134,9 @@ model=$shared/fixtures/tiny-qwen3_5-moe
 # The hybrid's MTP head, one drafter per request (its random weights get every guess rejected).
 extra=(--speculative-algorithm mtp)
 run_suite "$model/golden/golden.json" tiny-qwen3_5-moe
+# A draft model sharing the tokenizer (the hybrid dense fixture), one cache per request.
+if [ "$sanitized" != 1 ]; then
+  extra=(--speculative-algorithm draft --speculative-draft-model-path "$shared/fixtures/tiny-qwen3_5-dense")
+  model=$src/models/tiny-qwen3-moe
+  run_suite "$shared/fixtures/tiny-qwen3-moe/golden/golden.json" tiny-qwen3-moe
+fi

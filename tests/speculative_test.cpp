@@ -109,6 +109,15 @@ void check_lossless(const std::string& path, std::optional<Scheme> scheme = std:
     EXPECT_GT(r.spec.accepted, 0);
     EXPECT_LT(r.spec.accepted, r.spec.drafted);
   }
+  // A draft model: the target itself, whose greedy guesses verification keeps.
+  DraftModelDrafter self(*l.model, l.model->config().vocab_size);
+  GenerateOptions o = plain;
+  o.spec = {SpecAlgorithm::kDraft, 4};
+  o.spec.adaptive = false;
+  o.drafter = &self;
+  const GenerateResult r = gen(l, prompt, p, o);
+  same(r, "draft model (the target)");
+  EXPECT_GT(r.spec.accepted, r.spec.drafted / 2);
 }
 
 TEST(Speculative, GreedyEqualsPlainQwen3Moe) {
@@ -135,6 +144,81 @@ TEST(Speculative, GreedyEqualsPlainGgufQ4KM) {
 }
 TEST(Speculative, GreedyEqualsPlainGgufQwen3_5Q8_0) {
   check_lossless(test::shared_dir() + "/fixtures/gguf/tiny-qwen3_5-moe.Q8_0.gguf");
+}
+
+// Draft models of other families than the target, sharing its tokenizer: their guesses are
+// mostly rejected, at every position, and a hybrid draft model's recurrent state goes back to
+// the one after the confirmed tokens each time; the output is plain decoding's.
+void check_draft_models(const std::string& target, const std::vector<std::string>& drafts) {
+  SCOPED_TRACE(target);
+  Loaded l = load(target);
+  ASSERT_TRUE(l.model);
+  const std::vector<int32_t> prompt = l.tok->encode(kRepeat);
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 48;
+  p.ignore_eos = true;
+  GenerateOptions plain;
+  plain.logprobs = true;
+  const GenerateResult ref = gen(l, prompt, p, plain);
+  for (const std::string& path : drafts) {
+    Loaded d = load(path);
+    ASSERT_TRUE(d.model);
+    for (int k : {2, 5}) {
+      DraftModelDrafter drafter(*d.model, l.model->config().vocab_size);
+      GenerateOptions o = plain;
+      o.spec = {SpecAlgorithm::kDraft, k};
+      o.spec.adaptive = false;
+      o.drafter = &drafter;
+      const GenerateResult r = gen(l, prompt, p, o);
+      EXPECT_EQ(r.token_ids, ref.token_ids) << path << " K=" << k;
+      EXPECT_EQ(r.logprobs, ref.logprobs) << path << " K=" << k;
+      EXPECT_GT(r.spec.drafted, 0) << path;
+      EXPECT_LT(r.spec.accepted, r.spec.drafted) << path;
+    }
+  }
+}
+
+TEST(Speculative, DraftModelsOfOtherFamiliesEqualPlain) {
+  const std::string f = test::shared_dir() + "/fixtures/";
+  check_draft_models(test::source_dir() + "/models/tiny-qwen3-moe",
+                     {f + "tiny-qwen3_5-dense", f + "tiny-qwen3-dense"});
+  check_draft_models(f + "tiny-qwen3_5-moe", {f + "tiny-qwen3_5-dense"});
+}
+
+// A draft model's guesses are its own greedy continuation of the history, whatever the target
+// kept of the last guesses: after a history that took two of them and then another token, after
+// one that took none, and after a history that is not a continuation at all.
+TEST(Speculative, DraftModelGuessesItsOwnGreedyContinuation) {
+  const std::string f = test::shared_dir() + "/fixtures/";
+  for (const std::string& path : {f + "tiny-qwen3_5-dense", f + "tiny-qwen3-dense"}) {
+    SCOPED_TRACE(path);
+    Loaded d = load(path);
+    ASSERT_TRUE(d.model);
+    const auto vocab = static_cast<int32_t>(d.model->config().vocab_size);
+    DraftModelDrafter drafter(*d.model, vocab);
+    ASSERT_TRUE(drafter.begin(256).is_ok());
+    const auto greedy = [&](const std::vector<int32_t>& history, int n) {
+      SamplingParams p;
+      p.temperature = 0;
+      p.max_tokens = n;
+      p.ignore_eos = true;
+      return gen(d, history, p, {}).token_ids;
+    };
+    std::vector<int32_t> history = d.tok->encode(kRepeat), guesses;
+    ASSERT_TRUE(drafter.propose(history, 4, &guesses).is_ok());
+    EXPECT_EQ(guesses, greedy(history, 4));
+    history.insert(history.end(), guesses.begin(), guesses.begin() + 2);
+    history.push_back((guesses[2] + 1) % vocab);  // the target's own token after two guesses
+    ASSERT_TRUE(drafter.propose(history, 3, &guesses).is_ok());
+    EXPECT_EQ(guesses, greedy(history, 3));
+    history.push_back((guesses[0] + 7) % vocab);  // none kept
+    ASSERT_TRUE(drafter.propose(history, 5, &guesses).is_ok());
+    EXPECT_EQ(guesses, greedy(history, 5));
+    history = d.tok->encode("An entirely different history.");
+    ASSERT_TRUE(drafter.propose(history, 2, &guesses).is_ok());
+    EXPECT_EQ(guesses, greedy(history, 2));
+  }
 }
 
 // The request's processors see each verified row as plain decoding sees that position:
@@ -350,6 +434,8 @@ TEST(Speculative, FlagsNameWhatIsMissing) {
   EXPECT_EQ(*parse_spec_algorithm(""), SpecAlgorithm::kNone);
   EXPECT_EQ(*parse_spec_algorithm("mtp"), SpecAlgorithm::kMtp);
   EXPECT_EQ(*parse_spec_algorithm("nextn"), SpecAlgorithm::kMtp);
+  EXPECT_EQ(*parse_spec_algorithm("draft"), SpecAlgorithm::kDraft);
+  EXPECT_EQ(*parse_spec_algorithm("STANDALONE"), SpecAlgorithm::kDraft);
   EXPECT_EQ(parse_spec_algorithm("dflash").status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(parse_spec_algorithm("magic").status().code(), StatusCode::kInvalidArgument);
 }

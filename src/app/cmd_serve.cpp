@@ -223,7 +223,7 @@ int serve(ServeArgs& a) {
                 " images per request of at most " +
                 std::to_string(a.server.images.limits.max_pixels) + " pixels");
   }
-  a.server.mtp_head = drafter->head.get();
+  a.server.draft_model = drafter->head.get();
   ServerConfig& c = a.server;
   if (c.served_model_name.empty()) {
     // A directory's name, or a GGUF file's name without ".gguf" (llama.cpp's alias).

@@ -71,8 +71,9 @@ std::optional<std::vector<int32_t>> stop_token_ids_or_report(const std::string& 
                                                              const ChatTemplate* tmpl,
                                                              const char* command);
 // The drafter --speculative-algorithm needs a model for (mtp: the checkpoint's MTP head, which
-// shares the target's embedding and lm_head); both null for the others, which generate() makes
-// itself. Prints the error and returns nullopt on failure.
+// shares the target's embedding and lm_head; draft: --speculative-draft-model-path, which must
+// share the target's tokenizer); both null for the others, which generate() makes itself.
+// Prints the error and returns nullopt on failure.
 struct SpecDrafter {
   std::unique_ptr<DecoderModel> head;
   std::unique_ptr<Drafter> drafter;

@@ -13,6 +13,7 @@
 #include "app/commands.h"
 #include "core/log.h"
 #include "loader/checkpoint_format.h"
+#include "loader/model_text.h"
 #include "media/image.h"
 #include "runtime/ep_runtime.h"
 
@@ -58,8 +59,12 @@ void add_speculative_flags(CLI::App* cmd, SpeculativeOptions* s) {
            if (!a.is_ok()) throw CLI::ValidationError(a.status().message());
            s->algorithm = *a;
          },
-         "Speculative decoding: none or ngram (prompt lookup)")
+         "Speculative decoding: none, ngram (prompt lookup), mtp (the checkpoint's MTP layer) "
+         "or draft (a smaller model with the same tokenizer)")
       ->default_str("none");
+  cmd->add_option("--speculative-draft-model-path", s->draft_model_path,
+                  "The draft model for --speculative-algorithm draft (a checkpoint directory or "
+                  "GGUF file)");
   cmd->add_option("--speculative-num-draft-tokens", s->num_draft_tokens,
                   "The most tokens one step drafts; fewer when they do not pay")
       ->check(CLI::Range(1, kMaxDraftTokens))
@@ -301,6 +306,43 @@ LoadOptions load_options_of(const ModelArgs& a) {
 
 namespace {
 
+// The draft model of --speculative-algorithm draft, loaded alone with the target's flags
+// (scheme, threads, KV storage) once it is known to speak the target's tokenizer: guesses are
+// token ids, which mean nothing under another vocabulary.
+Result<std::unique_ptr<DecoderModel>> load_draft_model(const ModelArgs& a,
+                                                       const DecoderModel& target,
+                                                       const SpeculativeOptions& spec) {
+  const std::string& path = spec.draft_model_path;
+  if (spec.algorithm != SpecAlgorithm::kDraft) {
+    return invalid_argument("--speculative-draft-model-path needs --speculative-algorithm draft");
+  }
+  if (path.empty()) {
+    return invalid_argument("--speculative-algorithm draft needs --speculative-draft-model-path");
+  }
+  if (target.replays_steps()) {
+    return unimplemented("speculative decoding under expert parallelism is not available yet");
+  }
+  MX_ASSIGN_OR_RETURN(const auto mine, load_model_tokenizer(a.model));
+  auto theirs = load_model_tokenizer(path);
+  if (!theirs.is_ok()) return theirs.status().with_context("draft model " + path);
+  if ((*theirs)->vocab_size() != mine->vocab_size()) {
+    return invalid_argument("draft model " + path + ": its tokenizer has " +
+                            std::to_string((*theirs)->vocab_size()) + " tokens, the target's " +
+                            std::to_string(mine->vocab_size()) +
+                            "; a draft model must share the target's tokenizer");
+  }
+  for (int32_t id = 0; id < mine->vocab_size(); ++id) {
+    if ((*theirs)->token_bytes(id) != mine->token_bytes(id)) {
+      return invalid_argument("draft model " + path + ": token " + std::to_string(id) +
+                              " differs from the target's; a draft model must share the "
+                              "target's tokenizer");
+    }
+  }
+  auto m = load_model(path, load_options_of(a));
+  if (!m.is_ok()) return m.status().with_context("draft model " + path);
+  return m;
+}
+
 Result<MultimodalPrompt> multimodal_prompt(const ModelArgs& a, DecoderModel& model,
                                            std::vector<int32_t> ids,
                                            const std::vector<std::string>& files,
@@ -360,6 +402,16 @@ std::unique_ptr<VisionTower> vision_tower_or_report(const ModelArgs& a, DecoderM
 std::optional<SpecDrafter> drafter_or_report(const ModelArgs& a, DecoderModel& model,
                                              const SpeculativeOptions& spec, const char* command) {
   SpecDrafter d;
+  if (spec.algorithm == SpecAlgorithm::kDraft || !spec.draft_model_path.empty()) {
+    auto m = load_draft_model(a, model, spec);
+    if (!m.is_ok()) {
+      std::fprintf(stderr, "mxserve %s: %s\n", command, m.status().to_string().c_str());
+      return std::nullopt;
+    }
+    d.head = std::move(m).value();
+    d.drafter = std::make_unique<DraftModelDrafter>(*d.head, model.config().vocab_size);
+    return d;
+  }
   if (spec.algorithm != SpecAlgorithm::kMtp) return d;
   auto head = load_mtp_head(a.model, model, load_options_of(a));
   if (!head.is_ok()) {

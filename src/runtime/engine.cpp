@@ -44,7 +44,7 @@ bool uses_history(const SamplingParams& p) {
 }  // namespace
 
 Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config,
-               const SpeculativeOptions& spec, DecoderModel* mtp_head)
+               const SpeculativeOptions& spec, DecoderModel* draft_model)
     : model_(model),
       tok_(tok),
       config_(for_model(config, model.config(), model.replays_steps())),
@@ -53,9 +53,10 @@ Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig&
       sched_(config_),
       spec_(spec),
       drafter_(make_drafter(spec)),
-      mtp_head_(spec.algorithm == SpecAlgorithm::kMtp ? mtp_head : nullptr) {
+      mtp_head_(spec.algorithm == SpecAlgorithm::kMtp ? draft_model : nullptr),
+      draft_model_(spec.algorithm == SpecAlgorithm::kDraft ? draft_model : nullptr) {
   stats_.kv_blocks_total = config.num_blocks;
-  drafts_ = drafter_ != nullptr || mtp_head_ != nullptr;
+  drafts_ = drafter_ != nullptr || mtp_head_ != nullptr || draft_model_ != nullptr;
   kv_.reserve_saved_states(config_.state_entries);
   if (drafts_) {
     kv_.reserve_state_steps(spec.num_draft_tokens + 1);
@@ -234,16 +235,19 @@ void Engine::draft_guesses(std::unique_lock<std::mutex>& lock) {
     l.draft.clear();
     if (info == nullptr || !info->decoding() || l.stopped) continue;
     const int64_t room = l.req.params.max_tokens - info->generated - 1;
-    const int k = static_cast<int>(std::min<int64_t>(l.policy.choose(row_cost_, base), room));
+    const int k =
+        static_cast<int>(std::min<int64_t>(l.policy.choose(row_cost_, base, &draft_cost_), room));
     if (k > 0) wants.push_back({id, k});
   }
   lock.unlock();
   const auto t0 = std::chrono::steady_clock::now();
   for (const Want& w : wants) {
     Live& l = live_.at(w.id);
+    const auto t = std::chrono::steady_clock::now();
     // A drafter that fails drafts nothing: the request decodes plainly.
     if (!drafter_of(l)->propose(l.tokens, w.k, &l.draft).is_ok()) l.draft.clear();
     if (static_cast<int>(l.draft.size()) > w.k) l.draft.resize(static_cast<size_t>(w.k));
+    if (!l.draft.empty()) draft_cost_.record(static_cast<int>(l.draft.size()), seconds_since(t));
     // Under a grammar, guesses past the first it refuses would be verified only to be
     // rejected: the verify rows stop there.
     if (l.req.grammar) l.draft.resize(l.req.grammar->allowed_prefix(l.draft));
@@ -341,6 +345,11 @@ void Engine::take_inbox() {
     l.text = std::make_unique<TextStream>(tok_, l.req.params);
     l.policy = DraftPolicy(drafts_ ? spec_.num_draft_tokens : 0);
     if (mtp_head_ != nullptr) l.own_drafter = std::make_unique<MtpDrafter>(*mtp_head_);
+    // Its cache grows with the sequence as it drafts.
+    if (draft_model_ != nullptr) {
+      l.own_drafter = std::make_unique<DraftModelDrafter>(
+          *draft_model_, std::min<int64_t>(model_.config().vocab_size, tok_.vocab_size()));
+    }
     stats_.prompt_tokens += static_cast<int64_t>(l.tokens.size());
     live_.emplace(in.id, std::move(l));
   }

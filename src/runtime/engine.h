@@ -78,10 +78,11 @@ class Engine {
   // the same distribution when sampling). Under a grammar, each verified row is masked by the
   // grammar as it stands after the rows before it, and drafts stop at the first token it
   // refuses.
-  // `mtp_head`: the checkpoint's MTP head (load_mtp_head) for spec.algorithm mtp; each request
-  // then drafts with its own MtpDrafter over it.
+  // `draft_model`: the model the drafter runs, the checkpoint's MTP head (load_mtp_head) for
+  // spec.algorithm mtp or the draft model for draft; each request then drafts with its own
+  // MtpDrafter or DraftModelDrafter over it.
   Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config,
-         const SpeculativeOptions& spec = {}, DecoderModel* mtp_head = nullptr);
+         const SpeculativeOptions& spec = {}, DecoderModel* draft_model = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -160,9 +161,11 @@ class Engine {
   SpeculativeOptions spec_;
   std::unique_ptr<Drafter> drafter_;
   DecoderModel* mtp_head_;
+  DecoderModel* draft_model_;
   bool drafts_ = false;        // some drafter follows the requests
   std::vector<float> hidden_;  // the step's final-normed rows, for drafters that read them
   RowCost row_cost_;
+  RowCost draft_cost_;  // one request's drafting by its guesses (a draft model's forwards)
   std::vector<double> ttft_, itl_;  // of the step being sampled
   std::thread thread_;
 };

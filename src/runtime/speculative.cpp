@@ -11,13 +11,16 @@ Result<SpecAlgorithm> parse_spec_algorithm(std::string_view name) {
   if (name.empty() || name == "none") return SpecAlgorithm::kNone;
   if (name == "ngram") return SpecAlgorithm::kNgram;
   if (name == "mtp" || name == "nextn" || name == "NEXTN") return SpecAlgorithm::kMtp;
-  if (name == "draft" || name == "eagle" || name == "dflash" || name == "DFLASH" ||
-      name == "EAGLE") {
+  // vLLM's "draft_model", SGLang's STANDALONE.
+  if (name == "draft" || name == "draft_model" || name == "standalone" || name == "STANDALONE") {
+    return SpecAlgorithm::kDraft;
+  }
+  if (name == "eagle" || name == "dflash" || name == "DFLASH" || name == "EAGLE") {
     return unimplemented("--speculative-algorithm " + std::string(name) +
-                         " is not available yet; use ngram or mtp");
+                         " is not available yet; use ngram, mtp or draft");
   }
   return invalid_argument("--speculative-algorithm: unknown algorithm '" + std::string(name) +
-                          "' (choose none, ngram or mtp)");
+                          "' (choose none, ngram, mtp or draft)");
 }
 
 const char* spec_algorithm_name(SpecAlgorithm a) {
@@ -26,14 +29,15 @@ const char* spec_algorithm_name(SpecAlgorithm a) {
       return "ngram";
     case SpecAlgorithm::kMtp:
       return "mtp";
+    case SpecAlgorithm::kDraft:
+      return "draft";
     case SpecAlgorithm::kNone:
       break;
   }
   return "none";
 }
 
-Status NgramDrafter::propose(std::span<const int32_t> history, int max,
-                             std::vector<int32_t>* out) {
+Status NgramDrafter::propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) {
   out->clear();
   const auto len = static_cast<int64_t>(history.size());
   if (max <= 0) return Status::ok();
@@ -106,6 +110,61 @@ Status MtpDrafter::propose(std::span<const int32_t> history, int max, std::vecto
   return Status::ok();
 }
 
+Status DraftModelDrafter::begin(int64_t capacity) {
+  if (!cache_ || cache_->capacity() < capacity) {
+    cache_ = std::make_unique<KvCache>(model_.config(), capacity, model_.kv_dtype());
+    if (model_.config().is_hybrid()) cache_->paged().reserve_saved_states(1);
+  }
+  fed_.clear();
+  chained_ = false;
+  return Status::ok();
+}
+
+Status DraftModelDrafter::propose(std::span<const int32_t> history, int max,
+                                  std::vector<int32_t>* out) {
+  out->clear();
+  const auto len = static_cast<int64_t>(history.size());
+  const int64_t vocab = model_.config().vocab_size;
+  if (max <= 0 || len == 0) return Status::ok();
+  if (!cache_ || len + max > cache_->capacity()) {
+    MX_RETURN_IF_ERROR(begin(std::max<int64_t>(2 * (len + max), 256)));
+  }
+  // What the cache holds stays where the history agrees with it; a recurrent state cannot go
+  // back, so a hybrid model that disagrees starts over.
+  size_t same = 0;
+  while (same < fed_.size() && same < history.size() && fed_[same] == history[same]) ++same;
+  const bool hybrid = model_.config().is_hybrid();
+  if (same < fed_.size() && hybrid) same = 0;
+  if (static_cast<int64_t>(same) == len) same = hybrid ? 0 : same - 1;  // a row to score
+  if (hybrid && chained_ && same > 0) cache_->paged().load_state(0, 0);
+  fed_.resize(same);
+  logits_.resize(static_cast<size_t>(vocab));
+  const int32_t block = 0;
+  SeqSlice s;
+  s.tokens = history.data() + same;
+  s.count = len - static_cast<int64_t>(same);
+  s.start = static_cast<int64_t>(same);
+  s.blocks = &block;
+  MX_RETURN_IF_ERROR(
+      model_.forward_batch(std::span<const SeqSlice>(&s, 1), cache_->paged(), logits_.data()));
+  fed_.assign(history.begin(), history.end());
+  if (hybrid) cache_->paged().save_state(0, 0);
+  chained_ = false;
+  for (int i = 0; i < max; ++i) {
+    const auto guess = static_cast<int32_t>(argmax(logits_.data(), vocab));
+    if (guess >= vocab_limit_) break;  // a padding row of the draft's lm_head
+    out->push_back(guess);
+    if (i + 1 == max) break;
+    s.tokens = &out->back();
+    s.count = 1;
+    s.start = len + i;
+    chained_ = true;
+    MX_RETURN_IF_ERROR(
+        model_.forward_batch(std::span<const SeqSlice>(&s, 1), cache_->paged(), logits_.data()));
+  }
+  return Status::ok();
+}
+
 std::unique_ptr<Drafter> make_drafter(const SpeculativeOptions& o) {
   if (o.algorithm == SpecAlgorithm::kNgram) return std::make_unique<NgramDrafter>();
   return nullptr;
@@ -125,7 +184,8 @@ double RowCost::at(int rows, double none) const {
   if (lo >= 1 && hi <= kMaxRows) {
     if (lo == hi) return c_[static_cast<size_t>(lo)];
     const double f = static_cast<double>(rows - lo) / static_cast<double>(hi - lo);
-    return c_[static_cast<size_t>(lo)] + f * (c_[static_cast<size_t>(hi)] - c_[static_cast<size_t>(lo)]);
+    return c_[static_cast<size_t>(lo)] +
+           f * (c_[static_cast<size_t>(hi)] - c_[static_cast<size_t>(lo)]);
   }
   if (lo >= 1) return c_[static_cast<size_t>(lo)];
   return hi <= kMaxRows ? c_[static_cast<size_t>(hi)] : none;
@@ -185,9 +245,8 @@ double SpecStats::acceptance_rate() const {
 }
 
 double SpecStats::mean_accepted_length() const {
-  return verify_steps > 0
-             ? 1.0 + static_cast<double>(accepted) / static_cast<double>(verify_steps)
-             : 0.0;
+  return verify_steps > 0 ? 1.0 + static_cast<double>(accepted) / static_cast<double>(verify_steps)
+                          : 0.0;
 }
 
 }  // namespace mx

@@ -19,13 +19,15 @@
 
 namespace mx {
 
-enum class SpecAlgorithm { kNone, kNgram, kMtp };
+enum class SpecAlgorithm { kNone, kNgram, kMtp, kDraft };
 
 struct SpeculativeOptions {
   SpecAlgorithm algorithm = SpecAlgorithm::kNone;
   int num_draft_tokens = 4;  // the most one step guesses (K)
   // Off: every step guesses num_draft_tokens whatever they cost (as vLLM's fixed K).
   bool adaptive = true;
+  // kDraft: the smaller model with the same tokenizer (--speculative-draft-model-path).
+  std::string draft_model_path = {};
 };
 inline constexpr int kMaxDraftTokens = 16;
 
@@ -81,6 +83,28 @@ class MtpDrafter : public Drafter {
   int64_t done_ = 0;            // rows computed with the target's hidden states
   std::vector<float> pending_;  // hidden states of positions done_ .. done_ + rows - 1
   std::vector<float> logits_, out_;
+};
+
+// A smaller model with the target's tokenizer, greedy: each propose() first runs the tokens
+// confirmed since the last one (the last sampled token, and the guesses the target kept) in
+// one pass, then one row a guess, at positions the next catch-up overwrites; a hybrid draft
+// model's recurrent state goes back to the one saved after the confirmed tokens. Each
+// sequence has its own; the model is shared.
+class DraftModelDrafter : public Drafter {
+ public:
+  // Guesses stop before a token id at or past `vocab_limit` (the target's vocabulary).
+  DraftModelDrafter(DecoderModel& model, int64_t vocab_limit)
+      : model_(model), vocab_limit_(vocab_limit) {}
+  Status begin(int64_t capacity) override;
+  Status propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) override;
+
+ private:
+  DecoderModel& model_;
+  int64_t vocab_limit_;
+  std::unique_ptr<KvCache> cache_;
+  std::vector<int32_t> fed_;  // the confirmed tokens the cache holds, in order
+  bool chained_ = false;      // guesses ran after fed_ (a recurrent state to restore)
+  std::vector<float> logits_;
 };
 
 // The drafters that need no model (ngram); null for none or one that needs a model.

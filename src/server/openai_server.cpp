@@ -88,7 +88,8 @@ struct OpenAiServer::Impl {
     };
     http = std::make_unique<HttpServer>(hc, std::move(h));
     vocab = build_vocab();
-    engine = std::make_unique<Engine>(model, *tok, config.scheduler, config.spec, config.mtp_head);
+    engine =
+        std::make_unique<Engine>(model, *tok, config.scheduler, config.spec, config.draft_model);
     if (config.images.tower != nullptr) {
       image_loader = std::make_unique<ImageLoader>(config.images, 2);
     }

@@ -33,8 +33,10 @@ struct ServerConfig {
   Pooling pooling = Pooling::kMean;  // /v1/embeddings
   SchedulerConfig scheduler;
   SpeculativeOptions spec;
-  DecoderModel* mtp_head = nullptr;  // spec.algorithm mtp: the checkpoint's MTP head
-  ImageServing images;               // a vision model's tower and image limits
+  // The model spec.algorithm's drafter runs: the checkpoint's MTP head (mtp), or the draft
+  // model (draft).
+  DecoderModel* draft_model = nullptr;
+  ImageServing images;  // a vision model's tower and image limits
 };
 
 class OpenAiServer {
