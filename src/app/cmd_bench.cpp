@@ -138,12 +138,6 @@ int bench(const BenchArgs& a) {
   auto model = load_model_or_report(a.m, "bench");
   if (!model) return 1;
   if (int code = 0; ep_worker_takes_over(*model, &code)) return code;
-  if ((a.spec_cost || a.spec.algorithm != SpecAlgorithm::kNone) && model->replays_steps()) {
-    std::fprintf(stderr,
-                 "mxserve bench: speculative decoding under --ep-size is not available "
-                 "yet\n");
-    return 1;
-  }
   if (a.spec_cost) return bench_spec_cost(a, *model);
   if (a.spec.algorithm != SpecAlgorithm::kNone) return bench_spec_gain(a, *model);
   BenchOptions opt = a.opt;

@@ -181,9 +181,8 @@ Pooling resolve_pooling(const std::string& flag, const std::string& model_path) 
 }
 
 int serve(ServeArgs& a) {
-  if (a.server.spec.algorithm != SpecAlgorithm::kNone && a.m.ep_size > 1) {
-    std::fprintf(stderr,
-                 "mxserve serve: speculative decoding under --ep-size is not available yet\n");
+  if (a.server.spec.algorithm == SpecAlgorithm::kMtp && a.m.ep_size > 1) {
+    std::fprintf(stderr, "mxserve serve: %s\n", kNoMtpUnderEp);
     return 1;
   }
   auto model = load_model_or_report(a.m, "serve");

@@ -319,9 +319,6 @@ Result<std::unique_ptr<DecoderModel>> load_draft_model(const ModelArgs& a,
   if (path.empty()) {
     return invalid_argument("--speculative-algorithm draft needs --speculative-draft-model-path");
   }
-  if (target.replays_steps()) {
-    return unimplemented("speculative decoding under expert parallelism is not available yet");
-  }
   MX_ASSIGN_OR_RETURN(const auto mine, load_model_tokenizer(a.model));
   auto theirs = load_model_tokenizer(path);
   if (!theirs.is_ok()) return theirs.status().with_context("draft model " + path);
@@ -413,6 +410,10 @@ std::optional<SpecDrafter> drafter_or_report(const ModelArgs& a, DecoderModel& m
     return d;
   }
   if (spec.algorithm != SpecAlgorithm::kMtp) return d;
+  if (model.replays_steps()) {
+    std::fprintf(stderr, "mxserve %s: %s\n", command, kNoMtpUnderEp);
+    return std::nullopt;
+  }
   auto head = load_mtp_head(a.model, model, load_options_of(a));
   if (!head.is_ok()) {
     std::fprintf(stderr, "mxserve %s: %s\n", command, head.status().to_string().c_str());

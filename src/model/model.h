@@ -243,6 +243,15 @@ class DecoderModel {
   // to the other ranks of an expert-parallel job from here).
   using StepHook = std::function<void(std::span<const SeqSlice>, const PagedKv&)>;
   void set_step_hook(StepHook hook) { step_hook_ = std::move(hook); }
+  // Rolls slot `slot` of `kv` back to its state after fed position `p` of the last verify
+  // (PagedKv::restore_state), telling the restore hook first: the ranks that replay steps keep
+  // replicas of the recurrent states, which must go back too.
+  void restore_state(PagedKv& kv, int32_t slot, int64_t p) {
+    if (restore_hook_) restore_hook_(kv, slot, p);
+    kv.restore_state(slot, p);
+  }
+  using RestoreHook = std::function<void(const PagedKv&, int32_t, int64_t)>;
+  void set_restore_hook(RestoreHook hook) { restore_hook_ = std::move(hook); }
 
   // When set, every forward adds the time of each phase to `prof` (null: off).
   void set_profile(ForwardProfile* prof) { profile_ = prof; }
@@ -299,6 +308,7 @@ class DecoderModel {
   std::vector<char> slot_taken_;
   std::unique_ptr<MoeDispatcher> dispatcher_;
   StepHook step_hook_;
+  RestoreHook restore_hook_;
   float* hidden_out_ = nullptr;        // set by forward_hidden for its pass
   const float* mtp_hidden_ = nullptr;  // set by forward_mtp for its pass
   const Linear& head() const { return shared_head != nullptr ? *shared_head : *lm_head; }

@@ -324,7 +324,7 @@ std::vector<int32_t> Engine::sample_item(uint64_t id, const PlanItem& item, int3
     l.drafted += item.guesses;
     l.kept += kept;
     // The recurrent state returns to the one after the last kept position.
-    if (kept < item.guesses) kv_.restore_state(slot, kept);
+    if (kept < item.guesses) model_.restore_state(kv_, slot, kept);
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.spec_drafts;
     stats_.spec_draft_tokens += item.guesses;

@@ -14,7 +14,7 @@ namespace {
 
 uint64_t g_load_rss = 0;
 
-enum class Op : uint32_t { kForward = 1, kStats = 2, kEnd = 3 };
+enum class Op : uint32_t { kForward = 1, kStats = 2, kEnd = 3, kRestore = 4 };
 
 // Fixed-size head of every broadcast; a forward's slices follow as int64 words.
 struct StepHeader {
@@ -26,19 +26,25 @@ struct StepHeader {
   // before each collective (parallel/ep_dispatch.cpp), so that they meet the same ones.
   uint32_t timed = 0, reserved = 0;
   uint64_t words = 0;
+  // kRestore: the slot of cache kv_id whose recurrent state goes back to the one after fed
+  // position `position` of the last verify.
+  int64_t slot = 0, position = 0;
+  // The recurrent states a verify keeps per slot (PagedKv::reserve_state_steps).
+  int64_t state_steps = 0;
 };
 
 // Headers go by broadcast_idle on every rank: MPI matches a nonblocking broadcast only with
 // nonblocking ones.
 Status send_header(Comm& comm, StepHeader h) { return comm.broadcast_idle(&h, sizeof h, 0); }
 
-// Per slice: count, start, logits mode (the stepwise flag at bit 8), slot, block count, then
-// tokens and blocks.
+// Per slice: count, start, logits mode (the stepwise flag at bit 8, keep_states at bit 9), slot,
+// block count, then tokens and blocks.
 std::vector<int64_t> encode(std::span<const SeqSlice> seqs, const PagedKv& kv) {
   std::vector<int64_t> w;
   for (const SeqSlice& s : seqs) {
     const int64_t blocks = (s.start + s.count + kv.block_size() - 1) / kv.block_size();
-    const int64_t mode = static_cast<int64_t>(s.logits) | (s.stepwise ? 256 : 0);
+    const int64_t mode =
+        static_cast<int64_t>(s.logits) | (s.stepwise ? 256 : 0) | (s.keep_states ? 512 : 0);
     w.insert(w.end(), {s.count, s.start, mode, s.slot, blocks});
     w.insert(w.end(), s.tokens, s.tokens + s.count);
     w.insert(w.end(), s.blocks, s.blocks + blocks);
@@ -54,14 +60,27 @@ class KvReplicas {
     for (auto it = list_.begin(); it != list_.end(); ++it) {
       if (it->first == h.kv_id) {
         list_.splice(list_.begin(), list_, it);
-        return *list_.front().second;
+        PagedKv& kv = *list_.front().second;
+        if (kv.state_steps() < h.state_steps) {
+          kv.reserve_state_steps(static_cast<int32_t>(h.state_steps));
+        }
+        return kv;
       }
     }
     if (list_.size() >= 4) list_.pop_back();
     list_.emplace_front(h.kv_id,
                         std::make_unique<PagedKv>(c, h.num_blocks, h.block_size,
                                                   static_cast<KvDtype>(h.kv_dtype), h.slots));
+    if (h.state_steps > 0) {
+      list_.front().second->reserve_state_steps(static_cast<int32_t>(h.state_steps));
+    }
     return *list_.front().second;
+  }
+  PagedKv* find(uint64_t id) {
+    for (auto& [kv_id, kv] : list_) {
+      if (kv_id == id) return kv.get();
+    }
+    return nullptr;
   }
 
  private:
@@ -81,6 +100,7 @@ Status replay(DecoderModel& model, Comm& comm, const StepHeader& h, KvReplicas& 
     // Each rank computes its share of the vocabulary's logits for rank 0, which samples.
     s.logits = static_cast<SeqSlice::Logits>(w[at + 2] & 255);
     s.stepwise = (w[at + 2] & 256) != 0;
+    s.keep_states = (w[at + 2] & 512) != 0;
     s.slot = static_cast<int32_t>(w[at + 3]);
     const int64_t nb = w[at + 4];
     at += 5;
@@ -213,6 +233,7 @@ void install_step_broadcast(DecoderModel& model, Comm& comm) {
     h.block_size = kv.block_size();
     h.kv_dtype = static_cast<int32_t>(kv.dtype());
     h.slots = kv.slots();
+    h.state_steps = kv.state_steps();
     h.timed = model.profiling() ? 1 : 0;
     h.words = w.size();
     Status st = send_header(comm, h);
@@ -220,6 +241,17 @@ void install_step_broadcast(DecoderModel& model, Comm& comm) {
       st = comm.broadcast(const_cast<int64_t*>(w.data()), static_cast<int64_t>(w.size() * 8), 0);
     if (!st.is_ok())
       comm.abort("broadcasting a step to the expert-parallel ranks failed: " + st.to_string());
+  });
+  if (!model.config().is_hybrid()) return;  // no recurrent state to roll back
+  model.set_restore_hook([&comm](const PagedKv& kv, int32_t slot, int64_t p) {
+    StepHeader h;
+    h.op = static_cast<uint32_t>(Op::kRestore);
+    h.kv_id = kv.id();
+    h.slot = slot;
+    h.position = p;
+    const Status st = send_header(comm, h);
+    if (!st.is_ok())
+      comm.abort("broadcasting a rollback to the expert-parallel ranks failed: " + st.to_string());
   });
 }
 
@@ -235,6 +267,15 @@ Status run_ep_worker(DecoderModel& model, Comm& comm) {
       case Op::kStats:
         MX_RETURN_IF_ERROR(exchange_stats(model, comm, nullptr));
         break;
+      case Op::kRestore: {
+        PagedKv* kv = kvs.find(h.kv_id);
+        if (kv == nullptr || h.position < 0 || h.position >= kv->state_steps()) {
+          MX_LOG_ERROR("a rollback names a cache or position this rank never replayed");
+        } else {
+          kv->restore_state(static_cast<int32_t>(h.slot), h.position);
+        }
+        break;
+      }
       case Op::kForward: {
         // Rank 0 validated the step; a failure here is this replica's own and is reported
         // (rank 0 sees the same inputs and fails alike).

@@ -276,7 +276,7 @@ class Decoder {
   // step, and the recurrent state returns to the one after the last kept position.
   void rollback(int64_t before, int64_t kept) {
     cache_.set_length(before + 1 + kept);
-    cache_.paged().restore_state(0, kept);
+    model_.restore_state(cache_.paged(), 0, kept);
   }
 
   DecoderModel& model_;
@@ -321,8 +321,10 @@ Result<GenerateResult> generate(DecoderModel& model, const Tokenizer& tok,
     return invalid_argument("--speculative-num-draft-tokens must be in 1.." +
                             std::to_string(kMaxDraftTokens));
   }
-  if (speculates && model.replays_steps()) {
-    return unimplemented("speculative decoding under expert parallelism is not available yet");
+  if (speculates && model.replays_steps() &&
+      (spec.algorithm == SpecAlgorithm::kMtp ||
+       (options.drafter && options.drafter->needs_hidden()))) {
+    return unimplemented(kNoMtpUnderEp);
   }
   const int64_t budget = std::min<int64_t>(params.max_tokens, context_length - n);
   KvCache cache(model.config(), n + budget, model.kv_dtype());
