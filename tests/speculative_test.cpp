@@ -427,6 +427,18 @@ TEST(Speculative, PolicyDraftsOnlyWhatPays) {
   int drafted_steps = 0;
   for (int i = 0; i < 64; ++i) drafted_steps += rejected.choose(mild) > 0 ? 1 : 0;
   EXPECT_EQ(drafted_steps, 2);
+  // A drafter whose guess costs two steps (a draft model as slow as the target): not even
+  // every guess kept would pay, so it is not probed either. Its cost past the one measured
+  // guess grows with the guesses.
+  RowCost slow_draft;
+  slow_draft.record(1, 0.002);
+  EXPECT_DOUBLE_EQ(slow_draft.at_scaled(4), 0.008);
+  EXPECT_DOUBLE_EQ(slow_draft.at(4), 0.002);
+  DraftPolicy unpaid(4);
+  for (int i = 0; i < 40; ++i) unpaid.record_acceptance(4, 0);
+  int probes = 0;
+  for (int i = 0; i < 64; ++i) probes += unpaid.choose(mild, 1, &slow_draft) > 0 ? 1 : 0;
+  EXPECT_EQ(probes, 0);
 }
 
 TEST(Speculative, FlagsNameWhatIsMissing) {

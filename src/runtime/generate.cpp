@@ -137,6 +137,7 @@ class Decoder {
     const auto n = static_cast<int64_t>(prompt_.size());
     MX_RETURN_IF_ERROR(feed(prompt_.data(), n, false));
     MX_RETURN_IF_ERROR(observe(0, n));
+    if (drafter_) MX_RETURN_IF_ERROR(drafter_->prefill(prompt_));
     r_.finish_reason = "length";
     int32_t last = 0;
     bool stop = false;

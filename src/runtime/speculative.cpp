@@ -120,14 +120,10 @@ Status DraftModelDrafter::begin(int64_t capacity) {
   return Status::ok();
 }
 
-Status DraftModelDrafter::propose(std::span<const int32_t> history, int max,
-                                  std::vector<int32_t>* out) {
-  out->clear();
+Status DraftModelDrafter::catch_up(std::span<const int32_t> history, int room) {
   const auto len = static_cast<int64_t>(history.size());
-  const int64_t vocab = model_.config().vocab_size;
-  if (max <= 0 || len == 0) return Status::ok();
-  if (!cache_ || len + max > cache_->capacity()) {
-    MX_RETURN_IF_ERROR(begin(std::max<int64_t>(2 * (len + max), 256)));
+  if (!cache_ || len + room > cache_->capacity()) {
+    MX_RETURN_IF_ERROR(begin(std::max<int64_t>(2 * (len + room), 256)));
   }
   // What the cache holds stays where the history agrees with it; a recurrent state cannot go
   // back, so a hybrid model that disagrees starts over.
@@ -138,7 +134,7 @@ Status DraftModelDrafter::propose(std::span<const int32_t> history, int max,
   if (static_cast<int64_t>(same) == len) same = hybrid ? 0 : same - 1;  // a row to score
   if (hybrid && chained_ && same > 0) cache_->paged().load_state(0, 0);
   fed_.resize(same);
-  logits_.resize(static_cast<size_t>(vocab));
+  logits_.resize(static_cast<size_t>(model_.config().vocab_size));
   const int32_t block = 0;
   SeqSlice s;
   s.tokens = history.data() + same;
@@ -150,6 +146,23 @@ Status DraftModelDrafter::propose(std::span<const int32_t> history, int max,
   fed_.assign(history.begin(), history.end());
   if (hybrid) cache_->paged().save_state(0, 0);
   chained_ = false;
+  return Status::ok();
+}
+
+Status DraftModelDrafter::prefill(std::span<const int32_t> prompt) {
+  return prompt.empty() ? Status::ok() : catch_up(prompt, kMaxDraftTokens + 1);
+}
+
+Status DraftModelDrafter::propose(std::span<const int32_t> history, int max,
+                                  std::vector<int32_t>* out) {
+  out->clear();
+  const auto len = static_cast<int64_t>(history.size());
+  const int64_t vocab = model_.config().vocab_size;
+  if (max <= 0 || len == 0) return Status::ok();
+  MX_RETURN_IF_ERROR(catch_up(history, max));
+  const int32_t block = 0;
+  SeqSlice s;
+  s.blocks = &block;
   for (int i = 0; i < max; ++i) {
     const auto guess = static_cast<int32_t>(argmax(logits_.data(), vocab));
     if (guess >= vocab_limit_) break;  // a padding row of the draft's lm_head
@@ -191,6 +204,16 @@ double RowCost::at(int rows, double none) const {
   return hi <= kMaxRows ? c_[static_cast<size_t>(hi)] : none;
 }
 
+double RowCost::at_scaled(int rows, double none) const {
+  rows = std::clamp(rows, 1, kMaxRows);
+  int lo = rows;
+  while (lo >= 1 && !(c_[static_cast<size_t>(lo)] > 0)) --lo;
+  bool above = false;
+  for (int r = rows; r <= kMaxRows && !above; ++r) above = c_[static_cast<size_t>(r)] > 0;
+  if (above || lo < 1) return at(rows, none);
+  return c_[static_cast<size_t>(lo)] * static_cast<double>(rows) / static_cast<double>(lo);
+}
+
 DraftPolicy::DraftPolicy(int max_k) : max_k_(std::clamp(max_k, 0, kMaxDraftTokens)) {}
 
 double DraftPolicy::acceptance() const { return kept_ / (kept_ + rejected_); }
@@ -223,12 +246,17 @@ int DraftPolicy::choose(const RowCost& cost, int base_rows, const RowCost* draft
   std::array<double, kMaxDraftTokens + 2> c{};
   for (int r = 1; r <= max_k_ + 1; ++r) {
     c[static_cast<size_t>(r)] = cost.at(base_rows - 1 + r);
-    if (draft != nullptr && r > 1) c[static_cast<size_t>(r)] += draft->at(r - 1, 0.0);
+    if (draft != nullptr && r > 1) c[static_cast<size_t>(r)] += draft->at_scaled(r - 1, 0.0);
   }
   int best = best_k(c, acceptance(), max_k_);
   // Acceptance changes with the text: a sequence that stopped drafting tries one guess now
-  // and then, so that its estimate can recover.
-  if (best == 0 && ++since_draft_ >= 32) best = 1;
+  // and then, so that its estimate can recover; not where guesses cost more than they could
+  // save if all were kept (a draft model as slow as the target, whose probe would first catch
+  // up on every token since the last one).
+  if (best == 0 && ++since_draft_ >= 32) {
+    best = best_k(c, 1.0, max_k_) > 0 ? 1 : 0;
+    since_draft_ = 0;
+  }
   if (best > 0) since_draft_ = 0;
   return best;
 }

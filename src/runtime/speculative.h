@@ -53,6 +53,9 @@ class Drafter {
   // The target scored positions [start, start + count) and they stand (rejected guesses are
   // not observed): their hidden states, [count, hidden_size].
   virtual Status observe(int64_t start, int64_t count, const float* hidden) { return Status::ok(); }
+  // The prompt, while the target prefills it, so that the first draft costs only its guesses
+  // (a draft model's own prefill).
+  virtual Status prefill(std::span<const int32_t> prompt) { return Status::ok(); }
   // `history`: prompt then output, the last sampled token included (not yet scored).
   virtual Status propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) = 0;
 };
@@ -101,9 +104,14 @@ class DraftModelDrafter : public Drafter {
   DraftModelDrafter(DecoderModel& model, int64_t vocab_limit)
       : model_(model), vocab_limit_(vocab_limit) {}
   Status begin(int64_t capacity) override;
+  Status prefill(std::span<const int32_t> prompt) override;
   Status propose(std::span<const int32_t> history, int max, std::vector<int32_t>* out) override;
 
  private:
+  // Runs the tokens of `history` the cache does not hold, leaving the last one's logits, with
+  // room for `room` more positions.
+  Status catch_up(std::span<const int32_t> history, int room);
+
   DecoderModel& model_;
   int64_t vocab_limit_;
   std::unique_ptr<KvCache> cache_;
@@ -124,6 +132,9 @@ class RowCost {
   // past the largest measured, what that one costs, so that a policy reading it tries wider
   // steps once; below the smallest, what that one costs; `none` when nothing is measured.
   double at(int rows, double none = 1.0) const;
+  // As at(), but past the largest measured count in proportion to the count: what a drafter
+  // whose every guess is a forward of its own costs.
+  double at_scaled(int rows, double none = 1.0) const;
   // Whether some count up to `rows` has been measured.
   bool measured_up_to(int rows) const;
 
