@@ -34,6 +34,15 @@ Loaded load(const std::string& path, std::optional<Scheme> scheme = std::nullopt
   return {std::move(*m), *t};
 }
 
+// Greedy decoding of `n` tokens, end-of-sequence tokens ignored.
+SamplingParams greedy(int n) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = n;
+  p.ignore_eos = true;
+  return p;
+}
+
 GenerateResult gen(Loaded& l, const std::vector<int32_t>& prompt, const SamplingParams& p,
                    const GenerateOptions& o) {
   auto r = generate(*l.model, *l.tok, prompt, p, 1024, {}, o);
@@ -77,10 +86,7 @@ void check_lossless(const std::string& path, std::optional<Scheme> scheme = std:
   Loaded l = load(path, scheme);
   ASSERT_TRUE(l.model);
   const std::vector<int32_t> prompt = l.tok->encode(kRepeat);
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = 80;
-  p.ignore_eos = true;
+  const SamplingParams p = greedy(80);
   GenerateOptions plain;
   plain.logprobs = true;
   const GenerateResult ref = gen(l, prompt, p, plain);
@@ -154,10 +160,7 @@ void check_draft_models(const std::string& target, const std::vector<std::string
   Loaded l = load(target);
   ASSERT_TRUE(l.model);
   const std::vector<int32_t> prompt = l.tok->encode(kRepeat);
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = 48;
-  p.ignore_eos = true;
+  const SamplingParams p = greedy(48);
   GenerateOptions plain;
   plain.logprobs = true;
   const GenerateResult ref = gen(l, prompt, p, plain);
@@ -198,26 +201,22 @@ TEST(Speculative, DraftModelGuessesItsOwnGreedyContinuation) {
     const auto vocab = static_cast<int32_t>(d.model->config().vocab_size);
     DraftModelDrafter drafter(*d.model, vocab);
     ASSERT_TRUE(drafter.begin(256).is_ok());
-    const auto greedy = [&](const std::vector<int32_t>& history, int n) {
-      SamplingParams p;
-      p.temperature = 0;
-      p.max_tokens = n;
-      p.ignore_eos = true;
-      return gen(d, history, p, {}).token_ids;
+    const auto continuation = [&](const std::vector<int32_t>& history, int n) {
+      return gen(d, history, greedy(n), {}).token_ids;
     };
     std::vector<int32_t> history = d.tok->encode(kRepeat), guesses;
     ASSERT_TRUE(drafter.propose(history, 4, &guesses).is_ok());
-    EXPECT_EQ(guesses, greedy(history, 4));
+    EXPECT_EQ(guesses, continuation(history, 4));
     history.insert(history.end(), guesses.begin(), guesses.begin() + 2);
     history.push_back((guesses[2] + 1) % vocab);  // the target's own token after two guesses
     ASSERT_TRUE(drafter.propose(history, 3, &guesses).is_ok());
-    EXPECT_EQ(guesses, greedy(history, 3));
+    EXPECT_EQ(guesses, continuation(history, 3));
     history.push_back((guesses[0] + 7) % vocab);  // none kept
     ASSERT_TRUE(drafter.propose(history, 5, &guesses).is_ok());
-    EXPECT_EQ(guesses, greedy(history, 5));
+    EXPECT_EQ(guesses, continuation(history, 5));
     history = d.tok->encode("An entirely different history.");
     ASSERT_TRUE(drafter.propose(history, 2, &guesses).is_ok());
-    EXPECT_EQ(guesses, greedy(history, 2));
+    EXPECT_EQ(guesses, continuation(history, 2));
   }
 }
 
