@@ -36,6 +36,11 @@ run_suite() {
       { echo "FAIL: no per-position counters"; exit 1; }
     grep -qE "completion tokens, .* drafted tokens accepted" "${logs[-3]}" ||
       { echo "FAIL: no drafting in the request log"; exit 1; }
+    # A drafter with a model of its own (an MTP head, a draft model) has its caches planned.
+    if [[ " ${extra[*]} " == *" mtp "* || " ${extra[*]} " == *" draft "* ]]; then
+      grep -q "the drafter's caches" "${logs[-3]}" ||
+        { echo "FAIL: the drafter's caches are not in the KV plan"; exit 1; }
+    fi
     echo "ok speculative: $kept of $drafted drafted tokens accepted"
   fi
 }

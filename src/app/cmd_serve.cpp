@@ -180,6 +180,60 @@ Pooling resolve_pooling(const std::string& flag, const std::string& model_path) 
   return Pooling::kMean;
 }
 
+// Keys and values of one token of `m`'s cache, over its full-attention layers.
+int64_t kv_token_bytes(const DecoderModel& m) {
+  const ModelConfig& mc = m.config();
+  int64_t attention_layers = 0;
+  for (LayerKind k : mc.layer_kinds) attention_layers += k == LayerKind::kFullAttention ? 1 : 0;
+  return static_cast<int64_t>(
+      std::ceil(2.0 * static_cast<double>(attention_layers * mc.num_kv_heads * mc.head_dim) *
+                kv_element_bytes(m.kv_dtype(), mc.head_dim)));
+}
+
+// Sets the context served and the KV cache's blocks from memory; false (and says why) when
+// memory cannot hold them. `drafter`: the model the drafter of each request runs (an MTP head, a
+// draft model), whose caches hold the same tokens as the request's blocks.
+bool size_kv_cache(ServeArgs& a, const DecoderModel& model, const DecoderModel* drafter) {
+  ServerConfig& c = a.server;
+  const ModelConfig& mc = model.config();
+  const int64_t drafter_bytes = drafter != nullptr ? kv_token_bytes(*drafter) : 0;
+  const int64_t token_bytes = kv_token_bytes(model) + drafter_bytes;
+  // Hybrid models hold a recurrent state per running request: it comes out of the budget.
+  // Verification keeps a state per fed position too (SeqSlice::keep_states), and prefix caching
+  // two saved states per running request (the engine's for_model); a hybrid draft model its
+  // own state and the one saved after the confirmed tokens.
+  const int64_t kept_states =
+      (c.spec.algorithm != SpecAlgorithm::kNone ? c.spec.num_draft_tokens + 1 : 0) +
+      (c.scheduler.prefix_caching ? 2 : 0);
+  const int64_t slot_bytes =
+      static_cast<int64_t>(PagedKv(mc, 0, 1, model.kv_dtype(), 1).slot_bytes()) *
+          (1 + kept_states) +
+      (drafter != nullptr
+           ? 2 * static_cast<int64_t>(
+                     PagedKv(drafter->config(), 0, 1, drafter->kv_dtype(), 1).slot_bytes())
+           : 0);
+  auto plan = plan_kv_cache(a, mc.max_position_embeddings, token_bytes, slot_bytes);
+  if (!plan.is_ok()) {
+    std::fprintf(stderr, "mxserve serve: %s\n", plan.status().message().c_str());
+    return false;
+  }
+  c.context_length = plan->context;
+  c.scheduler.num_blocks =
+      static_cast<int32_t>((plan->tokens + c.scheduler.block_size - 1) / c.scheduler.block_size);
+  const int64_t kv_tokens = int64_t{c.scheduler.num_blocks} * c.scheduler.block_size;
+  MX_LOG_INFO("KV cache: " + std::to_string(kv_tokens) + " tokens, " +
+              std::to_string(kv_tokens * token_bytes >> 20) + " MiB (" +
+              kv_dtype_name(model.kv_dtype()) + ")" +
+              (drafter_bytes > 0 ? ", the drafter's caches " + std::to_string(drafter_bytes) +
+                                       " bytes of each token's " + std::to_string(token_bytes)
+                                 : std::string()) +
+              (slot_bytes > 0
+                   ? "; recurrent state: " + std::to_string(c.scheduler.max_running_requests) +
+                         " slots of " + std::to_string(slot_bytes >> 10) + " KiB"
+                   : std::string()));
+  return true;
+}
+
 int serve(ServeArgs& a) {
   if (a.server.spec.algorithm == SpecAlgorithm::kMtp && a.m.ep_size > 1) {
     std::fprintf(stderr, "mxserve serve: %s\n", kNoMtpUnderEp);
@@ -230,37 +284,7 @@ int serve(ServeArgs& a) {
     c.served_model_name = (p.extension() == ".gguf" ? p.stem() : p.filename()).string();
     if (c.served_model_name.empty()) c.served_model_name = "model";
   }
-  const ModelConfig& mc = model->config();
-  int64_t attention_layers = 0;
-  for (LayerKind k : mc.layer_kinds) attention_layers += k == LayerKind::kFullAttention ? 1 : 0;
-  const auto token_bytes = static_cast<int64_t>(
-      std::ceil(2.0 * static_cast<double>(attention_layers * mc.num_kv_heads * mc.head_dim) *
-                kv_element_bytes(model->kv_dtype(), mc.head_dim)));
-  // Hybrid models hold a recurrent state per running request: it comes out of the budget.
-  // Verification keeps a state per fed position too (SeqSlice::keep_states), and prefix caching
-  // two saved states per running request (the engine's for_model).
-  const int64_t kept_states =
-      (c.spec.algorithm != SpecAlgorithm::kNone ? c.spec.num_draft_tokens + 1 : 0) +
-      (c.scheduler.prefix_caching ? 2 : 0);
-  const int64_t slot_bytes =
-      static_cast<int64_t>(PagedKv(mc, 0, 1, model->kv_dtype(), 1).slot_bytes()) *
-      (1 + kept_states);
-  auto plan = plan_kv_cache(a, mc.max_position_embeddings, token_bytes, slot_bytes);
-  if (!plan.is_ok()) {
-    std::fprintf(stderr, "mxserve serve: %s\n", plan.status().message().c_str());
-    return 1;
-  }
-  c.context_length = plan->context;
-  c.scheduler.num_blocks =
-      static_cast<int32_t>((plan->tokens + c.scheduler.block_size - 1) / c.scheduler.block_size);
-  const int64_t kv_tokens = int64_t{c.scheduler.num_blocks} * c.scheduler.block_size;
-  MX_LOG_INFO("KV cache: " + std::to_string(kv_tokens) + " tokens, " +
-              std::to_string(kv_tokens * token_bytes >> 20) + " MiB (" +
-              kv_dtype_name(model->kv_dtype()) + ")" +
-              (slot_bytes > 0
-                   ? "; recurrent state: " + std::to_string(c.scheduler.max_running_requests) +
-                         " slots of " + std::to_string(slot_bytes >> 10) + " KiB"
-                   : std::string()));
+  if (!size_kv_cache(a, *model, drafter->head.get())) return 1;
   if (!resolve_output_parsers(tmpl ? &*tmpl : nullptr, &c)) return 1;
   c.pooling = resolve_pooling(a.pooling, a.m.model);
   MX_LOG_INFO(std::string("embeddings: ") + pooling_name(c.pooling) + " pooling");
