@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "greedy_params.h"
 #include "loader/model_text.h"
 #include "runtime/generate.h"
 #include "runtime/speculative.h"
@@ -34,14 +35,7 @@ Loaded load(const std::string& path, std::optional<Scheme> scheme = std::nullopt
   return {std::move(*m), *t};
 }
 
-// Greedy decoding of `n` tokens, end-of-sequence tokens ignored.
-SamplingParams greedy(int n) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  return p;
-}
+using test::greedy;
 
 GenerateResult gen(Loaded& l, const std::vector<int32_t>& prompt, const SamplingParams& p,
                    const GenerateOptions& o) {

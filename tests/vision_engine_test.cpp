@@ -14,6 +14,7 @@
 
 #include "core/json_util.h"
 #include "engine_collector.h"
+#include "greedy_params.h"
 #include "media/image.h"
 #include "media/vision_preprocess.h"
 #include "model/vision_tower.h"
@@ -93,13 +94,7 @@ std::shared_ptr<const MultimodalPrompt> prompt_for(const std::string& text, cons
   return std::make_shared<const MultimodalPrompt>(std::move(*p));
 }
 
-SamplingParams greedy(int n) {
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  return p;
-}
+using test::greedy;
 
 GenerateResult alone_result(const MultimodalPrompt& mm, int n) {
   GenerateOptions opt;

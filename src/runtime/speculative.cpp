@@ -187,6 +187,7 @@ void RowCost::record(int rows, double seconds) {
   if (rows < 1 || rows > kMaxRows || !(seconds > 0)) return;
   double& c = c_[static_cast<size_t>(rows)];
   c = c > 0 ? 0.8 * c + 0.2 * seconds : seconds;
+  top_ = std::max(top_, rows);
 }
 
 double RowCost::at(int rows, double none) const {
@@ -206,12 +207,8 @@ double RowCost::at(int rows, double none) const {
 
 double RowCost::at_scaled(int rows, double none) const {
   rows = std::clamp(rows, 1, kMaxRows);
-  int lo = rows;
-  while (lo >= 1 && !(c_[static_cast<size_t>(lo)] > 0)) --lo;
-  bool above = false;
-  for (int r = rows; r <= kMaxRows && !above; ++r) above = c_[static_cast<size_t>(r)] > 0;
-  if (above || lo < 1) return at(rows, none);
-  return c_[static_cast<size_t>(lo)] * static_cast<double>(rows) / static_cast<double>(lo);
+  if (top_ == 0 || rows <= top_) return at(rows, none);
+  return c_[static_cast<size_t>(top_)] * static_cast<double>(rows) / static_cast<double>(top_);
 }
 
 DraftPolicy::DraftPolicy(int max_k) : max_k_(std::clamp(max_k, 0, kMaxDraftTokens)) {}

@@ -140,6 +140,7 @@ class RowCost {
 
  private:
   std::array<double, kMaxRows + 1> c_{};
+  int top_ = 0;  // the largest count measured
 };
 
 // Chooses how many tokens one sequence drafts. Acceptance is a decayed count of kept and
