@@ -41,7 +41,22 @@ void print_ep_placement(const ModelInventory& inv, int ranks) {
   }
 }
 
-int run_inspect(const std::string& dir, int ep_size) {
+// --tp-size N: what each rank would hold (its share of every split tensor; the rest whole).
+void print_tp_placement(const ModelInventory& inv, int ranks) {
+  const uint64_t replicated = inv.total_bytes - inv.tp_split_bytes;
+  std::printf("tensor parallelism: %d ranks, %llu bytes replicated, %llu bytes split\n", ranks,
+              static_cast<unsigned long long>(replicated),
+              static_cast<unsigned long long>(inv.tp_split_bytes));
+  for (int r = 0; r < ranks; ++r) {
+    const uint64_t mine = inv.tp_split_bytes * static_cast<uint64_t>(r + 1) / ranks -
+                          inv.tp_split_bytes * static_cast<uint64_t>(r) / ranks;
+    std::printf("  rank %d: about %llu bytes (%llu of split tensors)\n", r,
+                static_cast<unsigned long long>(replicated + mine),
+                static_cast<unsigned long long>(mine));
+  }
+}
+
+int run_inspect(const std::string& dir, int ep_size, int tp_size) {
   auto inv = inspect_model_dir(dir);
   if (!inv.is_ok()) {
     std::fprintf(stderr, "mxserve inspect: %s\n", inv.status().to_string().c_str());
@@ -55,6 +70,7 @@ int run_inspect(const std::string& dir, int ep_size) {
     }
     print_ep_placement(*inv, ep_size);
   }
+  if (tp_size > 1) print_tp_placement(*inv, tp_size);
   const ModelConfig& c = inv->config;
   int64_t moe_layers = 0;
   for (int64_t i = 0; i < c.num_layers; ++i) moe_layers += c.is_moe_layer(i) ? 1 : 0;
@@ -127,7 +143,10 @@ void register_inspect(CLI::App& app, int& exit_code) {
   auto ep = std::make_shared<int>(1);
   cmd->add_option("--ep-size", *ep, "Also print what each of N expert-parallel ranks loads")
       ->check(CLI::Range(1, 4096));
-  cmd->callback([dir, ep, &exit_code] { exit_code = run_inspect(*dir, *ep); });
+  auto tp = std::make_shared<int>(1);
+  cmd->add_option("--tp-size", *tp, "Also print what each of N tensor-parallel ranks holds")
+      ->check(CLI::Range(1, 4096));
+  cmd->callback([dir, ep, tp, &exit_code] { exit_code = run_inspect(*dir, *ep, *tp); });
 }
 
 }  // namespace mx::app

@@ -235,7 +235,7 @@ bool size_kv_cache(ServeArgs& a, const DecoderModel& model, const DecoderModel* 
 }
 
 int serve(ServeArgs& a) {
-  if (a.server.spec.algorithm == SpecAlgorithm::kMtp && a.m.ep_size > 1) {
+  if (a.server.spec.algorithm == SpecAlgorithm::kMtp && (a.m.ep_size > 1 || a.m.tp_size > 1)) {
     std::fprintf(stderr, "mxserve serve: %s\n", kNoMtpUnderEp);
     return 1;
   }

@@ -53,6 +53,7 @@ struct ModelArgs {
   std::string gguf_dequant = "none";
   std::string gguf_activations = "native";
   int ep_size = 1;
+  int tp_size = 1;
   std::string ep_dispatch = "auto";
   int64_t ep_max_dispatch_tokens = 128;
 };

@@ -184,6 +184,11 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a) {
                   "mpirun -np N mxserve ... --ep-size N")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  cmd->add_option("--tp-size", a->tp_size,
+                  "Tensor parallelism: split each layer's heads and widths (and lm_head's "
+                  "vocabulary) over N processes, started as mpirun -np N mxserve ... --tp-size N")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   cmd->add_option("--ep-dispatch", a->ep_dispatch,
                   "How routed rows travel between ranks: normal (BF16), low_latency (the expert "
                   "kernel's format, fixed receive slots) or auto (normal for steps with prefill)")
@@ -208,28 +213,38 @@ int world_size_from_launcher() {
   return 1;
 }
 
-// The communicator of --ep-size, or an error naming what is wrong with the launch.
+// The communicator of --ep-size or --tp-size, or an error naming what is wrong with the launch.
 Result<Comm*> ep_setup(const ModelArgs& a) {
   const int launched = launched_by_mpi() ? world_size_from_launcher() : 1;
-  if (a.ep_size == 1) {
+  if (a.ep_size > 1 && a.tp_size > 1) {
+    return invalid_argument("--tp-size " + std::to_string(a.tp_size) + " with --ep-size " +
+                            std::to_string(a.ep_size) +
+                            ": split the experts by tensor parallelism (--tp-size alone) or by "
+                            "expert parallelism (--ep-size alone)");
+  }
+  const bool tp = a.tp_size > 1;
+  const std::string flag = tp ? "--tp-size" : "--ep-size";
+  const int size = tp ? a.tp_size : a.ep_size;
+  if (size == 1) {
     if (launched > 1) {
       return invalid_argument("mpirun started " + std::to_string(launched) +
-                              " processes but --ep-size is 1; pass --ep-size " +
+                              " processes but --ep-size and --tp-size are 1; pass --ep-size " +
+                              std::to_string(launched) + " or --tp-size " +
                               std::to_string(launched));
     }
     return static_cast<Comm*>(nullptr);
   }
   if (g_ep != nullptr) return g_ep;
+  const std::string n = std::to_string(size);
   if (!launched_by_mpi()) {
-    return invalid_argument("--ep-size " + std::to_string(a.ep_size) + " runs as " +
-                            std::to_string(a.ep_size) + " processes: start it as mpirun -np " +
-                            std::to_string(a.ep_size) + " mxserve ... --ep-size " +
-                            std::to_string(a.ep_size));
+    return invalid_argument(flag + " " + n + " runs as " + n +
+                            " processes: start it as mpirun -np " + n + " mxserve ... " + flag +
+                            " " + n);
   }
   MX_ASSIGN_OR_RETURN(Comm * w, mpi_world());
-  if (w->size() != a.ep_size) {
-    return invalid_argument("--ep-size " + std::to_string(a.ep_size) + " but mpirun started " +
-                            std::to_string(w->size()) + " processes");
+  if (w->size() != size) {
+    return invalid_argument(flag + " " + n + " but mpirun started " + std::to_string(w->size()) +
+                            " processes");
   }
   set_log_rank(w->rank());
   g_ep = w;
@@ -434,9 +449,13 @@ std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const cha
       std::fprintf(stderr, "mxserve %s: %s\n", command, comm.status().message().c_str());
       return nullptr;
     }
-    opt.ep.comm = *comm;
-    parse_ep_dispatch(a.ep_dispatch, &opt.ep.mode);
-    opt.ep.max_dispatch_tokens = a.ep_max_dispatch_tokens;
+    if (a.tp_size > 1) {
+      opt.tp.comm = *comm;
+    } else {
+      opt.ep.comm = *comm;
+      parse_ep_dispatch(a.ep_dispatch, &opt.ep.mode);
+      opt.ep.max_dispatch_tokens = a.ep_max_dispatch_tokens;
+    }
   }
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   opt.progress = terminal_progress("loading", "layers");

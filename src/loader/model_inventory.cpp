@@ -31,6 +31,13 @@ void count_bytes(const std::string& name, uint64_t bytes, ModelInventory* inv) {
       name.find(".experts.") != std::string::npos ||
       (name.find("_exps.") != std::string::npos && name.find("shexp") == std::string::npos);
   if (routed) inv->routed_expert_bytes += bytes;
+  // Hugging Face and GGUF names of what every rank holds whole.
+  bool whole = false;
+  for (const char* part : {"embed_tokens", "token_embd", "norm", ".mlp.gate.", "ffn_gate_inp",
+                           "shared_expert_gate", "mtp.", "nextn", "visual.", "v.blk", "mm."}) {
+    whole = whole || name.find(part) != std::string::npos;
+  }
+  if (!whole) inv->tp_split_bytes += bytes;
 }
 
 }  // namespace

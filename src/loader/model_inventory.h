@@ -23,6 +23,9 @@ struct ModelInventory {
   uint64_t scale_bytes = 0;
   // Every tensor's bytes, and those of routed experts (what expert parallelism splits).
   uint64_t total_bytes = 0, routed_expert_bytes = 0;
+  // Those of the tensors tensor parallelism splits (projections, experts, lm_head, DeltaNet's
+  // conv and gates); the rest (embeddings, norms, routers) every rank holds whole.
+  uint64_t tp_split_bytes = 0;
   std::optional<QuantDescription> quant;  // set for an offline (msmodelslim) checkpoint
   // Offline only: module (tensor name without ".weight") -> type, for weight tensors.
   std::map<std::string, QuantType> module_types;

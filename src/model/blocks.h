@@ -33,7 +33,13 @@ struct ForwardContext {
   MoeDispatcher& dispatcher;
   bool has_prefill;  // a slice holds more than one token
   uint64_t step;     // forward passes of the model so far
+  // Tensor parallelism: the ranks whose partial block outputs are summed (null: one process).
+  Comm* tp;
 };
+
+// Sums rows [rows, hidden] of every rank's partial output in place (tensor parallelism; a
+// no-op in one process).
+void tp_all_reduce(ForwardContext& ctx, float* rows);
 
 // Workspace slots of a forward pass, after the schemes' (quant/linear.h): each is used by one
 // block at a time.
@@ -61,6 +67,8 @@ enum WorkspaceSlot : int {
   kWsHeadGather,  // rank 0: every rank's share
   kWsHeadCounts,  // the gather's byte counts and offsets
   kWsMtpConcat,   // an MTP head's [normed embedding | normed hidden] rows
+  kWsTpGathered,  // tensor parallelism: a gathered row-parallel input (tensor_parallel.h)
+  kWsTpRows,      // and this rank's rows of its output
 };
 // Slots of each pool thread's arena, after the schemes'.
 enum ArenaSlot : int {

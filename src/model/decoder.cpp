@@ -155,6 +155,11 @@ Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, 
       }
     }
   }
+  if (embed.split) {
+    // Each row's embedding is on one rank and zero on the others: the sum is exact.
+    const Status st = tp_comm->all_reduce_sum(x, n * hid);
+    if (!st.is_ok()) tp_comm->abort("gathering the embeddings failed: " + st.to_string());
+  }
   if (mtp_input) mtp_inputs(n, x);
   // Rotary angles once per row for every layer: sin and cos cost more than the rotations.
   std::vector<int64_t>& row_pos = row_pos_;
@@ -188,7 +193,8 @@ Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, 
                      n,
                      *dispatcher_,
                      has_prefill,
-                     steps_++};
+                     steps_++,
+                     tp_comm};
   const LayerForward layer_forward = arch_impl(c.arch)->forward;
   const int64_t run = layer_limit_ >= 0 ? std::min(layer_limit_, c.num_layers) : c.num_layers;
   for (int64_t li = 0; li < run; ++li) {
@@ -289,6 +295,12 @@ void DecoderModel::gather_logits(const float* mine, int64_t mine_floats, int64_t
 }
 
 void Embedding::row(int32_t token, float* out) const {
+  const int64_t local = token - first;
+  if (local < 0 || local >= table.dim(0)) {
+    std::fill(out, out + hidden, 0.0f);
+    return;
+  }
+  token = static_cast<int32_t>(local);
   if (ggml) {
     const int64_t rb = table.dim(1);
     ggml_kernels().dequant[static_cast<uint32_t>(*ggml)](table.data_as<uint8_t>() + token * rb, out,
@@ -382,7 +394,23 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   plan.rule = options.scale_rule;
   plan.pool = m->pool_.get();
   m->head_end = config.vocab_size;
-  if (options.ep.comm != nullptr) {
+  Comm* tp = options.tp.comm != nullptr && options.tp.comm->size() > 1 ? options.tp.comm : nullptr;
+  if (tp != nullptr && options.ep.comm != nullptr) {
+    return unimplemented(
+        "--tp-size with --ep-size: split the experts by tensor parallelism "
+        "(--tp-size alone) or by expert parallelism (--ep-size alone)");
+  }
+  if (tp != nullptr) {
+    MX_RETURN_IF_ERROR(check_tensor_parallel(config, tp->size()).with_context(dir));
+    plan.tp = {tp->rank(), tp->size(), tp};
+    m->config_ = tp_local_config(config, plan.tp);
+    m->tp_comm = tp;
+    const ExpertRange v = expert_range(config.vocab_size, tp->rank(), tp->size());
+    m->head_begin = v.first;
+    m->head_end = v.first + v.count;
+    m->head_comm = tp;
+    m->dispatcher_ = make_local_dispatcher();
+  } else if (options.ep.comm != nullptr) {
     plan.ep_rank = options.ep.comm->rank();
     plan.ep_size = options.ep.comm->size();
     m->dispatcher_ = make_ep_dispatcher(options.ep);
@@ -406,6 +434,8 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   }
   std::vector<std::string> skipped;
   MX_RETURN_IF_ERROR(src.check_all_used(&skipped, [&](const std::string& name) {
+    if (w.whole_experts())
+      return placed_elsewhere(name, config.num_experts, plan.tp.rank, plan.tp.size);
     return placed_elsewhere(name, config.num_experts, plan.ep_rank, plan.ep_size);
   }));
   if (!skipped.empty()) {

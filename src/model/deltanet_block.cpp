@@ -123,7 +123,8 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
                         ld, d.nv,      d.value};
   const int64_t conv_floats = (d.kernel - 1) * d.conv;
   const bool chunked = t > 1 && !sq.stepwise && !sq.keep_states;
-  const int64_t scratch_floats = chunked ? delta_rule_chunked_scratch_floats(t, d.nv, d.dk, d.dv) : 0;
+  const int64_t scratch_floats =
+      chunked ? delta_rule_chunked_scratch_floats(t, d.nv, d.dk, d.dv) : 0;
   if (chunked) ctx.exec.reserve_arenas<float>(kArenaDeltaRule, scratch_floats);
   // Value heads are independent: threads split them, and every head runs the same operations
   // whatever the split. Each runs alone, reading the key head its order gives it.
@@ -179,43 +180,102 @@ void run_sequence(const DeltaNetBlock& dn, const Dims& d, ForwardContext& ctx, i
   });
 }
 
-// Rows of a tensor viewed as nk key-head groups, each holding `parts` runs of rows in turn:
-// part 0 of every group, then part 1 of every group, and so on.
-std::vector<std::pair<int64_t, int64_t>> grouped_runs(int64_t nk,
-                                                      const std::vector<int64_t>& parts) {
+// What one rank holds (all of it in one process): key heads [k0, k1), and of each of them its
+// value heads [v0, v1) (all r = nv / nk, or this rank's part when there are fewer key heads
+// than ranks and each is held by several); `values` lists those value heads in the order the
+// block reads them (value head j belongs to key head j % nk when tiled, else j / r).
+struct HeadShare {
+  int64_t k0, k1, v0, v1;
+  Ranges values;
+};
+
+HeadShare head_share(const TpShard& tp, const Dims& d) {
+  const auto [k0, k1] = tp.kv_heads(d.nk);
+  const int64_t r = d.nv / d.nk;
+  int64_t v0 = 0, v1 = r;
+  if (d.nk < tp.size) {
+    const int64_t per = tp.size / d.nk, sub = tp.rank % per;
+    v0 = r * sub / per;
+    v1 = r * (sub + 1) / per;
+  }
+  Ranges values;
+  if (d.tiled) {
+    for (int64_t m = v0; m < v1; ++m) values.emplace_back(m * d.nk + k0, m * d.nk + k1);
+  } else {
+    for (int64_t g = k0; g < k1; ++g) values.emplace_back(g * r + v0, g * r + v1);
+  }
+  return {k0, k1, v0, v1, values};
+}
+
+// Qwen3-Next's fused rows: per key head a group of `parts` runs ({q dk, k dk, v r dv, z r dv}
+// or {b r, a r}); of each group the share takes all of q and k, and of each value part
+// (`per_value` rows a value head) the rows of its value heads [v0, v1). Part by part, groups in
+// order: the block's [q | k | v | z] and [b | a].
+Ranges grouped_runs(const HeadShare& s, const std::vector<int64_t>& parts, int64_t per_value,
+                    size_t first_value_part) {
   int64_t group = 0;
   for (int64_t n : parts) group += n;
-  std::vector<std::pair<int64_t, int64_t>> runs;
+  Ranges runs;
   int64_t offset = 0;
-  for (int64_t n : parts) {
-    for (int64_t g = 0; g < nk; ++g) runs.emplace_back(g * group + offset, g * group + offset + n);
-    offset += n;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const bool value = p >= first_value_part;
+    const int64_t b = value ? s.v0 * per_value : 0, e = value ? s.v1 * per_value : parts[p];
+    for (int64_t g = s.k0; g < s.k1; ++g) {
+      runs.emplace_back(g * group + offset + b, g * group + offset + e);
+    }
+    offset += parts[p];
   }
   return runs;
+}
+
+// The conv channels [q | k | v] of the share.
+Ranges conv_channels(const Dims& d, const HeadShare& s) {
+  Ranges c = {{s.k0 * d.dk, s.k1 * d.dk}, {d.key + s.k0 * d.dk, d.key + s.k1 * d.dk}};
+  for (const auto& r : scaled(s.values, d.dv, 2 * d.key)) c.push_back(r);
+  return c;
+}
+
+// Rows `rows` of an FP32 tensor [n, ...], stacked in order.
+Tensor take_rows(const Tensor& t, const Ranges& rows) {
+  const int64_t per = t.numel() / t.dim(0);
+  int64_t n = 0;
+  for (const auto& [b, e] : rows) n += e - b;
+  Shape shape = t.shape();
+  shape[0] = n;
+  Tensor out = Tensor::empty(DType::kF32, shape);
+  float* dst = out.mutable_data_as<float>();
+  for (const auto& [b, e] : rows) {
+    std::memcpy(dst, t.data_as<float>() + b * per,
+                static_cast<size_t>((e - b) * per) * sizeof(float));
+    dst += (e - b) * per;
+  }
+  return out;
 }
 
 // Qwen3-Next's in_proj_qkvz is [nk, (q dk, k dk, v r dv, z r dv)] and in_proj_ba [nk, (b r, a
 // r)] with r = nv / nk value heads per key head; the block wants [q | k | v | z] and [b | a],
 // value head j under key head j / r, which is the groups' order.
 Status load_projections(const WeightLoader& w, const ModelConfig& c, const Dims& d, int64_t h,
-                        const std::string& prefix, DeltaNetBlock* out) {
+                        const HeadShare& s, const std::string& prefix, DeltaNetBlock* out) {
   const int64_t r = d.nv / d.nk;
   const std::string qkvz = prefix + ".in_proj_qkvz", ba = prefix + ".in_proj_ba";
   if (c.deltanet_fused_qkvz) {
     MX_ASSIGN_OR_RETURN(
         out->qkvz, w.linear_row_ranges(qkvz, d.conv + d.value, h,
-                                       grouped_runs(d.nk, {d.dk, d.dk, r * d.dv, r * d.dv}), qkvz,
-                                       /*keep_float=*/false));
+                                       grouped_runs(s, {d.dk, d.dk, r * d.dv, r * d.dv}, d.dv, 2),
+                                       qkvz, /*keep_float=*/false));
   } else {
-    MX_ASSIGN_OR_RETURN(out->qkvz, w.packed(prefix, "in_proj_qkvz", {d.conv, d.value}, h));
+    MX_ASSIGN_OR_RETURN(out->qkvz,
+                        w.shard(w.packed_modules(prefix, "in_proj_qkvz", 2), {d.conv, d.value}, h,
+                                {conv_channels(d, s), scaled(s.values, d.dv)}, {}, qkvz));
   }
   // b and a feed per-head gates: kept as stored, like the router.
   if (c.deltanet_fused_ba) {
-    MX_ASSIGN_OR_RETURN(out->ba, w.linear_row_ranges(ba, 2 * d.nv, h, grouped_runs(d.nk, {r, r}),
+    MX_ASSIGN_OR_RETURN(out->ba, w.linear_row_ranges(ba, 2 * d.nv, h, grouped_runs(s, {r, r}, 1, 0),
                                                      ba, /*keep_float=*/true));
   } else {
-    MX_ASSIGN_OR_RETURN(out->ba,
-                        w.packed(prefix, "in_proj_ba", {d.nv, d.nv}, h, /*keep_float=*/true));
+    MX_ASSIGN_OR_RETURN(out->ba, w.shard(w.packed_modules(prefix, "in_proj_ba", 2), {d.nv, d.nv}, h,
+                                         {s.values, s.values}, {}, ba, /*keep_float=*/true));
   }
   return Status::ok();
 }
@@ -230,9 +290,18 @@ Status load_deltanet(const WeightLoader& w, const ModelConfig& c, const std::str
     return unimplemented(prefix + ": conv1d kernel width " + std::to_string(d.kernel) +
                          " exceeds " + std::to_string(kConvMaxKernel));
   }
-  MX_RETURN_IF_ERROR(load_projections(w, c, d, h, prefix, out));
-  MX_ASSIGN_OR_RETURN(out->out,
-                      w.linear({prefix + ".out_proj"}, {h}, d.value, prefix + ".out_proj"));
+  const HeadShare s = head_share(w.tp(), d);
+  MX_RETURN_IF_ERROR(load_projections(w, c, d, h, s, prefix, out));
+  const std::string out_proj = prefix + ".out_proj";
+  if (w.tp().on()) {
+    std::vector<Ranges> cols;
+    for (int r = 0; r < w.tp().size; ++r) {
+      cols.push_back(scaled(head_share(TpShard{r, w.tp().size}, d).values, d.dv));
+    }
+    MX_ASSIGN_OR_RETURN(out->out, w.row_parallel(out_proj, h, d.value, cols, out_proj));
+  } else {
+    MX_ASSIGN_OR_RETURN(out->out, w.linear({out_proj}, {h}, d.value, out_proj));
+  }
   auto conv = f32_param(w, prefix + ".conv1d.weight", {d.conv, 1, d.kernel});
   if (!conv.is_ok()) {
     return conv.status().with_context("linear_conv_kernel_dim is " + std::to_string(d.kernel));
@@ -241,6 +310,11 @@ Status load_deltanet(const WeightLoader& w, const ModelConfig& c, const std::str
   MX_ASSIGN_OR_RETURN(out->a_log, f32_param(w, prefix + ".A_log", {d.nv}));
   MX_ASSIGN_OR_RETURN(out->dt_bias, f32_param(w, prefix + ".dt_bias", {d.nv}));
   MX_ASSIGN_OR_RETURN(out->norm, f32_param(w, prefix + ".norm.weight", {d.dv}));
+  if (w.tp().on()) {
+    out->conv_w = take_rows(out->conv_w, conv_channels(d, s));
+    out->a_log = take_rows(out->a_log, s.values);
+    out->dt_bias = take_rows(out->dt_bias, s.values);
+  }
   return Status::ok();
 }
 

@@ -20,6 +20,7 @@
 #include "loader/model_config.h"
 #include "model/kv_store.h"
 #include "model/profile.h"
+#include "model/tensor_parallel.h"
 #include "parallel/dispatch.h"
 #include "quant/linear.h"
 
@@ -134,6 +135,7 @@ struct DenseMlp {
 struct MoeBlock {
   std::unique_ptr<Linear> router;       // [E, H], FP32 logits
   std::unique_ptr<ExpertBank> experts;  // this rank's share of the experts
+  int64_t first_expert = 0;             // the bank's first (tensor parallelism, whole experts)
   int64_t num_experts = 0;              // of the layer, over all ranks
   int64_t top_k = 0;
   bool norm_topk_prob = false;
@@ -158,6 +160,10 @@ struct Embedding {
   Tensor table;  // [V, H] BF16, or U8 [V, row_bytes]
   std::optional<GgmlType> ggml;
   int64_t hidden = 0;
+  // Tensor parallelism: the table holds tokens [first, first + its rows) of the vocabulary, and
+  // the others' rows are zero here (the ranks' rows are then summed).
+  int64_t first = 0;
+  bool split = false;
   void row(int32_t token, float* out) const;
 };
 
@@ -186,6 +192,9 @@ struct LoadOptions {
   // Expert parallelism (--ep-size): the experts split over ep.comm's ranks, each rank loading
   // only its own share; null comm: one process.
   EpOptions ep;
+  // Tensor parallelism (--tp-size): each layer's heads and widths split over tp.comm's ranks
+  // (model/tensor_parallel.h); null comm: one process.
+  TpOptions tp;
   // Called after each layer loads (done, total), e.g. to draw a progress bar.
   std::function<void(int64_t, int64_t)> progress;
 };
@@ -278,10 +287,12 @@ class DecoderModel {
   };
   std::unique_ptr<MtpInput> mtp_input;
   std::vector<DecoderLayer> layers;
-  // Vocabulary-parallel lm_head under expert parallelism: each rank computes its share of the
-  // logits and rank 0 gathers them (head_comm null: one process, the whole vocabulary).
+  // Vocabulary-parallel lm_head under expert or tensor parallelism: each rank computes its share of
+  // the logits and rank 0 gathers them (head_comm null: one process, the whole vocabulary).
   int64_t head_begin = 0, head_end = 0;
   Comm* head_comm = nullptr;
+  // Tensor parallelism: the ranks that hold the other shares of every layer (null: none).
+  Comm* tp_comm = nullptr;
   std::unique_ptr<ThreadPool> pool_;
 
  private:

@@ -41,6 +41,7 @@ void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float
   MoeTimes times;
   MoeArgs a;
   a.experts = m.experts.get();
+  a.first_expert = m.first_expert;
   a.num_experts = ne;
   a.top_k = k;
   a.norm_topk_prob = m.norm_topk_prob;
@@ -73,6 +74,7 @@ void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float
     ctx.router_trace->push_back({li, {ids, ids + n * k}, {wts, wts + n * k}});
   }
   if (m.shared) shared_expert_forward(m, ctx, h, y);
+  tp_all_reduce(ctx, y);
   for (int64_t i = 0; i < n * hid; ++i) x[i] += y[i];
 }
 

@@ -42,6 +42,8 @@ const char* phase_name(Phase p) {
       return "ep_skew";
     case Phase::kEpExchange:
       return "ep_exchange";
+    case Phase::kTpAllReduce:
+      return "tp_all_reduce";
     case Phase::kCount:
       break;
   }

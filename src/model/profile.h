@@ -28,6 +28,7 @@ enum class Phase : int {
   kDnNorm,        // the gated RMSNorm with silu(z)
   kEpSkew,        // expert parallelism: waiting for the other ranks to reach a collective
   kEpExchange,    // expert parallelism: the collectives once every rank has reached them
+  kTpAllReduce,   // tensor parallelism: the sums of the ranks' partial block outputs
   kCount
 };
 

@@ -13,6 +13,7 @@
 
 #include "loader/weight_source.h"
 #include "model/packed_modules.h"
+#include "model/tensor_parallel.h"
 #include "parallel/dispatch.h"
 #include "quant/linear.h"
 #include "quant/quant_method.h"
@@ -36,6 +37,8 @@ struct WeightPlan : QuantPlan {
   PackedModules packed = generic_packed_modules();
   // Expert parallelism: this rank loads only its contiguous share of each bank's experts.
   int ep_rank = 0, ep_size = 1;
+  // Tensor parallelism: this rank's heads and widths (model/tensor_parallel.h).
+  TpShard tp;
   // Told of every linear and expert bank built (null: nobody listens).
   std::function<void(const LoadedModule&)> on_module;
 };
@@ -54,6 +57,7 @@ class WeightLoader {
   // Any float tensor of a checked shape as FP32.
   Result<Tensor> floats(const std::string& name, const Shape& shape) const;
   bool has(const std::string& name) const { return src_.has(name); }
+  const TpShard& tp() const { return plan_.tp; }
 
   // One matmul over modules stacked along the output (a packed module such as qkv_proj):
   // module i has out_dims[i] rows of width `in`. `keep_float` keeps the stored precision under
@@ -72,6 +76,27 @@ class WeightLoader {
       const std::string& module, int64_t out, int64_t in,
       const std::vector<std::pair<int64_t, int64_t>>& ranges, const std::string& name,
       bool keep_float) const;
+  // A tensor-parallel share of the modules stacked along the output: of module i only the
+  // rows `rows[i]` (in order), and of every row only the columns `cols` (empty: all of them).
+  // Columns must begin where the stored blocks do (MX blocks, the dual-level chunk, ggml
+  // blocks); a ggml shard that cuts a block is dequantized to F32 (exact, FP32 activations).
+  Result<std::unique_ptr<Linear>> shard(const std::vector<std::string>& modules,
+                                        const std::vector<int64_t>& out_dims, int64_t in,
+                                        const std::vector<Ranges>& rows, const Ranges& cols,
+                                        const std::string& name, bool keep_float = false) const;
+  // Where column shards of `module` [out, in] may begin: the stored block (ggml), the MX block
+  // (and the dual-level chunk), 32 for float weights (the online schemes' block).
+  Result<int64_t> column_unit(const std::string& module, int64_t out, int64_t in) const;
+  // The row-parallel share of `module` [out, in]: rank r's input columns are cols[r]. Split
+  // along K where every rank's columns begin on the stored blocks (partial sums, added by the
+  // block's all-reduce); otherwise over the output rows, the input gathered whole
+  // (make_gathered_row_parallel).
+  Result<std::unique_ptr<Linear>> row_parallel(const std::string& module, int64_t out, int64_t in,
+                                               const std::vector<Ranges>& cols,
+                                               const std::string& name) const;
+  // The modules that the plan's table stacks into `name` of `prefix`.
+  std::vector<std::string> packed_modules(const std::string& prefix, const std::string& name,
+                                          size_t count) const;
   // The packed module `name` of `prefix` ("...self_attn", "qkv_proj") from its shards as the
   // plan's table lists them, shard i with out_dims[i] rows.
   Result<std::unique_ptr<Linear>> packed(const std::string& prefix, const std::string& name,
@@ -82,9 +107,14 @@ class WeightLoader {
   Result<std::unique_ptr<Linear>> router(const std::string& module, int64_t experts,
                                          int64_t hidden) const;
   // The expert bank of `prefix` ("model.layers.3.mlp"): experts.E.{gate,up,down}_proj, only
-  // the experts of this rank's share (all of them in one process).
+  // the experts of this rank's share (all of them in one process), the first of which goes to
+  // `first_expert`. Under tensor parallelism, each expert's share of the intermediate width.
   Result<std::unique_ptr<ExpertBank>> experts(const std::string& prefix, int64_t num_experts,
-                                              int64_t inter, int64_t hidden) const;
+                                              int64_t inter, int64_t hidden,
+                                              int64_t* first_expert = nullptr) const;
+  // Whether tensor parallelism split a bank by whole experts (too narrow for its width to be
+  // split where its blocks begin): the other ranks' experts are then read elsewhere.
+  bool whole_experts() const { return whole_experts_; }
   // The token embedding [vocab, hidden]: BF16, or ggml blocks dequantized a row at a time.
   Status embedding(const std::string& module, int64_t vocab, int64_t hidden, Embedding* out) const;
 
@@ -97,6 +127,7 @@ class WeightLoader {
 
   const WeightSource& src_;
   WeightPlan plan_;
+  mutable bool whole_experts_ = false;
 };
 
 }  // namespace mx

@@ -28,6 +28,9 @@ class Comm {
   // Element-wise sums over the ranks, summed in rank order on every rank (identical results).
   virtual Status all_reduce_sum(double* data, int64_t n) = 0;
   virtual Status all_reduce_sum(int64_t* data, int64_t n) = 0;
+  // Tensor parallelism's partial sums: the same fixed order, so that every rank holds the
+  // same rows after each block and results do not depend on timing.
+  virtual Status all_reduce_sum(float* data, int64_t n) = 0;
   virtual Status broadcast(void* data, int64_t bytes, int root) = 0;
   // The same for a rank that may wait long (a worker between steps): it sleeps while it
   // waits instead of spinning on a core the busy ranks need.

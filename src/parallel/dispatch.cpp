@@ -87,28 +87,41 @@ class LocalDispatcher final : public MoeDispatcher {
     // Rows sorted by expert, written straight into the format the expert kernel declares.
     // Each token row is quantized once, into its first slot, and copied to the rest: the
     // quantization is part of the permutation, not a pass of its own.
+    const int64_t first = a.first_expert, local = a.experts->num_experts();
+    auto mine = [first, local](int32_t id) { return id >= first && id < first + local; };
     std::vector<int64_t>& offsets = offsets_;
-    offsets.assign(static_cast<size_t>(ne + 1), 0);
-    for (int64_t i = 0; i < n * k; ++i) ++offsets[static_cast<size_t>(a.ids[i]) + 1];
-    for (int64_t e = 0; e < ne; ++e) offsets[e + 1] += offsets[e];
+    offsets.assign(static_cast<size_t>(local + 1), 0);
+    for (int64_t i = 0; i < n * k; ++i) {
+      if (mine(a.ids[i])) ++offsets[static_cast<size_t>(a.ids[i] - first) + 1];
+    }
+    for (int64_t e = 0; e < local; ++e) offsets[e + 1] += offsets[e];
     std::vector<int64_t>& slot = slot_;
     slot.resize(static_cast<size_t>(n * k));
     fill_.assign(offsets.begin(), offsets.end() - 1);
-    for (int64_t i = 0; i < n * k; ++i)
-      slot[static_cast<size_t>(i)] = fill_[static_cast<size_t>(a.ids[i])]++;
+    for (int64_t i = 0; i < n * k; ++i) {
+      slot[static_cast<size_t>(i)] =
+          mine(a.ids[i]) ? fill_[static_cast<size_t>(a.ids[i] - first)]++ : -1;
+    }
     const RowFormat decl =
         a.fused ? a.experts->input_format(DispatchMode::kLocal) : RowFormat::f32();
     act_rows_init(decl, hid, a.rule, &rows);
-    rows.resize(n * k);
+    rows.resize(offsets[static_cast<size_t>(local)]);
     for (int64_t t = 0; t < n; ++t) {
-      const int64_t first = slot[static_cast<size_t>(t * k)];
-      act_rows_quantize(a.h + t * hid, first, a.rule, &rows);
-      for (int64_t j = 1; j < k; ++j)
-        act_rows_copy(rows, first, &rows, slot[static_cast<size_t>(t * k + j)]);
+      int64_t quantized = -1;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t s = slot[static_cast<size_t>(t * k + j)];
+        if (s < 0) continue;
+        if (quantized < 0) {
+          act_rows_quantize(a.h + t * hid, s, a.rule, &rows);
+          quantized = s;
+        } else {
+          act_rows_copy(rows, quantized, &rows, s);
+        }
+      }
     }
     // Grown only: every row is written by the bank before the combine reads it.
-    if (outs.size() < static_cast<size_t>(n * k * hid))
-      outs.resize(static_cast<size_t>(n * k * hid));
+    if (outs.size() < static_cast<size_t>(offsets[static_cast<size_t>(local)] * hid))
+      outs.resize(static_cast<size_t>(offsets[static_cast<size_t>(local)] * hid));
     clock.lap(&MoeTimes::dispatch);
     run_experts(a, rows, offsets.data(), outs.data());
     clock.skip();
@@ -120,8 +133,10 @@ class LocalDispatcher final : public MoeDispatcher {
       std::fill(dst, dst + hid, 0.0f);
       combine_order(a.ids + t * k, k, order);
       for (int64_t j : std::span<const int64_t>(order, static_cast<size_t>(k))) {
+        const int64_t s = slot[static_cast<size_t>(t * k + j)];
+        if (s < 0) continue;
         const float wj = a.wts[t * k + j];
-        const float* o = outs.data() + slot[static_cast<size_t>(t * k + j)] * hid;
+        const float* o = outs.data() + s * hid;
         for (int64_t d = 0; d < hid; ++d) dst[d] += wj * o[d];
       }
     }

@@ -83,7 +83,10 @@ struct DispatchStats {
 
 struct MoeArgs {
   const ExpertBank* experts = nullptr;  // this rank's experts (all of them in one process)
-  int64_t num_experts = 0;              // of the layer, over all ranks
+  // Tensor parallelism with whole experts per rank: the bank holds experts [first_expert,
+  // first_expert + its count); the local dispatcher leaves the others' rows to their ranks.
+  int64_t first_expert = 0;
+  int64_t num_experts = 0;  // of the layer, over all ranks
   int64_t top_k = 0;
   bool norm_topk_prob = false;
   float* probs = nullptr;    // [rows, num_experts]: router logits in, softmax out

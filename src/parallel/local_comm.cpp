@@ -67,6 +67,7 @@ class LocalComm final : public Comm {
 
   Status all_reduce_sum(double* data, int64_t n) override { return reduce(data, n); }
   Status all_reduce_sum(int64_t* data, int64_t n) override { return reduce(data, n); }
+  Status all_reduce_sum(float* data, int64_t n) override { return reduce(data, n); }
 
   Status broadcast(void* data, int64_t bytes, int root) override {
     mine() = {nullptr, nullptr, nullptr, bytes, data};

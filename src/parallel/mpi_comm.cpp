@@ -69,6 +69,22 @@ class MpiComm final : public Comm {
   Status all_reduce_sum(int64_t* data, int64_t n) override {
     return gather_sum(data, n, MPI_INT64_T);
   }
+  Status all_reduce_sum(float* data, int64_t n) override {
+    // Once per block of every step: the gather buffer is kept, so that steps allocate nothing.
+    int count = 0;
+    MX_RETURN_IF_ERROR(to_int(n * size_, &count, "all_reduce_sum"));
+    if (gathered_.size() < static_cast<size_t>(count)) gathered_.resize(static_cast<size_t>(count));
+    MX_RETURN_IF_ERROR(
+        mpi_status(MPI_Allgather(data, static_cast<int>(n), MPI_FLOAT, gathered_.data(),
+                                 static_cast<int>(n), MPI_FLOAT, MPI_COMM_WORLD),
+                   "MPI_Allgather"));
+    for (int64_t i = 0; i < n; ++i) {
+      float s = gathered_[static_cast<size_t>(i)];
+      for (int q = 1; q < size_; ++q) s += gathered_[static_cast<size_t>(q * n + i)];
+      data[i] = s;
+    }
+    return Status::ok();
+  }
 
   Status broadcast(void* data, int64_t bytes, int root) override {
     int n = 0;
@@ -122,6 +138,7 @@ class MpiComm final : public Comm {
   }
 
   int rank_ = 0, size_ = 1;
+  std::vector<float> gathered_;
 };
 
 std::mutex g_mu;

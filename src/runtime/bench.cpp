@@ -248,6 +248,7 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
   r.load_rss = resident_bytes();
   r.load_huge_pages = huge_page_resident_bytes();
   r.ep_size = model.dispatcher().ep_size();
+  r.tp_size = model.tp_comm != nullptr ? model.tp_comm->size() : 1;
   r.layers["all"] = c.num_layers;
   r.layers["head"] = 1;
   for (const DecoderLayer& l : model.layers) {
@@ -398,6 +399,14 @@ nlohmann::ordered_json BenchResult::to_json() const {
                                  reps * static_cast<double>(options.batch * options.gen))},
         {"ranks", ranks}};
   }
+  if (tp_size > 1) {
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    for (const EpRankStats& r : ep_ranks)
+      ranks.push_back({{"load_rss_bytes", r.load_rss_bytes},
+                       {"rss_bytes", r.rss_bytes},
+                       {"weight_bytes", r.weight_bytes}});
+    j["tensor_parallel"] = {{"tp_size", tp_size}, {"ranks", ranks}};
+  }
   return j;
 }
 
@@ -446,6 +455,18 @@ std::string BenchResult::report() const {
   if (options.profile) {
     profile_report("prefill", prefill_profile, layers, &s);
     profile_report("decode", decode_profile, layers, &s);
+  }
+  if (tp_size > 1) {
+    std::snprintf(line, sizeof line, "tensor parallelism: %d ranks\n", tp_size);
+    s += line;
+    for (size_t i = 0; i < ep_ranks.size(); ++i) {
+      std::snprintf(line, sizeof line,
+                    "  rank %zu: RSS %.1f MB after load, %.1f MB now; its weights %.1f MB\n", i,
+                    static_cast<double>(ep_ranks[i].load_rss_bytes) / 1e6,
+                    static_cast<double>(ep_ranks[i].rss_bytes) / 1e6,
+                    static_cast<double>(ep_ranks[i].weight_bytes) / 1e6);
+      s += line;
+    }
   }
   if (ep_size > 1) {
     const double reps = static_cast<double>(options.reps);

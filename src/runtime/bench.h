@@ -59,6 +59,7 @@ struct BenchResult {
   // Expert parallelism: what all ranks sent in each phase, over all repetitions,
   // and every rank's memory (filled by the caller, which holds the communicator).
   int ep_size = 1;
+  int tp_size = 1;  // tensor parallelism: ep_ranks holds every rank's memory
   DispatchStats prefill_dispatch, decode_dispatch;
   std::vector<EpRankStats> ep_ranks;
   double decode_roofline_frac() const;

@@ -128,6 +128,7 @@ EpRankStats own_stats(DecoderModel& model) {
   for (const DecoderLayer& l : model.layers)
     if (l.moe) s.expert_bytes += l.moe->experts->weight_bytes();
   s.dispatch = model.dispatcher().stats();
+  s.weight_bytes = model.weight_bytes();
   return s;
 }
 
@@ -135,19 +136,11 @@ constexpr int kStatWords = 13;
 
 void put(const EpRankStats& s, int64_t* w) {
   const DispatchStats& d = s.dispatch;
-  const uint64_t v[kStatWords] = {s.rss_bytes,
-                                  s.expert_bytes,
-                                  d.rows_sent,
-                                  d.row_bytes_sent,
-                                  d.meta_bytes_sent,
-                                  d.combine_bytes_sent,
-                                  d.gather_bytes_sent,
-                                  d.low_latency_layers,
-                                  d.normal_layers,
-                                  d.fallback_layers,
-                                  d.fallback_steps,
-                                  s.load_rss_bytes,
-                                  0};
+  const uint64_t v[kStatWords] = {s.rss_bytes,         s.expert_bytes,       d.rows_sent,
+                                  d.row_bytes_sent,    d.meta_bytes_sent,    d.combine_bytes_sent,
+                                  d.gather_bytes_sent, d.low_latency_layers, d.normal_layers,
+                                  d.fallback_layers,   d.fallback_steps,     s.load_rss_bytes,
+                                  s.weight_bytes};
   for (int i = 0; i < kStatWords; ++i) w[i] = static_cast<int64_t>(v[i]);
 }
 
@@ -167,6 +160,7 @@ EpRankStats get(const int64_t* w) {
   d.fallback_layers = u(9);
   d.fallback_steps = u(10);
   s.load_rss_bytes = u(11);
+  s.weight_bytes = u(12);
   return s;
 }
 

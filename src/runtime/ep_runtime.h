@@ -20,11 +20,12 @@ Status run_ep_worker(DecoderModel& model, Comm& comm);
 // Rank 0: the workers leave their loop.
 Status ep_end_workers(Comm& comm);
 
-// What each rank reports for `bench --profile`.
+// What each rank reports for `bench` (expert and tensor parallelism).
 struct EpRankStats {
   uint64_t rss_bytes = 0;       // now
   uint64_t load_rss_bytes = 0;  // when the model had loaded (before any probe or cache)
   uint64_t expert_bytes = 0;    // of its own experts
+  uint64_t weight_bytes = 0;    // of all its weights (its shares under tensor parallelism)
   DispatchStats dispatch;
 };
 // Rank 0: every rank's figures, rank order (the workers answer from their loop).

@@ -273,7 +273,8 @@ int32_t Scheduler::take_entry() {
     }
   }
   if (best < 0) return -1;
-  if (entry_block_[static_cast<size_t>(best)] >= 0) block_entry_.erase(entry_block_[static_cast<size_t>(best)]);
+  if (entry_block_[static_cast<size_t>(best)] >= 0)
+    block_entry_.erase(entry_block_[static_cast<size_t>(best)]);
   entry_block_[static_cast<size_t>(best)] = -2;
   return best;
 }
@@ -305,8 +306,8 @@ void Scheduler::set_draft(uint64_t id, int32_t guesses) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || !it->second.decoding()) return;
   SeqInfo& s = it->second;
-  s.draft = static_cast<int32_t>(
-      std::clamp<int64_t>(guesses, 0, s.max_new_tokens - s.generated - 1));
+  s.draft =
+      static_cast<int32_t>(std::clamp<int64_t>(guesses, 0, s.max_new_tokens - s.generated - 1));
 }
 
 std::vector<uint64_t> Scheduler::complete(const BatchPlan& plan,

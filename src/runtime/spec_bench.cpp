@@ -118,19 +118,21 @@ std::string SpecCostResult::report() const {
   // Where the extra rows' time goes: ms per forward by phase, for 1, 5 and max_k + 1 rows.
   const int widths[3] = {1, std::min(5, options.max_k + 1), options.max_k + 1};
   std::snprintf(line, sizeof line, "  %-16s %9s %9s %9s   (ms per forward, by rows)\n", "phase",
-                ("x" + std::to_string(widths[0])).c_str(), ("x" + std::to_string(widths[1])).c_str(),
+                ("x" + std::to_string(widths[0])).c_str(),
+                ("x" + std::to_string(widths[1])).c_str(),
                 ("x" + std::to_string(widths[2])).c_str());
   out += line;
   for (int ph = 0; ph < static_cast<int>(Phase::kCount); ++ph) {
     double ms[3];
     for (int i = 0; i < 3; ++i) {
       const ForwardProfile& p = profiles[static_cast<size_t>(widths[i])];
-      ms[i] = p.forwards ? 1e3 * p.seconds[static_cast<size_t>(ph)] / static_cast<double>(p.forwards)
-                         : 0;
+      ms[i] = p.forwards
+                  ? 1e3 * p.seconds[static_cast<size_t>(ph)] / static_cast<double>(p.forwards)
+                  : 0;
     }
     if (ms[2] <= 0) continue;
-    std::snprintf(line, sizeof line, "  %-16s %9.4f %9.4f %9.4f\n", phase_name(static_cast<Phase>(ph)),
-                  ms[0], ms[1], ms[2]);
+    std::snprintf(line, sizeof line, "  %-16s %9.4f %9.4f %9.4f\n",
+                  phase_name(static_cast<Phase>(ph)), ms[0], ms[1], ms[2]);
     out += line;
   }
   return out;
@@ -190,8 +192,8 @@ std::string SpecGainResult::report() const {
                 "  decode %.1f tok/s plain, %.1f tok/s speculative (medians of %zu): %.2fx\n"
                 "  acceptance %.0f%%, %.2f tokens per verify step; outputs %s\n",
                 spec_algorithm_name(options.spec.algorithm), options.spec.num_draft_tokens,
-                options.prompt.size(), options.max_tokens, median(plain_tok_s),
-                median(spec_tok_s), plain_tok_s.size(), ratio(), 100 * stats.acceptance_rate(),
+                options.prompt.size(), options.max_tokens, median(plain_tok_s), median(spec_tok_s),
+                plain_tok_s.size(), ratio(), 100 * stats.acceptance_rate(),
                 stats.mean_accepted_length(), identical ? "identical" : "DIFFER");
   return line;
 }

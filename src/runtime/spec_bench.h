@@ -27,7 +27,7 @@ struct SpecCostOptions {
 
 struct SpecCostResult {
   SpecCostOptions options;
-  std::vector<double> seconds;  // [rows]: the median forward of 1 .. max_k + 1 rows
+  std::vector<double> seconds;           // [rows]: the median forward of 1 .. max_k + 1 rows
   std::vector<ForwardProfile> profiles;  // [rows], summed over repetitions, with profile
   double ratio(int k) const { return seconds[static_cast<size_t>(k + 1)] / seconds[1]; }
   static constexpr double kAcceptance[3] = {0.5, 0.7, 0.9};

@@ -30,11 +30,11 @@ struct SpeculativeOptions {
   std::string draft_model_path = {};
 };
 inline constexpr int kMaxDraftTokens = 16;
-// Why mtp is refused under --ep-size: the head shares the target's lm_head, whose vocabulary
-// rows are split over the ranks, and runs on rank 0 alone.
+// Why mtp is refused under --ep-size and --tp-size: the head shares the target's lm_head, whose
+// vocabulary rows are split over the ranks, and runs on rank 0 alone.
 inline constexpr const char* kNoMtpUnderEp =
-    "--speculative-algorithm mtp under --ep-size is not available yet (the head shares the "
-    "target's lm_head, split over the ranks); use ngram or draft";
+    "--speculative-algorithm mtp under --ep-size or --tp-size is not available yet (the head "
+    "shares the target's lm_head, split over the ranks); use ngram or draft";
 
 // --speculative-algorithm as SGLang and vLLM spell it ("" or "none": off). Names of drafters
 // that exist elsewhere but not here get an error that says so.

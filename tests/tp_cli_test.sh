@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Tensor parallelism from the command line, under real mpirun: launches and shapes that cannot
+# work are refused by name on every rank; run, eval and bench give one process's results on 2
+# ranks; the openai-client suite passes against `mpirun -np 2 mxserve serve --tp-size 2`; a
+# rank killed mid-generation ends the job within 10 s naming it.
+# Usage: tp_cli_test.sh MXSERVE SOURCE_DIR SHARED_DIR
+set -u
+real_bin=$1 src=$2 shared=$3
+model=$src/models/tiny-qwen3-moe
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader
+export ASAN_OPTIONS=detect_leaks=0
+tmp=$(mktemp -d)
+pids=() logs=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp" "${logs[@]}"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+prompt="It is a truth universally acknowledged, that"
+
+# Launches and shapes that cannot work say why.
+out=$("$real_bin" run -m "$model" -p hi -n 2 --tp-size 2 2>&1) && fail "--tp-size 2 alone ran"
+grep -q "mpirun -np 2 mxserve ... --tp-size 2" <<<"$out" || fail "no hint to use mpirun: $out"
+out=$(timeout 60 mpirun -np 2 "$real_bin" run -m "$model" -p hi -n 2 --tp-size 2 --ep-size 2 2>&1) &&
+  fail "--tp-size with --ep-size ran"
+grep -q "tensor parallelism (--tp-size alone) or by expert parallelism" <<<"$out" || fail "tp x ep: $out"
+out=$(timeout 60 mpirun -np 3 "$real_bin" run -m "$model" -p hi -n 2 -t 1 --tp-size 3 2>&1) &&
+  fail "--tp-size 3 over 4 heads ran"
+grep -q "cannot split num_attention_heads (4)" <<<"$out" || fail "3 ranks over 4 heads: $out"
+out=$(timeout 60 mpirun -np 2 "$real_bin" run -m "$shared/fixtures/tiny-qwen3_5-moe" -p hi -n 2 \
+  -t 1 --tp-size 2 --speculative-algorithm mtp 2>&1) && fail "mtp under --tp-size ran"
+grep -q "mtp under --ep-size or --tp-size is not available yet" <<<"$out" || fail "mtp under TP: $out"
+
+# inspect --tp-size: the replicated bytes plus every rank's share are every byte the checkpoint's
+# tensors hold (the bytes lines of the same report).
+out=$("$real_bin" inspect -m "$model" --tp-size 2) || fail "inspect --tp-size 2"
+total=$(grep -E '^bytes ' <<<"$out" | awk '{s += $3} END {print s}')
+repl=$(grep -oE '[0-9]+ bytes replicated' <<<"$out" | awk '{print $1}')
+shares=$(grep -oE '\(([0-9]+) of split tensors\)' <<<"$out" | tr -dc '0-9\n' | awk '{s += $1} END {print s}')
+[ $((repl + shares)) = "$total" ] || fail "replicated $repl + shares $shares != $total"
+
+# run: one process's greedy ids on 2 ranks, dense and hybrid MoE, BF16 and an MX scheme.
+for m in "$shared/fixtures/tiny-qwen3-dense" "$shared/fixtures/tiny-qwen3_5-moe"; do
+  for q in "" "--quantization mxfp8"; do
+    # shellcheck disable=SC2086
+    "$real_bin" run -m "$m" -p "$prompt" --temp 0 -n 24 -t 1 --json $q >"$tmp/one.json" 2>"$tmp/err" ||
+      { cat "$tmp/err"; fail "run in one process"; }
+    # shellcheck disable=SC2086
+    timeout 120 mpirun -np 2 "$real_bin" run -m "$m" -p "$prompt" --temp 0 -n 24 -t 1 --json $q \
+      --tp-size 2 >"$tmp/tp.json" 2>"$tmp/err" || { cat "$tmp/err"; fail "run on 2 ranks"; }
+    python3 -c "
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a['token_ids'] == b['token_ids'], (a['token_ids'], b['token_ids'])" "$tmp/one.json" "$tmp/tp.json" ||
+      fail "$(basename "$m") $q: 2 ranks differ from one process"
+  done
+done
+
+# Prompt lookup under --tp-size 2 on the hybrid: each rank's share of the recurrent states
+# rolls back with rank 0's after a rejected guess, and the ids are plain decoding's.
+m=$shared/fixtures/tiny-qwen3_5-moe
+for spec in "" "--speculative-algorithm ngram --speculative-num-draft-tokens 4"; do
+  # shellcheck disable=SC2086
+  timeout 120 mpirun -np 2 "$real_bin" run -m "$m" -p "$prompt" --temp 0 -n 48 -t 1 --json \
+    --tp-size 2 $spec >"$tmp/tp${spec:+_spec}.json" 2>"$tmp/err" || { cat "$tmp/err"; fail "ngram on 2 ranks"; }
+done
+python3 -c "
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a['token_ids'] == b['token_ids'], (a['token_ids'], b['token_ids'])
+assert b['speculative']['drafted'] > 0, b['speculative']" "$tmp/tp.json" "$tmp/tp_spec.json" ||
+  fail "prompt lookup on 2 ranks differs from plain decoding there"
+
+# eval: the same perplexity within the FP32 all-reduce's rounding.
+"$real_bin" eval -m "$model" --max-windows 20 --max-questions 10 -t 1 --json >"$tmp/one.json" 2>"$tmp/err" ||
+  { cat "$tmp/err"; fail "eval in one process"; }
+timeout 120 mpirun -np 2 "$real_bin" eval -m "$model" --max-windows 20 --max-questions 10 -t 1 --json \
+  --tp-size 2 >"$tmp/tp.json" 2>"$tmp/err" || { cat "$tmp/err"; fail "eval on 2 ranks"; }
+python3 -c "
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert abs(a['perplexity'] - b['perplexity']) <= 1e-4 * a['perplexity'], (a['perplexity'], b['perplexity'])
+assert a['correct'] == b['correct'], (a['correct'], b['correct'])" "$tmp/one.json" "$tmp/tp.json" ||
+  fail "eval on 2 ranks differs from one process"
+
+# bench --profile: the all-reduce is a phase of its own, and each rank's bytes are reported.
+out=$(timeout 120 mpirun -np 2 "$real_bin" bench -m "$model" -p 16 -n 4 -r 1 -t 1 --profile \
+  --tp-size 2 2>&1) || fail "bench --profile on 2 ranks: $out"
+grep -q "tp_all_reduce" <<<"$out" || fail "bench --profile lacks tp_all_reduce: $out"
+grep -q "tensor parallelism: 2 ranks" <<<"$out" || fail "bench lacks the ranks' report: $out"
+
+# The openai-client suite against a server of 2 ranks.
+cat >"$tmp/tp_serve" <<WRAP
+#!/usr/bin/env bash
+exec mpirun -np 2 "$real_bin" "\$@" -t 1 --tp-size 2
+WRAP
+chmod +x "$tmp/tp_serve"
+bin=$tmp/tp_serve
+. "$(dirname "$0")/start_server.sh"
+start_server main_url --api-key test-key --max-running-requests 16
+start_server busy_url --max-running-requests 1 --max-queued-requests 1
+start_server tight_url --max-running-requests 16 --max-total-tokens 160
+(cd "$src" && BASE_URL="$main_url" BUSY_URL="$busy_url" TIGHT_URL="$tight_url" \
+  API_KEY=test-key MXSERVE="$real_bin" MODEL_DIR="$model" LOGPROB_TOL=2e-2 \
+  GOLDEN_FILE="$shared/fixtures/tiny-qwen3-moe/golden/golden.json" SERVED_MODEL=tiny-qwen3-moe \
+  node --test tests/e2e/openai.test.mjs) || fail "openai suite against 2 ranks"
+kill "${pids[@]}" 2>/dev/null
+wait 2>/dev/null
+pids=()
+
+# A rank killed mid-generation: the job ends within 10 s, and the message names the rank.
+. "$(dirname "$0")/mpi_jobs.sh"
+start_server kill_url
+kill_rank_mid_stream "$kill_url" "${pids[-1]}" "${logs[-1]}"
+echo "tp_cli_test: all passed"
