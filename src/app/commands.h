@@ -54,6 +54,8 @@ struct ModelArgs {
   std::string gguf_activations = "native";
   int ep_size = 1;
   int tp_size = 1;
+  bool dp_attention = false;  // --enable-dp-attention
+  bool dp_lm_head = false;    // --enable-dp-lm-head
   std::string ep_dispatch = "auto";
   int64_t ep_max_dispatch_tokens = 128;
 };

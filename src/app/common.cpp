@@ -189,6 +189,12 @@ void add_model_flags(CLI::App* cmd, ModelArgs* a) {
                   "vocabulary) over N processes, started as mpirun -np N mxserve ... --tp-size N")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  cmd->add_flag("--enable-dp-attention", a->dp_attention,
+                "With --ep-size: each rank runs attention for its own requests (the engine "
+                "balances them over the ranks), and MoE layers exchange each rank's rows");
+  cmd->add_flag("--enable-dp-lm-head", a->dp_lm_head,
+                "With --enable-dp-attention: split lm_head by vocabulary over the ranks (else "
+                "each rank holds it whole for its own rows)");
   cmd->add_option("--ep-dispatch", a->ep_dispatch,
                   "How routed rows travel between ranks: normal (BF16), low_latency (the expert "
                   "kernel's format, fixed receive slots) or auto (normal for steps with prefill)")
@@ -221,6 +227,15 @@ Result<Comm*> ep_setup(const ModelArgs& a) {
                             std::to_string(a.ep_size) +
                             ": split the experts by tensor parallelism (--tp-size alone) or by "
                             "expert parallelism (--ep-size alone)");
+  }
+  if ((a.dp_attention || a.dp_lm_head) && a.ep_size <= 1) {
+    return invalid_argument(
+        std::string(a.dp_attention ? "--enable-dp-attention" : "--enable-dp-lm-head") +
+        " needs --ep-size N (data-parallel attention runs beside expert "
+        "parallelism)");
+  }
+  if (a.dp_lm_head && !a.dp_attention) {
+    return invalid_argument("--enable-dp-lm-head needs --enable-dp-attention");
   }
   const bool tp = a.tp_size > 1;
   const std::string flag = tp ? "--tp-size" : "--ep-size";
@@ -455,6 +470,8 @@ std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const cha
       opt.ep.comm = *comm;
       parse_ep_dispatch(a.ep_dispatch, &opt.ep.mode);
       opt.ep.max_dispatch_tokens = a.ep_max_dispatch_tokens;
+      opt.ep.dp_attention = a.dp_attention;
+      opt.ep.dp_lm_head = a.dp_lm_head;
     }
   }
   const bool tty = ::isatty(STDERR_FILENO) != 0;

@@ -35,6 +35,10 @@ struct ForwardContext {
   uint64_t step;     // forward passes of the model so far
   // Tensor parallelism: the ranks whose partial block outputs are summed (null: one process).
   Comm* tp;
+  // Data-parallel attention: the rows are this rank's own, and most_rows the most any rank
+  // runs in this step (MoeArgs::own_rows).
+  bool own_rows;
+  int64_t most_rows;
 };
 
 // Sums rows [rows, hidden] of every rank's partial output in place (tensor parallelism; a
@@ -69,6 +73,10 @@ enum WorkspaceSlot : int {
   kWsMtpConcat,   // an MTP head's [normed embedding | normed hidden] rows
   kWsTpGathered,  // tensor parallelism: a gathered row-parallel input (tensor_parallel.h)
   kWsTpRows,      // and this rank's rows of its output
+  kWsDpHidden,    // data-parallel attention: this rank's normed logit rows
+  kWsDpGathered,  // every rank's, by rank
+  kWsDpOrdered,   // every rank's, in slice order
+  kWsDpIdle,      // an idle rank's empty MoE arguments
 };
 // Slots of each pool thread's arena, after the schemes'.
 enum ArenaSlot : int {

@@ -124,24 +124,19 @@ Status DecoderModel::plan_rows(std::span<const SeqSlice> seqs, const PagedKv& kv
   return Status::ok();
 }
 
-Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, float* logits,
-                                   float* hidden) {
+float* DecoderModel::run_layers(std::span<const SeqSlice> seqs, PagedKv& kv, bool has_prefill,
+                                int64_t most_rows) {
   const ModelConfig& c = config_;
   const int64_t hid = c.hidden_size;
-  MX_RETURN_IF_ERROR(plan_rows(seqs, kv));
   const std::vector<int64_t>& row_seq = row_seq_;
-  const std::vector<int64_t>& logit_rows = logit_rows_;
   const auto n = static_cast<int64_t>(row_seq.size());
   const int64_t rot = c.rotary_dim;
   if (inv_freq_.empty()) {
     inv_freq_.resize(static_cast<size_t>(rot / 2));
     rope_inv_freq(rot, c.rope_theta, inv_freq_.data());
   }
-  if (step_hook_) step_hook_(seqs, kv);
   router_trace_.clear();
   if (profile_) ++profile_->forwards;
-  bool has_prefill = false;
-  for (const SeqSlice& sq : seqs) has_prefill = has_prefill || sq.count > 1;
   PhaseTimer t_embed(profile_, Phase::kEmbed);
   float* x = exec_->workspace().floats(kWsResidual, n * hid);
   float* h = exec_->workspace().floats(kWsNormed, n * hid);
@@ -154,11 +149,6 @@ Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, 
         embed.row(sq.tokens[i], x + r * hid);
       }
     }
-  }
-  if (embed.split) {
-    // Each row's embedding is on one rank and zero on the others: the sum is exact.
-    const Status st = tp_comm->all_reduce_sum(x, n * hid);
-    if (!st.is_ok()) tp_comm->abort("gathering the embeddings failed: " + st.to_string());
   }
   if (mtp_input) mtp_inputs(n, x);
   // Rotary angles once per row for every layer: sin and cos cost more than the rotations.
@@ -179,6 +169,13 @@ Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, 
     }
   }
   t_embed.stop();
+  if (embed.split) {
+    // Each row's embedding is on one rank and zero on the others: the sum is exact. (An MTP
+    // head, which reads x above, is refused under tensor parallelism.)
+    PhaseTimer t_reduce(profile_, Phase::kTpAllReduce);
+    const Status st = tp_comm->all_reduce_sum(x, n * hid);
+    if (!st.is_ok()) tp_comm->abort("gathering the embeddings failed: " + st.to_string());
+  }
   ForwardContext ctx{c,
                      *exec_,
                      profile_,
@@ -194,12 +191,30 @@ Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, 
                      *dispatcher_,
                      has_prefill,
                      steps_++,
-                     tp_comm};
+                     tp_comm,
+                     most_rows >= 0,
+                     most_rows};
   const LayerForward layer_forward = arch_impl(c.arch)->forward;
   const int64_t run = layer_limit_ >= 0 ? std::min(layer_limit_, c.num_layers) : c.num_layers;
   for (int64_t li = 0; li < run; ++li) {
     layer_forward(layers[static_cast<size_t>(li)], li, ctx, x, h);
   }
+  return x;
+}
+
+Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, float* logits,
+                                   float* hidden) {
+  MX_RETURN_IF_ERROR(plan_rows(seqs, kv));
+  if (step_hook_) step_hook_(seqs, kv);
+  if (dp_comm != nullptr) return forward_dp(seqs, kv, logits, hidden);
+  bool has_prefill = false;
+  for (const SeqSlice& sq : seqs) has_prefill = has_prefill || sq.count > 1;
+  const ModelConfig& c = config_;
+  const int64_t hid = c.hidden_size;
+  float* x = run_layers(seqs, kv, has_prefill, -1);
+  float* h = exec_->workspace().floats(kWsNormed, static_cast<int64_t>(row_seq_.size()) * hid);
+  const std::vector<int64_t>& logit_rows = logit_rows_;
+  const auto n = static_cast<int64_t>(row_seq_.size());
   const int64_t rows = static_cast<int64_t>(logit_rows.size());
   if (hidden != nullptr) {
     for (int64_t r = 0; r < n; ++r) {
@@ -415,10 +430,16 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
     plan.ep_size = options.ep.comm->size();
     m->dispatcher_ = make_ep_dispatcher(options.ep);
     // The vocabulary split like the experts: contiguous shares.
-    const ExpertRange v = expert_range(config.vocab_size, plan.ep_rank, plan.ep_size);
-    m->head_begin = v.first;
-    m->head_end = v.first + v.count;
-    m->head_comm = options.ep.comm;
+    if (options.ep.dp_attention) {
+      m->dp_comm = options.ep.comm;
+      m->dp_lm_head = options.ep.dp_lm_head;
+    }
+    if (!options.ep.dp_attention || options.ep.dp_lm_head) {
+      const ExpertRange v = expert_range(config.vocab_size, plan.ep_rank, plan.ep_size);
+      m->head_begin = v.first;
+      m->head_end = v.first + v.count;
+      m->head_comm = options.ep.comm;
+    }
   } else {
     m->dispatcher_ = make_local_dispatcher();
   }

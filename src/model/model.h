@@ -89,6 +89,9 @@ struct SeqSlice {
   // position plus rope_delta (what text after an image takes).
   const int64_t* mrope = nullptr;
   int64_t rope_delta = 0;
+  // Data-parallel attention: the rank that runs this sequence (its attention, its cache
+  // blocks and its recurrent state); the engine balances sequences over the ranks.
+  int32_t dp_rank = 0;
 };
 
 // A single sequence's cache: one block as long as the capacity.
@@ -293,6 +296,12 @@ class DecoderModel {
   Comm* head_comm = nullptr;
   // Tensor parallelism: the ranks that hold the other shares of every layer (null: none).
   Comm* tp_comm = nullptr;
+  // Data-parallel attention beside expert parallelism (null: every rank runs every row): each
+  // rank runs the slices given its rank; the lm_head is split by vocabulary over the ranks
+  // (dp_lm_head) or whole on each.
+  Comm* dp_comm = nullptr;
+  bool dp_lm_head = false;
+  int dp_size() const { return dp_comm != nullptr ? dp_comm->size() : 1; }
   std::unique_ptr<ThreadPool> pool_;
 
  private:
@@ -303,6 +312,17 @@ class DecoderModel {
   ScaleRule scale_rule_ = ScaleRule::kFloor;
   KvDtype kv_dtype_ = KvDtype::kF32;
   void gather_logits(const float* mine, int64_t mine_floats, int64_t rows, float* logits);
+  // Embedding, rotary angles and every layer over `seqs` (plan_rows done): the residual rows.
+  // most_rows >= 0: data-parallel attention, the most rows any rank runs in this step.
+  float* run_layers(std::span<const SeqSlice> seqs, PagedKv& kv, bool has_prefill,
+                    int64_t most_rows);
+  // Data-parallel attention (model/data_parallel.cpp): this rank's slices, or the MoE layers'
+  // collectives alone when it has none, then every rank's logit rows through the lm_head.
+  Status forward_dp(std::span<const SeqSlice> seqs, PagedKv& kv, float* logits, float* hidden);
+  void idle_layers(bool has_prefill, int64_t most_rows);
+  void dp_logits(std::span<const SeqSlice> seqs, const float* mine, float* logits);
+  std::vector<SeqSlice> own_seqs_;
+  std::vector<int64_t> dp_rows_, dp_logit_rows_, dp_counts_, dp_next_;
   // Each row's slice into row_seq_ and the rows that want logits into logit_rows_, after
   // checking the tokens and the recurrent-state slots.
   Status plan_rows(std::span<const SeqSlice> seqs, const PagedKv& kv);

@@ -53,6 +53,8 @@ void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float
   a.rows = n;
   a.hidden = hid;
   a.has_prefill = ctx.has_prefill;
+  a.own_rows = ctx.own_rows;
+  a.most_rows = ctx.most_rows;
   a.step = ctx.step;
   a.rule = ctx.scale_rule;
   a.fused = ctx.fused_dispatch;

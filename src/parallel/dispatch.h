@@ -26,6 +26,10 @@ struct EpOptions {
   // Rows of one source rank a low-latency step may carry (DeepEP's
   // num_max_dispatch_tokens_per_rank); a step over it goes in normal mode.
   int64_t max_dispatch_tokens = 128;
+  // --enable-dp-attention: each rank runs attention for its own requests (DecoderModel).
+  bool dp_attention = false;
+  // --enable-dp-lm-head: the lm_head split by vocabulary over those ranks (else whole on each).
+  bool dp_lm_head = false;
 };
 // The largest --ep-max-dispatch-tokens accepted: a row header holds a 24-bit token index.
 constexpr int64_t kMaxEpDispatchTokens = 1 << 16;
@@ -94,7 +98,12 @@ struct MoeArgs {
   float* x = nullptr;        // [rows, hidden] out: the routed experts' weighted sum
   int64_t rows = 0, hidden = 0;
   bool has_prefill = false;  // the step holds prefill chunks (--ep-dispatch auto)
-  uint64_t step = 0;         // the forward pass, for per-step counters
+  // Data-parallel attention: the rows are this rank's own (every rank has others), the source
+  // of all of them, and none is gathered back; most_rows is the most any rank has, so that
+  // every rank picks the same mode. Otherwise every rank holds every row.
+  bool own_rows = false;
+  int64_t most_rows = 0;
+  uint64_t step = 0;  // the forward pass, for per-step counters
   ScaleRule rule = ScaleRule::kFloor;
   bool fused = true;            // one process: quantize in the dispatch (off: FP32 rows to gmm1)
   ExecContext* exec = nullptr;  // the caller's; run_experts needs one

@@ -48,6 +48,7 @@ class EpDispatcher final : public MoeDispatcher {
 
   void run(const MoeArgs& a) override {
     MoeClock clock(a.times);
+    own_rows_ = a.own_rows;
     route_order_.resize(static_cast<size_t>(a.num_experts));
     route_top_k(a.probs, a.rows, a.num_experts, a.top_k, a.norm_topk_prob, a.ids, a.wts,
                 route_order_.data());
@@ -82,6 +83,7 @@ class EpDispatcher final : public MoeDispatcher {
     clock.lap(&MoeTimes::exchange);
     combine(a);
     clock.lap(&MoeTimes::combine);
+    if (a.own_rows) return;
     arrive(clock);
     gather(a);
     clock.lap(&MoeTimes::exchange);
@@ -101,13 +103,17 @@ class EpDispatcher final : public MoeDispatcher {
     clock.lap(&MoeTimes::skew);
   }
 
-  int64_t token_begin(int64_t rows, int q) const { return rows * q / comm_.size(); }
+  // Under data-parallel attention every row is this rank's (only its own bounds are asked).
+  int64_t token_begin(int64_t rows, int q) const {
+    if (own_rows_) return q <= comm_.rank() ? 0 : rows;
+    return rows * q / comm_.size();
+  }
 
   bool choose_mode(const MoeArgs& a) {
     const int n = comm_.size();
     bool ll = mode_ == EpDispatch::kLowLatency || (mode_ == EpDispatch::kAuto && !a.has_prefill);
-    // Every rank sees the same rows, so every rank makes the same choice.
-    const int64_t most = (a.rows + n - 1) / n;
+    // Every rank knows every rank's row count, so every rank makes the same choice.
+    const int64_t most = a.own_rows ? a.most_rows : (a.rows + n - 1) / n;
     if (ll && most > max_tokens_) {
       ll = false;
       ++stats_.fallback_layers;
@@ -382,6 +388,7 @@ class EpDispatcher final : public MoeDispatcher {
   }
 
   Comm& comm_;
+  bool own_rows_ = false;
   EpDispatch mode_;
   int64_t max_tokens_;
   DispatchStats stats_;

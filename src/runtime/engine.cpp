@@ -16,7 +16,12 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // A model with recurrent state (linear-attention layers): prefill chunks aligned to the
 // chunked delta rule's chunks (and whole blocks), so that every split of a prompt computes the
 // same bits; with prefix caching, as many saved states as running requests twice over.
-SchedulerConfig for_model(SchedulerConfig c, const ModelConfig& m, bool replays) {
+SchedulerConfig for_model(SchedulerConfig c, const ModelConfig& m, bool replays, int dp_size) {
+  // Under data-parallel attention a cached block holds keys and values on one rank only.
+  if (c.prefix_caching && dp_size > 1) {
+    c.prefix_caching = false;
+    MX_LOG_INFO("prefix caching is off: under --enable-dp-attention it is not available yet");
+  }
   const bool hybrid = std::any_of(m.layer_kinds.begin(), m.layer_kinds.end(),
                                   [](LayerKind k) { return k == LayerKind::kLinearAttention; });
   if (!hybrid) return c;
@@ -47,7 +52,7 @@ Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig&
                const SpeculativeOptions& spec, DecoderModel* draft_model)
     : model_(model),
       tok_(tok),
-      config_(for_model(config, model.config(), model.replays_steps())),
+      config_(for_model(config, model.config(), model.replays_steps(), model.dp_size())),
       kv_(model.config(), config.num_blocks, config.block_size, model.kv_dtype(),
           config.max_running_requests),
       sched_(config_),
@@ -356,6 +361,14 @@ void Engine::take_inbox() {
   inbox_.clear();
 }
 
+int32_t Engine::least_loaded_rank() const {
+  std::vector<int64_t> load(static_cast<size_t>(model_.dp_size()), 0);
+  for (const auto& [id, l] : live_) {
+    if (l.dp_rank >= 0) ++load[static_cast<size_t>(l.dp_rank)];
+  }
+  return static_cast<int32_t>(std::min_element(load.begin(), load.end()) - load.begin());
+}
+
 void Engine::multimodal_slice(Live& l, const PlanItem& item, SeqSlice* s) {
   const MultimodalPrompt& mm = *l.req.multimodal;
   s->rope_delta = mm.positions.rope_delta;
@@ -413,6 +426,8 @@ void Engine::step_once() {
       s.start = item.start;
       s.blocks = info->table.blocks.data();
       s.slot = info->slot;
+      if (l.dp_rank < 0) l.dp_rank = least_loaded_rank();
+      s.dp_rank = l.dp_rank;
       s.logits = item.samples ? SeqSlice::Logits::kLast : SeqSlice::Logits::kNone;
       // Generated tokens recomputed after preemption round as their decode steps did.
       s.stepwise = item.start >= static_cast<int64_t>(l.req.prompt.size());

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Data-parallel attention beside expert parallelism, under real mpirun: the flags refuse what
+# cannot work; against `mpirun -np 2 mxserve serve --ep-size 2 --enable-dp-attention` the
+# openai-client suite passes, and 16 concurrent greedy requests equal the same requests one at a
+# time and a one-process server's answers, with the lm_head whole on each rank and split by
+# vocabulary (--enable-dp-lm-head), in BF16 and in W8A8 MXFP8.
+# Usage: dp_cli_test.sh MXSERVE SOURCE_DIR SHARED_DIR
+set -u
+real_bin=$1 src=$2 shared=$3
+model=$src/models/tiny-qwen3-moe
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader
+export ASAN_OPTIONS=detect_leaks=0
+tmp=$(mktemp -d)
+pids=() logs=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp" "${logs[@]}"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+out=$("$real_bin" run -m "$model" -p hi -n 2 --enable-dp-attention 2>&1) &&
+  fail "--enable-dp-attention without --ep-size ran"
+grep -q "enable-dp-attention needs --ep-size N" <<<"$out" || fail "dp without ep: $out"
+out=$(timeout 60 mpirun -np 2 "$real_bin" run -m "$model" -p hi -n 2 -t 1 --ep-size 2 \
+  --enable-dp-lm-head 2>&1) && fail "--enable-dp-lm-head alone ran"
+grep -q "enable-dp-lm-head needs --enable-dp-attention" <<<"$out" || fail "dp lm_head alone: $out"
+
+bin=$real_bin
+. "$(dirname "$0")/start_server.sh"
+start_server one_url
+start_server one_q_url --quantization mxfp8
+cat >"$tmp/dp_serve" <<WRAP
+#!/usr/bin/env bash
+exec mpirun -np 2 "$real_bin" "\$@" -t 1 --ep-size 2 --enable-dp-attention
+WRAP
+chmod +x "$tmp/dp_serve"
+bin=$tmp/dp_serve
+start_server main_url --api-key test-key --max-running-requests 16
+start_server busy_url --max-running-requests 1 --max-queued-requests 1
+start_server tight_url --max-running-requests 16 --max-total-tokens 160
+(cd "$src" && BASE_URL="$main_url" BUSY_URL="$busy_url" TIGHT_URL="$tight_url" \
+  API_KEY=test-key MXSERVE="$real_bin" MODEL_DIR="$model" LOGPROB_TOL=2e-2 \
+  GOLDEN_FILE="$shared/fixtures/tiny-qwen3-moe/golden/golden.json" SERVED_MODEL=tiny-qwen3-moe \
+  node --test tests/e2e/openai.test.mjs) || fail "openai suite against 2 data-parallel ranks"
+
+start_server head_url --enable-dp-lm-head
+start_server q_url --quantization mxfp8 --ep-dispatch low_latency
+for case in "$main_url $one_url" "$head_url $one_url" "$q_url $one_q_url"; do
+  # shellcheck disable=SC2086
+  API_KEY=test-key python3 "$(dirname "$0")/dp_concurrency.py" $case || fail "16 concurrent requests ($case)"
+done
+echo "dp_cli_test: all passed"
