@@ -19,9 +19,9 @@ prompt="It is a truth universally acknowledged, that"
 # Launches and shapes that cannot work say why.
 out=$("$real_bin" run -m "$model" -p hi -n 2 --tp-size 2 2>&1) && fail "--tp-size 2 alone ran"
 grep -q "mpirun -np 2 mxserve ... --tp-size 2" <<<"$out" || fail "no hint to use mpirun: $out"
-out=$(timeout 60 mpirun -np 2 "$real_bin" run -m "$model" -p hi -n 2 --tp-size 2 --ep-size 2 2>&1) &&
-  fail "--tp-size with --ep-size ran"
-grep -q "tensor parallelism (--tp-size alone) or by expert parallelism" <<<"$out" || fail "tp x ep: $out"
+out=$(timeout 60 mpirun -np 2 "$real_bin" run -m "$model" -p hi -n 2 --tp-size 2 --ep-size 4 2>&1) &&
+  fail "--tp-size 2 with --ep-size 4 ran"
+grep -q "must equal --tp-size" <<<"$out" || fail "tp 2 x ep 4: $out"
 out=$(timeout 60 mpirun -np 3 "$real_bin" run -m "$model" -p hi -n 2 -t 1 --tp-size 3 2>&1) &&
   fail "--tp-size 3 over 4 heads ran"
 grep -q "cannot split num_attention_heads (4)" <<<"$out" || fail "3 ranks over 4 heads: $out"
@@ -39,13 +39,16 @@ shares=$(grep -oE '\(([0-9]+) of split tensors\)' <<<"$out" | tr -dc '0-9\n' | a
 
 # run: one process's greedy ids on 2 ranks, dense and hybrid MoE, BF16 and an MX scheme.
 for m in "$shared/fixtures/tiny-qwen3-dense" "$shared/fixtures/tiny-qwen3_5-moe"; do
-  for q in "" "--quantization mxfp8"; do
+  # The last: --ep-size 2 beside --tp-size 2, whole experts a share a rank.
+  for q in "" "--quantization mxfp8" "--ep-size 2"; do
+    one=$q
+    [ "$q" = "--ep-size 2" ] && one=""
     # shellcheck disable=SC2086
-    "$real_bin" run -m "$m" -p "$prompt" --temp 0 -n 24 -t 1 --json $q >"$tmp/one.json" 2>"$tmp/err" ||
+    "$real_bin" run -m "$m" -p "$prompt" --temp 0 -n 24 -t 1 --json $one >"$tmp/one.json" 2>"$tmp/err" ||
       { cat "$tmp/err"; fail "run in one process"; }
     # shellcheck disable=SC2086
     timeout 120 mpirun -np 2 "$real_bin" run -m "$m" -p "$prompt" --temp 0 -n 24 -t 1 --json $q \
-      --tp-size 2 >"$tmp/tp.json" 2>"$tmp/err" || { cat "$tmp/err"; fail "run on 2 ranks"; }
+      --tp-size 2 >"$tmp/tp.json" 2>"$tmp/err" || { cat "$tmp/err"; fail "run on 2 ranks ($q)"; }
     python3 -c "
 import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:])

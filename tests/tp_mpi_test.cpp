@@ -33,10 +33,12 @@ std::vector<std::vector<int32_t>> prompts_of(const std::string& family) {
 }
 
 RunResult run(const std::string& model, const std::vector<std::vector<int32_t>>& prompts,
-              LoadOptions opt, Comm* tp) {
+              LoadOptions opt, Comm* tp, bool whole_experts = false) {
   RunResult res;
   opt.threads = 1;
   opt.tp.comm = tp;
+  // --ep-size equal to --tp-size: the same ranks hold whole experts.
+  if (whole_experts) opt.ep.comm = tp;
   auto m = load_model(model, opt);
   if (!m.is_ok()) {
     res.error = m.status().to_string();
@@ -51,6 +53,7 @@ struct Case {
   const char* family;  // whose golden prompts it runs
   const char* scheme;  // --quantization ("": as stored)
   double bound;        // the most a top-5 log-prob may move
+  bool ep = false;     // --ep-size as well: whole experts a share a rank
 };
 
 // Float weights and single-level MX: the shards begin where the blocks do, so only the order
@@ -71,6 +74,8 @@ const Case kCases[] = {
     {"tiny-qwen3_5-moe", "tiny-qwen3_5-moe", "w8a8_mxfp8", 1e-1},
     {"tiny-qwen3_5-moe", "tiny-qwen3_5-moe", "w4a4_mxfp4", 1e-1},
     {"tiny-qwen3_5-moe-w8a8-mxfp8", "tiny-qwen3_5-moe", "", 1e-1},
+    {"tiny-qwen3-moe", "tiny-qwen3-moe", "", 1e-3, true},
+    {"tiny-qwen3_5-moe", "tiny-qwen3_5-moe", "w4a8_mxfp4", 1e-1, true},
     {"gguf/tiny-qwen3-dense.Q4_K_M.gguf", "tiny-qwen3-dense", "", 1e-1},
     {"gguf/tiny-qwen3-moe-allmoe.Q8_0.gguf", "tiny-qwen3-moe", "", 1e-1},
     {"gguf/tiny-qwen3_5-moe.MXFP4_MOE.gguf", "tiny-qwen3_5-moe", "", 1e-1},
@@ -78,11 +83,12 @@ const Case kCases[] = {
 
 TEST(TensorParallelMpi, EveryFamilyAndSchemeMatchesOneProcess) {
   for (const Case& c : kCases) {
-    const std::string name = std::string(c.model) + (*c.scheme ? " " : "") + c.scheme;
+    const std::string name =
+        std::string(c.model) + (*c.scheme ? " " : "") + c.scheme + (c.ep ? " (ep)" : "");
     SCOPED_TRACE(name);
     const auto prompts = prompts_of(c.family);
     ASSERT_FALSE(prompts.empty());
-    const RunResult tp = run(fixture(c.model), prompts, scheme_options(c.scheme), &world());
+    const RunResult tp = run(fixture(c.model), prompts, scheme_options(c.scheme), &world(), c.ep);
     ASSERT_TRUE(tp.error.empty()) << tp.error;
     if (world().rank() != 0) continue;
     const RunResult one = run(fixture(c.model), prompts, scheme_options(c.scheme), nullptr);

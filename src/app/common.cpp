@@ -222,20 +222,14 @@ int world_size_from_launcher() {
 // The communicator of --ep-size or --tp-size, or an error naming what is wrong with the launch.
 Result<Comm*> ep_setup(const ModelArgs& a) {
   const int launched = launched_by_mpi() ? world_size_from_launcher() : 1;
-  if (a.ep_size > 1 && a.tp_size > 1) {
-    return invalid_argument("--tp-size " + std::to_string(a.tp_size) + " with --ep-size " +
-                            std::to_string(a.ep_size) +
-                            ": split the experts by tensor parallelism (--tp-size alone) or by "
-                            "expert parallelism (--ep-size alone)");
+  if (a.ep_size > 1 && a.tp_size > 1 && a.ep_size != a.tp_size) {
+    return invalid_argument("--ep-size " + std::to_string(a.ep_size) + " beside --tp-size " +
+                            std::to_string(a.tp_size) +
+                            ": the experts split over the tensor-parallel ranks, so --ep-size "
+                            "must equal --tp-size (or be 1)");
   }
-  if ((a.dp_attention || a.dp_lm_head) && a.ep_size <= 1) {
-    return invalid_argument(
-        std::string(a.dp_attention ? "--enable-dp-attention" : "--enable-dp-lm-head") +
-        " needs --ep-size N (data-parallel attention runs beside expert "
-        "parallelism)");
-  }
-  if (a.dp_lm_head && !a.dp_attention) {
-    return invalid_argument("--enable-dp-lm-head needs --enable-dp-attention");
+  if (a.tp_size > 1 && a.dp_attention) {
+    return invalid_argument("--enable-dp-attention runs beside --ep-size, not --tp-size");
   }
   const bool tp = a.tp_size > 1;
   const std::string flag = tp ? "--tp-size" : "--ep-size";
@@ -466,6 +460,8 @@ std::unique_ptr<DecoderModel> load_model_or_report(const ModelArgs& a, const cha
     }
     if (a.tp_size > 1) {
       opt.tp.comm = *comm;
+      // --ep-size N beside --tp-size N: whole experts a share a rank (model/weights.h).
+      if (a.ep_size > 1) opt.ep.comm = *comm;
     } else {
       opt.ep.comm = *comm;
       parse_ep_dispatch(a.ep_dispatch, &opt.ep.mode);

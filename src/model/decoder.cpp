@@ -410,12 +410,15 @@ Result<std::unique_ptr<DecoderModel>> load_model(const std::string& dir,
   plan.pool = m->pool_.get();
   m->head_end = config.vocab_size;
   Comm* tp = options.tp.comm != nullptr && options.tp.comm->size() > 1 ? options.tp.comm : nullptr;
-  if (tp != nullptr && options.ep.comm != nullptr) {
+  if (tp != nullptr && options.ep.comm != nullptr &&
+      (options.ep.comm != tp || options.ep.dp_attention)) {
     return unimplemented(
-        "--tp-size with --ep-size: split the experts by tensor parallelism "
-        "(--tp-size alone) or by expert parallelism (--ep-size alone)");
+        "--ep-size beside --tp-size splits the experts over the same ranks: it must equal "
+        "--tp-size (and data-parallel attention runs with --ep-size alone)");
   }
   if (tp != nullptr) {
+    // SGLang's --tp N --ep N: attention and dense layers split, experts whole, a share a rank.
+    plan.tp_whole_experts = options.ep.comm != nullptr;
     MX_RETURN_IF_ERROR(check_tensor_parallel(config, tp->size()).with_context(dir));
     plan.tp = {tp->rank(), tp->size(), tp};
     m->config_ = tp_local_config(config, plan.tp);

@@ -37,8 +37,10 @@ struct WeightPlan : QuantPlan {
   PackedModules packed = generic_packed_modules();
   // Expert parallelism: this rank loads only its contiguous share of each bank's experts.
   int ep_rank = 0, ep_size = 1;
-  // Tensor parallelism: this rank's heads and widths (model/tensor_parallel.h).
+  // Tensor parallelism: this rank's heads and widths (model/tensor_parallel.h); with
+  // tp_whole_experts (--ep-size equal to --tp-size), each bank by whole experts instead.
   TpShard tp;
+  bool tp_whole_experts = false;
   // Told of every linear and expert bank built (null: nobody listens).
   std::function<void(const LoadedModule&)> on_module;
 };
