@@ -231,6 +231,14 @@ Result<Comm*> ep_setup(const ModelArgs& a) {
   if (a.tp_size > 1 && a.dp_attention) {
     return invalid_argument("--enable-dp-attention runs beside --ep-size, not --tp-size");
   }
+  if ((a.dp_attention || a.dp_lm_head) && a.ep_size <= 1) {
+    return invalid_argument(
+        std::string(a.dp_attention ? "--enable-dp-attention" : "--enable-dp-lm-head") +
+        " needs --ep-size N (data-parallel attention runs beside expert parallelism)");
+  }
+  if (a.dp_lm_head && !a.dp_attention) {
+    return invalid_argument("--enable-dp-lm-head needs --enable-dp-attention");
+  }
   const bool tp = a.tp_size > 1;
   const std::string flag = tp ? "--tp-size" : "--ep-size";
   const int size = tp ? a.tp_size : a.ep_size;
