@@ -4,6 +4,8 @@
 // logits and the greedy continuation against the same model in one process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -105,6 +107,39 @@ TEST(TensorParallelMpi, EveryFamilyAndSchemeMatchesOneProcess) {
         name.c_str(), world().size(), d, c.bound, agree, steps);
     EXPECT_EQ(agree, steps);
     EXPECT_LE(d, c.bound);
+  }
+}
+
+// A slice that wants only each row's largest logit gets, on rank 0, the whole row's largest at
+// its id and -inf elsewhere, from each rank's largest instead of its share of the vocabulary.
+TEST(TensorParallelMpi, TopOneRowsCarryTheWholeRowsLargestLogit) {
+  LoadOptions opt;
+  opt.threads = 1;
+  opt.tp.comm = &world();
+  auto m = load_model(fixture("tiny-qwen3-moe"), opt);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  const auto prompts = prompts_of("tiny-qwen3-moe");
+  const std::vector<int32_t>& p = prompts[0];
+  const int64_t n = static_cast<int64_t>(p.size()), vocab = (*m)->config().vocab_size;
+  std::vector<float> whole(static_cast<size_t>(n * vocab)), top(whole.size());
+  for (bool top1 : {false, true}) {
+    PagedKv kv((*m)->config(), 1, static_cast<int32_t>(n), KvDtype::kF32);
+    const int32_t block = 0;
+    SeqSlice s;
+    s.tokens = p.data();
+    s.count = n;
+    s.blocks = &block;
+    s.logits = SeqSlice::Logits::kAll;
+    s.top1_logits = top1;
+    ASSERT_TRUE((*m)->forward_batch({&s, 1}, kv, (top1 ? top : whole).data()).is_ok());
+  }
+  if (world().rank() != 0) return;
+  for (int64_t r = 0; r < n; ++r) {
+    const float* w = whole.data() + r * vocab;
+    const float* t = top.data() + r * vocab;
+    const int32_t id = argmax(w, vocab);
+    EXPECT_EQ(t[id], w[id]) << "row " << r;
+    EXPECT_EQ(std::count_if(t, t + vocab, [](float v) { return std::isfinite(v); }), 1);
   }
 }
 

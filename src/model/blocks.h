@@ -70,6 +70,8 @@ enum WorkspaceSlot : int {
   kWsHeadShare,   // vocabulary-parallel lm_head: this rank's share of the logits
   kWsHeadGather,  // rank 0: every rank's share
   kWsHeadCounts,  // the gather's byte counts and offsets
+  kWsHeadPacked,  // the rows a rank sends when some want only their largest logit
+  kWsHeadBest,    // rank 0: each such row's largest so far (value, id)
   kWsMtpConcat,   // an MTP head's [normed embedding | normed hidden] rows
   kWsTpGathered,  // tensor parallelism: a gathered row-parallel input (tensor_parallel.h)
   kWsTpRows,      // and this rank's rows of its output

@@ -167,7 +167,14 @@ void DecoderModel::dp_logits(std::span<const SeqSlice> seqs, const float* mine, 
   const int64_t share = total * (head_end - head_begin);
   float* part = ws.floats(kWsHeadShare, share);
   head().forward(rows, total, part, *exec_);
-  gather_logits(part, share, total, logits);
+  // The rows' top-1 flags in slice order, as the rows are.
+  dp_top1_.clear();
+  bool any = false;
+  for (const SeqSlice& s : seqs) {
+    dp_top1_.insert(dp_top1_.end(), static_cast<size_t>(logit_count(s)), s.top1_logits ? 1 : 0);
+    any = any || s.top1_logits;
+  }
+  gather_logits(part, share, total, logits, any ? dp_top1_.data() : nullptr);
 }
 
 }  // namespace mx

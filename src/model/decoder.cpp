@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "core/check.h"
@@ -88,6 +89,8 @@ Status DecoderModel::plan_rows(std::span<const SeqSlice> seqs, const PagedKv& kv
   // Members kept from step to step, so that the bookkeeping allocates nothing once warm.
   row_seq_.clear();
   logit_rows_.clear();
+  logit_top1_.clear();
+  any_top1_ = false;
   for (size_t sidx = 0; sidx < seqs.size(); ++sidx) {
     const SeqSlice& sq = seqs[sidx];
     if (sq.count <= 0 || sq.start < 0) return invalid_argument("forward: empty sequence slice");
@@ -99,7 +102,11 @@ Status DecoderModel::plan_rows(std::span<const SeqSlice> seqs, const PagedKv& kv
       }
       const bool want = sq.logits == SeqSlice::Logits::kAll ||
                         (sq.logits == SeqSlice::Logits::kLast && i == sq.count - 1);
-      if (want) logit_rows_.push_back(static_cast<int64_t>(row_seq_.size()));
+      if (want) {
+        logit_rows_.push_back(static_cast<int64_t>(row_seq_.size()));
+        logit_top1_.push_back(sq.top1_logits ? 1 : 0);
+        any_top1_ = any_top1_ || sq.top1_logits;
+      }
       row_seq_.push_back(static_cast<int64_t>(sidx));
     }
   }
@@ -243,7 +250,7 @@ Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, 
   const int64_t share = rows * (head_end - head_begin);
   float* mine = exec_->workspace().floats(kWsHeadShare, share);
   head().forward(h, rows, mine, *exec_);
-  gather_logits(mine, share, rows, logits);
+  gather_logits(mine, share, rows, logits, any_top1_ ? logit_top1_.data() : nullptr);
   return Status::ok();
 }
 
@@ -277,35 +284,82 @@ Status DecoderModel::forward_hidden(std::span<const SeqSlice> seqs, PagedKv& kv,
 }
 
 void DecoderModel::gather_logits(const float* mine, int64_t mine_floats, int64_t rows,
-                                 float* logits) {
+                                 float* logits, const char* top1) {
   Comm& comm = *head_comm;
   const int n = comm.size();
   const int64_t vocab = config_.vocab_size;
   Workspace& ws = exec_->workspace();
+  const ExpertRange own = expert_range(vocab, comm.rank(), n);
+  // What each row sends: its share of the vocabulary, or for a top-1 row its largest logit
+  // and that logit's id (two floats, the id's bits in the second).
+  auto row_floats = [&](int64_t r, int64_t share) {
+    return top1 != nullptr && top1[r] ? 2 : share;
+  };
+  const float* send = mine;
+  if (top1 != nullptr) {
+    float* packed = ws.floats(kWsHeadPacked, mine_floats);
+    int64_t at = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = mine + r * own.count;
+      if (top1[r]) {
+        const int64_t best = std::max_element(row, row + own.count) - row;
+        packed[at] = row[best];
+        const auto id = static_cast<int32_t>(own.first + best);
+        std::memcpy(packed + at + 1, &id, sizeof id);
+        at += 2;
+      } else {
+        std::memcpy(packed + at, row, static_cast<size_t>(own.count) * sizeof(float));
+        at += own.count;
+      }
+    }
+    send = packed;
+    mine_floats = at;
+  }
   int64_t* counts = ws.get<int64_t>(kWsHeadCounts, 4 * n);
   std::fill(counts, counts + 4 * n, 0);
   int64_t *sb = counts, *so = counts + n, *rb = counts + 2 * n, *ro = counts + 3 * n;
   sb[0] = mine_floats * static_cast<int64_t>(sizeof(float));
   float* all = nullptr;
   if (comm.rank() == 0) {
-    all = ws.floats(kWsHeadGather, rows * vocab);
+    int64_t at = 0;
     for (int q = 0; q < n; ++q) {
       const ExpertRange v = expert_range(vocab, q, n);
-      rb[q] = rows * v.count * static_cast<int64_t>(sizeof(float));
-      ro[q] = rows * v.first * static_cast<int64_t>(sizeof(float));
+      int64_t floats = 0;
+      for (int64_t r = 0; r < rows; ++r) floats += row_floats(r, v.count);
+      rb[q] = floats * static_cast<int64_t>(sizeof(float));
+      ro[q] = at * static_cast<int64_t>(sizeof(float));
+      at += floats;
     }
+    all = ws.floats(kWsHeadGather, at);
   }
-  const Status st = comm.all_to_all_v(mine, sb, so, all, rb, ro);
+  const Status st = comm.all_to_all_v(send, sb, so, all, rb, ro);
   if (!st.is_ok()) comm.abort("gathering the logits failed: " + st.to_string());
   if (comm.rank() != 0) return;
-  // Each rank's block is [rows, its share]; the caller's logits are [rows, vocab].
+  // Each rank's block holds its rows in order; the caller's logits are [rows, vocab]. A top-1
+  // row keeps the largest of the ranks' largest, ranks in vocabulary order and a later one
+  // only when strictly larger: ties go to the lower id, as a whole row's argmax.
+  float* best = top1 != nullptr ? ws.floats(kWsHeadBest, 2 * rows) : nullptr;
   for (int q = 0; q < n; ++q) {
     const ExpertRange v = expert_range(vocab, q, n);
-    const float* src = all + rows * v.first;
+    const float* src = all + ro[q] / static_cast<int64_t>(sizeof(float));
     for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(logits + r * vocab + v.first, src + r * v.count,
-                  static_cast<size_t>(v.count) * sizeof(float));
+      if (top1 != nullptr && top1[r]) {
+        if (q == 0 || src[0] > best[2 * r]) std::memcpy(best + 2 * r, src, 2 * sizeof(float));
+        src += 2;
+      } else {
+        std::memcpy(logits + r * vocab + v.first, src,
+                    static_cast<size_t>(v.count) * sizeof(float));
+        src += v.count;
+      }
     }
+  }
+  for (int64_t r = 0; top1 != nullptr && r < rows; ++r) {
+    if (!top1[r]) continue;
+    float* dst = logits + r * vocab;
+    std::fill(dst, dst + vocab, -std::numeric_limits<float>::infinity());
+    int32_t id = 0;
+    std::memcpy(&id, best + 2 * r + 1, sizeof id);
+    dst[id] = best[2 * r];
   }
 }
 

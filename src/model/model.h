@@ -89,6 +89,10 @@ struct SeqSlice {
   // position plus rope_delta (what text after an image takes).
   const int64_t* mrope = nullptr;
   int64_t rope_delta = 0;
+  // Only the largest logit of each of its rows is wanted (greedy sampling that nothing else
+  // reads the rows for): under a vocabulary-split lm_head each rank then sends its largest
+  // (value and id) instead of its share, and the row holds that logit, -inf elsewhere.
+  bool top1_logits = false;
   // Data-parallel attention: the rank that runs this sequence (its attention, its cache
   // blocks and its recurrent state); the engine balances sequences over the ranks.
   int32_t dp_rank = 0;
@@ -311,7 +315,10 @@ class DecoderModel {
   bool fused_dispatch_ = true;
   ScaleRule scale_rule_ = ScaleRule::kFloor;
   KvDtype kv_dtype_ = KvDtype::kF32;
-  void gather_logits(const float* mine, int64_t mine_floats, int64_t rows, float* logits);
+  // Rank 0 gets the logits [rows, vocab] from every rank's share [rows, its share]; rows
+  // flagged in top1 (null: none) only their largest logit (SeqSlice::top1_logits).
+  void gather_logits(const float* mine, int64_t mine_floats, int64_t rows, float* logits,
+                     const char* top1);
   // Embedding, rotary angles and every layer over `seqs` (plan_rows done): the residual rows.
   // most_rows >= 0: data-parallel attention, the most rows any rank runs in this step.
   float* run_layers(std::span<const SeqSlice> seqs, PagedKv& kv, bool has_prefill,
@@ -323,6 +330,7 @@ class DecoderModel {
   void dp_logits(std::span<const SeqSlice> seqs, const float* mine, float* logits);
   std::vector<SeqSlice> own_seqs_;
   std::vector<int64_t> dp_rows_, dp_logit_rows_, dp_counts_, dp_next_;
+  std::vector<char> dp_top1_;
   // Each row's slice into row_seq_ and the rows that want logits into logit_rows_, after
   // checking the tokens and the recurrent-state slots.
   Status plan_rows(std::span<const SeqSlice> seqs, const PagedKv& kv);
@@ -337,6 +345,9 @@ class DecoderModel {
   // forward_batch's per-row bookkeeping (model/blocks.h's ForwardContext refers to it).
   std::vector<int64_t> row_seq_, row_pos_, logit_rows_;
   std::vector<char> slot_taken_;
+  // Per logit row of the last plan_rows: whether only its largest logit is wanted.
+  std::vector<char> logit_top1_;
+  bool any_top1_ = false;
   std::unique_ptr<MoeDispatcher> dispatcher_;
   StepHook step_hook_;
   RestoreHook restore_hook_;

@@ -46,6 +46,14 @@ SchedulerConfig for_model(SchedulerConfig c, const ModelConfig& m, bool replays,
 bool uses_history(const SamplingParams& p) {
   return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
 }
+// Whether a request's next rows need only their largest logit (SeqSlice::top1_logits): greedy,
+// and nothing that reads or moves the others (log-probs, a grammar, penalties, logit_bias, end
+// tokens still masked by min_tokens).
+bool wants_top1_only(const EngineRequest& r, int64_t generated) {
+  const SamplingParams& p = r.params;
+  return (p.temperature <= 0.0f || p.top_k == 1) && r.top_logprobs < 0 && r.grammar == nullptr &&
+         !uses_history(p) && p.logit_bias.empty() && generated >= p.min_tokens;
+}
 }  // namespace
 
 Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig& config,
@@ -428,6 +436,8 @@ void Engine::step_once() {
       s.slot = info->slot;
       if (l.dp_rank < 0) l.dp_rank = least_loaded_rank();
       s.dp_rank = l.dp_rank;
+      s.top1_logits =
+          wants_top1_only(l.req, static_cast<int64_t>(l.tokens.size() - l.req.prompt.size()));
       s.logits = item.samples ? SeqSlice::Logits::kLast : SeqSlice::Logits::kNone;
       // Generated tokens recomputed after preemption round as their decode steps did.
       s.stepwise = item.start >= static_cast<int64_t>(l.req.prompt.size());

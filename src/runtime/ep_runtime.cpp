@@ -37,14 +37,16 @@ struct StepHeader {
 // nonblocking ones.
 Status send_header(Comm& comm, StepHeader h) { return comm.broadcast_idle(&h, sizeof h, 0); }
 
-// Per slice: count, start, logits mode (the stepwise flag at bit 8, keep_states at bit 9, the
-// data-parallel rank from bit 16), slot, block count, then tokens and blocks.
+// Per slice: count, start, logits mode (the stepwise flag at bit 8, keep_states at bit 9,
+// top1_logits at bit 10, the data-parallel rank from bit 16), slot, block count, then tokens
+// and blocks.
 std::vector<int64_t> encode(std::span<const SeqSlice> seqs, const PagedKv& kv) {
   std::vector<int64_t> w;
   for (const SeqSlice& s : seqs) {
     const int64_t blocks = (s.start + s.count + kv.block_size() - 1) / kv.block_size();
     const int64_t mode = static_cast<int64_t>(s.logits) | (s.stepwise ? 256 : 0) |
-                         (s.keep_states ? 512 : 0) | static_cast<int64_t>(s.dp_rank) << 16;
+                         (s.keep_states ? 512 : 0) | (s.top1_logits ? 1024 : 0) |
+                         static_cast<int64_t>(s.dp_rank) << 16;
     w.insert(w.end(), {s.count, s.start, mode, s.slot, blocks});
     w.insert(w.end(), s.tokens, s.tokens + s.count);
     w.insert(w.end(), s.blocks, s.blocks + blocks);
@@ -101,6 +103,7 @@ Status replay(DecoderModel& model, Comm& comm, const StepHeader& h, KvReplicas& 
     s.logits = static_cast<SeqSlice::Logits>(w[at + 2] & 255);
     s.stepwise = (w[at + 2] & 256) != 0;
     s.keep_states = (w[at + 2] & 512) != 0;
+    s.top1_logits = (w[at + 2] & 1024) != 0;
     s.dp_rank = static_cast<int32_t>(w[at + 2] >> 16);
     s.slot = static_cast<int32_t>(w[at + 3]);
     const int64_t nb = w[at + 4];
