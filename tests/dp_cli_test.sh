@@ -23,6 +23,12 @@ out=$(timeout 60 mpirun -np 2 "$real_bin" run -m "$model" -p hi -n 2 -t 1 --ep-s
   --enable-dp-lm-head 2>&1) && fail "--enable-dp-lm-head alone ran"
 grep -q "enable-dp-lm-head needs --enable-dp-attention" <<<"$out" || fail "dp lm_head alone: $out"
 
+# bench --profile: every request on rank 0, so rank 1 runs only the MoE layers' collectives,
+# timed as rank 0's are (their barriers must meet).
+out=$(timeout 120 mpirun -np 2 "$real_bin" bench -m "$model" -p 16 -n 4 -r 1 -t 1 --profile \
+  --ep-size 2 --enable-dp-attention 2>&1) || fail "bench --profile with an idle rank: $out"
+grep -q "ep_exchange" <<<"$out" || fail "bench --profile lacks the exchange: $out"
+
 bin=$real_bin
 . "$(dirname "$0")/start_server.sh"
 start_server one_url

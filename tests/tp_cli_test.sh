@@ -37,6 +37,13 @@ repl=$(grep -oE '[0-9]+ bytes replicated' <<<"$out" | awk '{print $1}')
 shares=$(grep -oE '\(([0-9]+) of split tensors\)' <<<"$out" | tr -dc '0-9\n' | awk '{s += $1} END {print s}')
 [ $((repl + shares)) = "$total" ] || fail "replicated $repl + shares $shares != $total"
 
+# Images do not travel to the other ranks yet: refused by name.
+vl=$shared/fixtures/tiny-qwen3_5-moe-vl
+img=$vl/golden/quadrants_64x64.png
+out=$(timeout 60 mpirun -np 2 "$real_bin" run -m "$vl" -p "Describe" --image "$img" -n 2 -t 1 \
+  --tp-size 2 2>&1) && fail "an image under --tp-size ran"
+grep -q "images under --ep-size or --tp-size are not available yet" <<<"$out" || fail "image: $out"
+
 # run: one process's greedy ids on 2 ranks, dense and hybrid MoE, BF16 and an MX scheme.
 for m in "$shared/fixtures/tiny-qwen3-dense" "$shared/fixtures/tiny-qwen3_5-moe"; do
   # The last: --ep-size 2 beside --tp-size 2, whole experts a share a rank.

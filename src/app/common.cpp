@@ -376,6 +376,11 @@ Result<MultimodalPrompt> multimodal_prompt(const ModelArgs& a, DecoderModel& mod
                                            std::vector<int32_t> ids,
                                            const std::vector<std::string>& files,
                                            std::unique_ptr<VisionTower>& tower) {
+  if (model.replays_steps()) {
+    return unimplemented(
+        "images under --ep-size or --tp-size are not available yet (the vision tower's rows "
+        "do not travel to the other ranks)");
+  }
   if (!tower) {
     MX_ASSIGN_OR_RETURN(tower, load_vision_tower(a.model, load_options_of(a), &model.pool()));
   }

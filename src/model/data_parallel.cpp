@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/check.h"
 #include "kernels/ops.h"
 #include "model/blocks.h"
 
@@ -36,10 +37,7 @@ Status DecoderModel::forward_dp(std::span<const SeqSlice> seqs, PagedKv& kv, flo
                                 float* hidden) {
   Comm& comm = *dp_comm;
   const int me = comm.rank(), ranks = comm.size();
-  // Every rank checks alike, so that none leaves the others in a collective.
-  if (hidden != nullptr || hidden_out_ != nullptr || mtp_input) {
-    return unimplemented("hidden states under --enable-dp-attention are not available yet");
-  }
+  MX_CHECK(hidden == nullptr && hidden_out_ == nullptr && !mtp_input);  // forward_batch refused
   bool has_prefill = false;
   dp_rows_.assign(static_cast<size_t>(ranks), 0);
   dp_logit_rows_.assign(static_cast<size_t>(ranks), 0);
@@ -75,7 +73,8 @@ Status DecoderModel::forward_dp(std::span<const SeqSlice> seqs, PagedKv& kv, flo
 
 void DecoderModel::idle_layers(bool has_prefill, int64_t most_rows) {
   const int64_t hid = config_.hidden_size;
-  ++steps_;
+  const uint64_t step = steps_++;
+  if (profile_) ++profile_->forwards;
   for (const DecoderLayer& l : layers) {
     if (!l.moe) continue;
     const MoeBlock& m = *l.moe;
@@ -96,7 +95,10 @@ void DecoderModel::idle_layers(bool has_prefill, int64_t most_rows) {
     a.has_prefill = has_prefill;
     a.own_rows = true;
     a.most_rows = most_rows;
-    a.step = steps_;
+    a.step = step;
+    // Timed like a busy rank's layers: their barriers before each collective must meet.
+    MoeTimes times;
+    a.times = profile_ != nullptr ? &times : nullptr;
     a.rule = scale_rule_;
     a.fused = fused_dispatch_;
     a.exec = exec_.get();

@@ -211,6 +211,10 @@ float* DecoderModel::run_layers(std::span<const SeqSlice> seqs, PagedKv& kv, boo
 
 Status DecoderModel::forward_batch(std::span<const SeqSlice> seqs, PagedKv& kv, float* logits,
                                    float* hidden) {
+  // Before the step goes to the other ranks, so that none is left in a collective.
+  if (dp_comm != nullptr && (hidden != nullptr || hidden_out_ != nullptr || mtp_input)) {
+    return unimplemented("hidden states under --enable-dp-attention are not available yet");
+  }
   MX_RETURN_IF_ERROR(plan_rows(seqs, kv));
   if (step_hook_) step_hook_(seqs, kv);
   if (dp_comm != nullptr) return forward_dp(seqs, kv, logits, hidden);

@@ -2,10 +2,10 @@
 // share of each: its query heads with their KV heads (or the one KV head they read, when there
 // are fewer KV heads than ranks), its DeltaNet key heads with their value heads and conv
 // channels, a slice of each MLP's and each expert's intermediate width, and a slice of the
-// vocabulary for lm_head. Column-parallel projections (q/k/v, gate/up, DeltaNet's in_proj)
-// keep their rows of the share; row-parallel ones (o_proj, down, out_proj) their columns, and
-// their partial outputs are summed over the ranks (ForwardContext::tp). Norms, the router, the
-// embedding and the shared expert's gate are replicated.
+// vocabulary for the embedding and lm_head. Column-parallel projections (q/k/v, gate/up, DeltaNet's
+// in_proj) keep their rows of the share; row-parallel ones (o_proj, down, out_proj) their columns,
+// and their partial outputs are summed over the ranks (ForwardContext::tp), as are the embedding's
+// rows (each on one rank). Norms, the router and the shared expert's gate are replicated.
 #pragma once
 
 #include <cstdint>

@@ -135,6 +135,9 @@ int64_t column_unit_of(const StoredWeight& w, const QuantPlan& plan) {
   if (w.encoding == WeightEncoding::kMx && w.dual_scale.defined()) unit = 512;
   if (w.encoding == WeightEncoding::kGgml) unit = std::max(unit, ggml_type_info(w.ggml).block);
   if (plan.online && scheme_info(*plan.online).dual) unit = std::max<int64_t>(unit, 512);
+  // Rotated weights (online or offline) were rotated by blocks of K from its start: each
+  // rank's activations must be rotated by the same blocks.
+  if (plan.rotation > 0) unit = std::max(unit, plan.rotation);
   return unit;
 }
 
@@ -308,7 +311,9 @@ Result<std::unique_ptr<ExpertBank>> WeightLoader::experts(const std::string& pre
   // Tensor parallelism: every expert's slice of the intermediate width, cut where the down
   // projection's blocks begin; a width with fewer blocks than ranks (a dual-level chunk of
   // 512 over a narrow expert) keeps whole experts instead, a contiguous share per rank.
+  // Decided bank by bank (a mixed checkpoint's banks may differ in their blocks).
   std::pair<int64_t, int64_t> slice{0, inter};
+  bool whole = false;
   if (plan_.tp.on()) {
     const std::string first = packed + "." + std::to_string(mine.first) + ".down_proj";
     MX_ASSIGN_OR_RETURN(int64_t unit, column_unit(first, hidden, inter));
@@ -316,9 +321,13 @@ Result<std::unique_ptr<ExpertBank>> WeightLoader::experts(const std::string& pre
       slice = plan_.tp.width(inter, unit);
     } else if (num_experts >= plan_.tp.size) {
       mine = expert_range(num_experts, plan_.tp.rank, plan_.tp.size);
+      whole = true;
       whole_experts_ = true;
     } else {
-      return check_width_split(packed + " moe_intermediate_size", inter, unit, plan_.tp.size);
+      return invalid_argument("--tp-size " + std::to_string(plan_.tp.size) + " cannot split " +
+                              packed + ": " + std::to_string(num_experts) +
+                              " experts, and a width of " + std::to_string(inter) +
+                              " with fewer blocks of " + std::to_string(unit) + " than ranks");
     }
   }
   if (first_expert != nullptr) *first_expert = mine.first;
@@ -327,7 +336,7 @@ Result<std::unique_ptr<ExpertBank>> WeightLoader::experts(const std::string& pre
     MX_ASSIGN_OR_RETURN(StoredWeight ge, src_.weight(ep + ".gate_proj", inter, hidden));
     MX_ASSIGN_OR_RETURN(StoredWeight ue, src_.weight(ep + ".up_proj", inter, hidden));
     MX_ASSIGN_OR_RETURN(StoredWeight de, src_.weight(ep + ".down_proj", hidden, inter));
-    if (plan_.tp.on() && !whole_experts_) {
+    if (plan_.tp.on() && !whole) {
       ge = rows_of(ge, slice.first, slice.second);
       ue = rows_of(ue, slice.first, slice.second);
       MX_ASSIGN_OR_RETURN(de, columns_of(de, {slice}));

@@ -81,13 +81,14 @@ class WeightLoader {
   // A tensor-parallel share of the modules stacked along the output: of module i only the
   // rows `rows[i]` (in order), and of every row only the columns `cols` (empty: all of them).
   // Columns must begin where the stored blocks do (MX blocks, the dual-level chunk, ggml
-  // blocks); a ggml shard that cuts a block is dequantized to F32 (exact, FP32 activations).
+  // blocks); row_parallel() chooses another split where they would not.
   Result<std::unique_ptr<Linear>> shard(const std::vector<std::string>& modules,
                                         const std::vector<int64_t>& out_dims, int64_t in,
                                         const std::vector<Ranges>& rows, const Ranges& cols,
                                         const std::string& name, bool keep_float = false) const;
   // Where column shards of `module` [out, in] may begin: the stored block (ggml), the MX block
-  // (and the dual-level chunk), 32 for float weights (the online schemes' block).
+  // (and the dual-level chunk), 32 for float weights (the online schemes' block), widened to
+  // an online dual-level scheme's chunk and to the rotation's blocks.
   Result<int64_t> column_unit(const std::string& module, int64_t out, int64_t in) const;
   // The row-parallel share of `module` [out, in]: rank r's input columns are cols[r]. Split
   // along K where every rank's columns begin on the stored blocks (partial sums, added by the
@@ -114,7 +115,7 @@ class WeightLoader {
   Result<std::unique_ptr<ExpertBank>> experts(const std::string& prefix, int64_t num_experts,
                                               int64_t inter, int64_t hidden,
                                               int64_t* first_expert = nullptr) const;
-  // Whether tensor parallelism split a bank by whole experts (too narrow for its width to be
+  // Whether tensor parallelism split any bank by whole experts (too narrow for its width to be
   // split where its blocks begin): the other ranks' experts are then read elsewhere.
   bool whole_experts() const { return whole_experts_; }
   // The token embedding [vocab, hidden]: BF16, or ggml blocks dequantized a row at a time.
