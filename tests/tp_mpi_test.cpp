@@ -51,11 +51,12 @@ RunResult run(const std::string& model, const std::vector<std::vector<int32_t>>&
 }
 
 struct Case {
-  const char* model;   // under fixtures/
-  const char* family;  // whose golden prompts it runs
-  const char* scheme;  // --quantization ("": as stored)
-  double bound;        // the most a top-5 log-prob may move
-  bool ep = false;     // --ep-size as well: whole experts a share a rank
+  const char* model;     // under fixtures/
+  const char* family;    // whose golden prompts it runs
+  const char* scheme;    // --quantization ("": as stored)
+  double bound;          // the most a top-5 log-prob may move
+  bool ep = false;       // --ep-size as well: whole experts a share a rank
+  int64_t rotation = 0;  // --rotation: shards must begin on its blocks
 };
 
 // Float weights and single-level MX: the shards begin where the blocks do, so only the order
@@ -77,6 +78,7 @@ const Case kCases[] = {
     {"tiny-qwen3_5-moe", "tiny-qwen3_5-moe", "w4a4_mxfp4", 1e-1},
     {"tiny-qwen3_5-moe-w8a8-mxfp8", "tiny-qwen3_5-moe", "", 1e-1},
     {"tiny-qwen3-moe", "tiny-qwen3-moe", "", 1e-3, true},
+    {"tiny-qwen3-dense", "tiny-qwen3-dense", "w4a8_mxfp4", 1e-1, false, 128},
     {"tiny-qwen3_5-moe", "tiny-qwen3_5-moe", "w4a8_mxfp4", 1e-1, true},
     {"gguf/tiny-qwen3-dense.Q4_K_M.gguf", "tiny-qwen3-dense", "", 1e-1},
     {"gguf/tiny-qwen3-moe-allmoe.Q8_0.gguf", "tiny-qwen3-moe", "", 1e-1},
@@ -85,15 +87,18 @@ const Case kCases[] = {
 
 TEST(TensorParallelMpi, EveryFamilyAndSchemeMatchesOneProcess) {
   for (const Case& c : kCases) {
-    const std::string name =
-        std::string(c.model) + (*c.scheme ? " " : "") + c.scheme + (c.ep ? " (ep)" : "");
+    const std::string name = std::string(c.model) + (*c.scheme ? " " : "") + c.scheme +
+                             (c.ep ? " (ep)" : "") +
+                             (c.rotation > 0 ? " block" + std::to_string(c.rotation) : "");
     SCOPED_TRACE(name);
     const auto prompts = prompts_of(c.family);
     ASSERT_FALSE(prompts.empty());
-    const RunResult tp = run(fixture(c.model), prompts, scheme_options(c.scheme), &world(), c.ep);
+    LoadOptions opt = scheme_options(c.scheme);
+    opt.rotation = c.rotation;
+    const RunResult tp = run(fixture(c.model), prompts, opt, &world(), c.ep);
     ASSERT_TRUE(tp.error.empty()) << tp.error;
     if (world().rank() != 0) continue;
-    const RunResult one = run(fixture(c.model), prompts, scheme_options(c.scheme), nullptr);
+    const RunResult one = run(fixture(c.model), prompts, opt, nullptr);
     ASSERT_TRUE(one.error.empty()) << one.error;
     ASSERT_EQ(tp.greedy.size(), one.greedy.size());
     int agree = 0, steps = 0;
