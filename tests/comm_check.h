@@ -61,6 +61,18 @@ inline int check_collectives(Comm& c) {
     k1 += int64_t{1} << (q % 40);
   }
   bad += d[0] != d0 || d[1] != d1 || k[0] != k0 || k[1] != k1;
+  // The float sum over a length that the ranks do not divide: each element the rank-order
+  // sum, 0.0f + rank 0's + rank 1's + ..., in FP32.
+  const int64_t fl = 7 * n + 3;
+  std::vector<float> f(static_cast<size_t>(fl));
+  for (int64_t i = 0; i < fl; ++i)
+    f[static_cast<size_t>(i)] = 0.1f * static_cast<float>(i) + 1e-3f * me;
+  bad += !c.all_reduce_sum(f.data(), fl).is_ok();
+  for (int64_t i = 0; i < fl; ++i) {
+    float want = 0.0f;
+    for (int q = 0; q < n; ++q) want += 0.1f * static_cast<float>(i) + 1e-3f * q;
+    bad += f[static_cast<size_t>(i)] != want;
+  }
   // broadcast (and its idle form) from the last rank.
   std::vector<uint8_t> b(9, static_cast<uint8_t>(me));
   bad += !c.broadcast(b.data(), 9, n - 1).is_ok();

@@ -2,6 +2,7 @@
 // ints, so one message is capped below 2 GiB; a step's rows are far below that.
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <ctime>
@@ -70,19 +71,30 @@ class MpiComm final : public Comm {
     return gather_sum(data, n, MPI_INT64_T);
   }
   Status all_reduce_sum(float* data, int64_t n) override {
-    // Once per block of every step: the gather buffer is kept, so that steps allocate nothing.
-    int count = 0;
-    MX_RETURN_IF_ERROR(to_int(n * size_, &count, "all_reduce_sum"));
-    if (gathered_.size() < static_cast<size_t>(count)) gathered_.resize(static_cast<size_t>(count));
-    MX_RETURN_IF_ERROR(
-        mpi_status(MPI_Allgather(data, static_cast<int>(n), MPI_FLOAT, gathered_.data(),
-                                 static_cast<int>(n), MPI_FLOAT, MPI_COMM_WORLD),
-                   "MPI_Allgather"));
-    for (int64_t i = 0; i < n; ++i) {
-      float s = gathered_[static_cast<size_t>(i)];
-      for (int q = 1; q < size_; ++q) s += gathered_[static_cast<size_t>(q * n + i)];
-      data[i] = s;
+    // Each rank sums one chunk of the rows (every rank's copy of it, in rank order), then the
+    // summed chunks go to every rank: the same bits everywhere, 2 (size - 1) / size of the data
+    // on the wire from each rank, and buffers the size of the data, kept from step to step.
+    const int64_t c = (n + size_ - 1) / size_;
+    int chunk = 0;
+    MX_RETURN_IF_ERROR(to_int(c, &chunk, "all_reduce_sum"));
+    const auto padded = static_cast<size_t>(c * size_);
+    if (rows_.size() < padded) rows_.resize(padded);
+    if (copies_.size() < padded) copies_.resize(padded);
+    if (sum_.size() < static_cast<size_t>(c)) sum_.resize(static_cast<size_t>(c));
+    std::copy(data, data + n, rows_.begin());
+    std::fill(rows_.begin() + n, rows_.begin() + static_cast<int64_t>(padded), 0.0f);
+    MX_RETURN_IF_ERROR(mpi_status(MPI_Alltoall(rows_.data(), chunk, MPI_FLOAT, copies_.data(),
+                                               chunk, MPI_FLOAT, MPI_COMM_WORLD),
+                                  "MPI_Alltoall"));
+    for (int64_t i = 0; i < c; ++i) {
+      float v = copies_[static_cast<size_t>(i)];
+      for (int q = 1; q < size_; ++q) v += copies_[static_cast<size_t>(q * c + i)];
+      sum_[static_cast<size_t>(i)] = v;
     }
+    MX_RETURN_IF_ERROR(mpi_status(MPI_Allgather(sum_.data(), chunk, MPI_FLOAT, rows_.data(), chunk,
+                                                MPI_FLOAT, MPI_COMM_WORLD),
+                                  "MPI_Allgather"));
+    std::copy(rows_.begin(), rows_.begin() + n, data);
     return Status::ok();
   }
 
@@ -138,7 +150,7 @@ class MpiComm final : public Comm {
   }
 
   int rank_ = 0, size_ = 1;
-  std::vector<float> gathered_;
+  std::vector<float> rows_, copies_, sum_;  // all_reduce_sum(float)'s, kept
 };
 
 std::mutex g_mu;
