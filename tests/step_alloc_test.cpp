@@ -250,9 +250,9 @@ TEST(StepAllocations, Fp8KvCache) {
   expect_no_step_allocations({fixture("tiny-qwen3-moe"), o});
 }
 
-// Running `forward` on a fresh model in each of two expert-parallel ranks (threads joined by
-// LocalComm); the window is open over rank 0's second sequence in both ranks.
-int64_t count_expert_parallel(LoadOptions opt, EpDispatch mode) {
+// Running `forward` on a fresh model in each of two expert-parallel (or tensor-parallel) ranks
+// (threads joined by LocalComm); the window is open over rank 0's second sequence in both.
+int64_t count_expert_parallel(LoadOptions opt, EpDispatch mode, bool tensor_parallel = false) {
   constexpr int32_t kSteps = 60;
   auto comms = make_local_comms(2);
   std::barrier sync(2);
@@ -264,12 +264,13 @@ int64_t count_expert_parallel(LoadOptions opt, EpDispatch mode) {
     ranks.emplace_back([&, r] {
       LoadOptions o = opt;
       o.threads = 1;
-      o.ep.comm = comms[static_cast<size_t>(r)].get();
+      Comm* comm = comms[static_cast<size_t>(r)].get();
+      (tensor_parallel ? o.tp.comm : o.ep.comm) = comm;
       o.ep.mode = mode;
       auto model = load_model(fixture("tiny-qwen3-moe"), o);
       if (!model.is_ok()) {
         ADD_FAILURE() << model.status().to_string();
-        o.ep.comm->abort("load failed");
+        comm->abort("load failed");
       }
       DecoderModel& m = **model;
       count_sequence(m, prompt, kSteps, -1, o.kv_dtype);
@@ -301,6 +302,17 @@ TEST(StepAllocations, ExpertParallel) {
           << (scheme ? scheme_info(*scheme).name : "bf16")
           << (mode == EpDispatch::kNormal ? ", normal" : ", low latency");
     }
+  }
+}
+
+// Tensor parallelism: the all-reduces and the split lm_head's gather allocate nothing once warm.
+TEST(StepAllocations, TensorParallel) {
+  for (std::optional<Scheme> scheme :
+       {std::optional<Scheme>(), std::optional(Scheme::kW8A8Mxfp8)}) {
+    LoadOptions o;
+    o.quantization = scheme;
+    EXPECT_EQ(count_expert_parallel(o, EpDispatch::kAuto, true), 0)
+        << (scheme ? scheme_info(*scheme).name : "bf16");
   }
 }
 

@@ -93,7 +93,11 @@ class LocalComm final : public Comm {
 
   template <typename T>
   Status reduce(T* data, int64_t n) {
-    std::vector<T> sum(static_cast<size_t>(n), T{});
+    // Kept from call to call: a tensor-parallel step sums every block's rows.
+    const size_t words = (static_cast<size_t>(n) * sizeof(T) + 7) / 8;
+    if (scratch_.size() < words) scratch_.resize(words);
+    T* sum = reinterpret_cast<T*>(scratch_.data());
+    std::fill(sum, sum + n, T{});
     mine() = {nullptr, nullptr, nullptr, n, data};
     hub_->sync.arrive_and_wait();
     for (int q = 0; q < size(); ++q) {
@@ -101,12 +105,14 @@ class LocalComm final : public Comm {
       for (int64_t i = 0; i < n; ++i) sum[static_cast<size_t>(i)] += d[i];
     }
     hub_->sync.arrive_and_wait();
-    std::memcpy(data, sum.data(), static_cast<size_t>(n) * sizeof(T));
+    std::memcpy(data, sum, static_cast<size_t>(n) * sizeof(T));
     return Status::ok();
   }
 
   std::shared_ptr<Hub> hub_;
   int rank_;
+  // Bytes of reduce()'s sums; 8-byte elements, so any T's alignment holds.
+  std::vector<uint64_t> scratch_;
 };
 
 }  // namespace
