@@ -14,6 +14,14 @@
 namespace mx {
 namespace {
 
+// Data-parallel attention: the batch's sequences dealt over the ranks in turn, as the engine
+// balances its requests.
+void spread_over_ranks(const DecoderModel& model, std::vector<SeqSlice>* slices) {
+  for (size_t b = 0; b < slices->size(); ++b) {
+    (*slices)[b].dp_rank = static_cast<int32_t>(b % static_cast<size_t>(model.dp_size()));
+  }
+}
+
 double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
 }
@@ -297,6 +305,7 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
       warm.push_back({seqs[b].data(), opt.prompt, 0, tables[b].data(), SeqSlice::Logits::kLast,
                       static_cast<int32_t>(b)});
     }
+    spread_over_ranks(model, &warm);
     MX_RETURN_IF_ERROR(model.forward_batch(warm, kv, logits.data()));
   }
   for (int64_t rep = 0; rep < opt.reps; ++rep) {
@@ -305,6 +314,7 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
       prefill.push_back({seqs[b].data(), opt.prompt, 0, tables[b].data(), SeqSlice::Logits::kLast,
                          static_cast<int32_t>(b)});
     }
+    spread_over_ranks(model, &prefill);
     model.set_profile(opt.profile ? &r.prefill_profile : nullptr);
     MX_ASSIGN_OR_RETURN(DispatchStats before, stats());
     auto t0 = Clock::now();
@@ -327,6 +337,7 @@ Result<BenchResult> run_bench(DecoderModel& model, const BenchOptions& opt) {
         slices.push_back({seqs[b].data() + opt.prompt + step, 1, opt.prompt + step,
                           tables[b].data(), SeqSlice::Logits::kLast, static_cast<int32_t>(b)});
       }
+      spread_over_ranks(model, &slices);
       MX_RETURN_IF_ERROR(model.forward_batch(slices, kv, logits.data()));
       td += std::chrono::duration<double>(Clock::now() - t0).count();
       if (probe.ok() && step % kProbeEvery == kProbeEvery - 1) {
