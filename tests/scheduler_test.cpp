@@ -512,6 +512,40 @@ TEST(Scheduler, QueueBoundCancellationAndImpossibleRequests) {
   EXPECT_FALSE(e.step());
 }
 
+// Data-parallel attention: each rank has a pool of its own, so two requests that one pool
+// holds only by preempting each other run side by side in two, one on each rank.
+TEST(Scheduler, DataParallelRanksEachHaveAPool) {
+  for (int32_t dp : {1, 2}) {
+    SchedulerConfig c;
+    c.num_blocks = 8;  // 128 token slots a pool; each request needs 110
+    c.block_size = 16;
+    c.prefix_caching = false;
+    c.dp_size = dp;
+    Scheduler s(c);
+    ASSERT_TRUE(s.add(1, tokens(50, 1), 60).is_ok());
+    ASSERT_TRUE(s.add(2, tokens(50, 2), 60).is_ok());
+    size_t preemptions = 0;
+    std::set<int32_t> ranks;
+    std::map<uint64_t, int64_t> produced;
+    for (int i = 0; i < 1000; ++i) {
+      const BatchPlan p = s.schedule();
+      if (p.empty()) break;
+      preemptions += p.preempted.size();
+      std::vector<std::vector<int32_t>> yielded;
+      for (const PlanItem& it : p.items) {
+        ranks.insert(s.find(it.id)->rank);
+        if (it.samples) yielded.push_back({7});
+      }
+      for (const PlanItem& it : p.items) produced[it.id] += it.samples ? 1 : 0;
+      s.complete_runs(p, yielded);
+      for (int r = 0; r < dp; ++r) ASSERT_LE(s.allocator(r).used_blocks(), 8);
+    }
+    EXPECT_EQ(preemptions > 0, dp == 1) << dp << " pools";
+    EXPECT_EQ(ranks.size(), static_cast<size_t>(dp));
+    for (int r = 0; r < dp; ++r) EXPECT_EQ(s.allocator(r).used_blocks(), 0);
+  }
+}
+
 TEST(KvBlocks, RandomOperationsNeverLeakOrDoubleFree) {
   BlockAllocator alloc(64, 16);
   std::mt19937 rng(11);

@@ -17,7 +17,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // chunked delta rule's chunks (and whole blocks), so that every split of a prompt computes the
 // same bits; with prefix caching, as many saved states as running requests twice over.
 SchedulerConfig for_model(SchedulerConfig c, const ModelConfig& m, bool replays, int dp_size) {
-  // Under data-parallel attention a cached block holds keys and values on one rank only.
+  // Under data-parallel attention each rank's requests hold blocks of its own pool, and a
+  // cached block would be on one rank only.
+  c.dp_size = dp_size;
   if (c.prefix_caching && dp_size > 1) {
     c.prefix_caching = false;
     MX_LOG_INFO("prefix caching is off: under --enable-dp-attention it is not available yet");
@@ -68,7 +70,7 @@ Engine::Engine(DecoderModel& model, const Tokenizer& tok, const SchedulerConfig&
       drafter_(make_drafter(spec)),
       mtp_head_(spec.algorithm == SpecAlgorithm::kMtp ? draft_model : nullptr),
       draft_model_(spec.algorithm == SpecAlgorithm::kDraft ? draft_model : nullptr) {
-  stats_.kv_blocks_total = config.num_blocks;
+  stats_.kv_blocks_total = static_cast<int64_t>(config.num_blocks) * model.dp_size();
   drafts_ = drafter_ != nullptr || mtp_head_ != nullptr || draft_model_ != nullptr;
   kv_.reserve_saved_states(config_.state_entries);
   if (drafts_) {
@@ -369,14 +371,6 @@ void Engine::take_inbox() {
   inbox_.clear();
 }
 
-int32_t Engine::least_loaded_rank() const {
-  std::vector<int64_t> load(static_cast<size_t>(model_.dp_size()), 0);
-  for (const auto& [id, l] : live_) {
-    if (l.dp_rank >= 0) ++load[static_cast<size_t>(l.dp_rank)];
-  }
-  return static_cast<int32_t>(std::min_element(load.begin(), load.end()) - load.begin());
-}
-
 void Engine::multimodal_slice(Live& l, const PlanItem& item, SeqSlice* s) {
   const MultimodalPrompt& mm = *l.req.multimodal;
   s->rope_delta = mm.positions.rope_delta;
@@ -434,8 +428,7 @@ void Engine::step_once() {
       s.start = item.start;
       s.blocks = info->table.blocks.data();
       s.slot = info->slot;
-      if (l.dp_rank < 0) l.dp_rank = least_loaded_rank();
-      s.dp_rank = l.dp_rank;
+      s.dp_rank = std::max(0, info->rank);
       s.top1_logits =
           wants_top1_only(l.req, static_cast<int64_t>(l.tokens.size() - l.req.prompt.size()));
       s.logits = item.samples ? SeqSlice::Logits::kLast : SeqSlice::Logits::kNone;

@@ -115,8 +115,6 @@ class Engine {
     std::vector<const float*> mm_rows;
     std::vector<int64_t> mm_pos;
     int64_t drafted = 0, kept = 0;
-    // Data-parallel attention: the rank that runs this request (-1: not yet scheduled).
-    int32_t dp_rank = -1;
     std::chrono::steady_clock::time_point arrival, last_token;
   };
   struct Pending {
@@ -131,8 +129,6 @@ class Engine {
   // Sets a multimodal request's embeddings, positions and rotary offset on its slice.
   static void multimodal_slice(Live& l, const PlanItem& item, SeqSlice* s);
   void finish(uint64_t id, const std::string& reason);
-  // The data-parallel rank running the fewest live requests (under mu_).
-  int32_t least_loaded_rank() const;
   // Applies the request's logit processors and grammar to `row` and samples; `ended` is set
   // when the grammar allows nothing more. With `accepted`, verifies the guess `draft`.
   int32_t sample_for(Live& l, float* row, bool* ended, int32_t draft = -1,

@@ -13,7 +13,11 @@ int64_t BatchPlan::tokens() const {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config)
-    : config_(config), alloc_(config.num_blocks, config.block_size), cache_(config.block_size) {
+    : config_(config),
+      pools_(static_cast<size_t>(std::max(1, config.dp_size)),
+             BlockAllocator(config.num_blocks, config.block_size)),
+      cache_(config.block_size) {
+  MX_CHECK(config.dp_size <= 1 || !config.prefix_caching);
   for (int32_t s = config.max_running_requests - 1; s >= 0; --s) free_slots_.push_back(s);
   MX_CHECK(config.max_running_requests > 0 && config.chunked_prefill_size > 0);
   MX_CHECK(config.prefill_align == 1 || config.prefill_align % config.block_size == 0);
@@ -51,24 +55,49 @@ Status Scheduler::add(uint64_t id, std::vector<int32_t> prompt, int64_t max_new_
   return Status::ok();
 }
 
+int32_t Scheduler::held_blocks() const {
+  int32_t used = 0;
+  for (const BlockAllocator& p : pools_) used += p.used_blocks();
+  return used - cache_.evictable_blocks();
+}
+
+uint64_t Scheduler::latest_in(int32_t rank) const {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if (seqs_.at(*it).rank == rank) return *it;
+  }
+  MX_CHECK(false);
+  return 0;
+}
+
+int32_t Scheduler::roomiest_pool() const {
+  int32_t best = 0;
+  for (size_t r = 1; r < pools_.size(); ++r) {
+    if (pools_[r].free_blocks() > pools_[static_cast<size_t>(best)].free_blocks()) {
+      best = static_cast<int32_t>(r);
+    }
+  }
+  return best;
+}
+
 bool Scheduler::reserve(SeqInfo& s, int64_t tokens) {
-  const int32_t short_by = BlockAllocator::blocks_for(tokens, alloc_.block_size()) -
-                           static_cast<int32_t>(s.table.blocks.size()) - alloc_.free_blocks();
+  BlockAllocator& alloc = pool(s);
+  const int32_t short_by = BlockAllocator::blocks_for(tokens, alloc.block_size()) -
+                           static_cast<int32_t>(s.table.blocks.size()) - alloc.free_blocks();
   // Cached blocks go only when that makes room: a request that cannot fit anyway keeps them.
   if (short_by > 0 && short_by <= cache_.evictable_blocks()) {
     std::vector<int32_t> freed;
     MX_CHECK(cache_.evict(short_by, &freed) == short_by);
     for (int32_t b : freed) drop_state(b);
-    MX_CHECK(alloc_.release(freed).is_ok());
+    MX_CHECK(alloc.release(freed).is_ok());
   }
-  return s.table.reserve(tokens, &alloc_);
+  return s.table.reserve(tokens, &alloc);
 }
 
 void Scheduler::release_blocks(SeqInfo& s) {
   const std::vector<int32_t>& b = s.table.blocks;
   const auto split = b.begin() + s.shared_blocks;
   MX_CHECK(cache_.release(std::vector<int32_t>(b.begin(), split)).is_ok());
-  MX_CHECK(alloc_.release(std::vector<int32_t>(split, b.end())).is_ok());
+  MX_CHECK(pool(s).release(std::vector<int32_t>(split, b.end())).is_ok());
   s.table.blocks.clear();
   s.table.tokens = 0;
   s.shared_blocks = 0;
@@ -103,7 +132,7 @@ void Scheduler::cache_full_blocks(SeqInfo& s) {
   if (full <= s.shared_blocks) return;
   std::vector<int32_t> duplicates;
   cache_.insert(s.tokens.data(), full, s.shared_blocks, &s.table.blocks, &duplicates);
-  MX_CHECK(alloc_.release(duplicates).is_ok());
+  MX_CHECK(pool(s).release(duplicates).is_ok());
   s.shared_blocks = full;
 }
 
@@ -137,6 +166,7 @@ void Scheduler::preempt(uint64_t id) {
   ++s.preemptions;
   free_slots_.push_back(s.slot);
   s.slot = -1;
+  s.rank = -1;
   running_.erase(std::find(running_.begin(), running_.end(), id));
   // Back to waiting in arrival order, so it is readmitted before anything that came later.
   auto pos = std::find_if(waiting_.begin(), waiting_.end(),
@@ -155,15 +185,15 @@ BatchPlan Scheduler::schedule() {
     if (std::find(running_.begin(), running_.end(), id) == running_.end()) continue;  // preempted
     SeqInfo& s = seqs_.at(id);
     int32_t guesses = s.draft;
-    const int32_t need = BlockAllocator::blocks_for(s.computed + 1 + guesses, alloc_.block_size()) -
+    const int32_t need = BlockAllocator::blocks_for(s.computed + 1 + guesses, config_.block_size) -
                          static_cast<int32_t>(s.table.blocks.size());
-    if (guesses > 0 && need <= alloc_.free_blocks()) {
-      MX_CHECK(s.table.reserve(s.computed + 1 + guesses, &alloc_));
+    if (guesses > 0 && need <= pool(s).free_blocks()) {
+      MX_CHECK(s.table.reserve(s.computed + 1 + guesses, &pool(s)));
     } else {
       guesses = 0;
     }
     while (!reserve(s, s.computed + 1)) {
-      const uint64_t victim = running_.back();  // the latest arrival
+      const uint64_t victim = latest_in(s.rank);  // the latest arrival in its pool
       preempt(victim);
       plan.preempted.push_back(victim);
       if (victim == id) break;
@@ -200,12 +230,14 @@ BatchPlan Scheduler::schedule() {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_running_requests) {
     SeqInfo& s = seqs_.at(waiting_.front());
+    s.rank = roomiest_pool();
     match_prefix(s);
     // No KV room, or better computed by a request just admitted: admit nothing out of order.
     if (shares_with_admitted(s, plan, admitted_from) || !prefill(s)) {
       release_blocks(s);
       s.computed = 0;
       s.load_entry = -1;
+      s.rank = -1;
       break;
     }
     if (config_.prefix_caching) {

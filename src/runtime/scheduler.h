@@ -45,6 +45,9 @@ struct SchedulerConfig {
   int64_t prefill_align = 1;
   int32_t state_entries = 0;
   int64_t state_interval = 256;
+  // Data-parallel attention: one pool of num_blocks a rank, each request in one of them (its
+  // rank runs it), block ids counted within the pool. Prefix caching needs one pool.
+  int32_t dp_size = 1;
 };
 
 // Prefix-cache lookups in tokens, as vLLM counts them: `queries` adds the known tokens of each
@@ -87,6 +90,9 @@ struct SeqInfo {
   // The recurrent-state slot (hybrid models) while running; -1 while waiting. There are
   // max_running_requests slots, so an admitted request always finds one.
   int32_t slot = -1;
+  // Data-parallel attention: the rank that runs it and whose pool holds its blocks while
+  // running; -1 while waiting.
+  int32_t rank = -1;
   BlockTable table;
   // The first `shared_blocks` blocks of `table` belong to the prefix cache (this request holds
   // a reference to each); the rest are its own.
@@ -127,11 +133,12 @@ class Scheduler {
 
   size_t running() const { return running_.size(); }
   size_t waiting() const { return waiting_.size(); }
-  const BlockAllocator& allocator() const { return alloc_; }
+  // Rank 0's pool (the only one without data-parallel attention), or rank `r`'s.
+  const BlockAllocator& allocator(int r = 0) const { return pools_[static_cast<size_t>(r)]; }
   const PrefixCache& prefix_cache() const { return cache_; }
   const PrefixCacheStats& prefix_stats() const { return prefix_stats_; }
   // Blocks that requests hold: in use, less the cached blocks nobody reads.
-  int32_t held_blocks() const { return alloc_.used_blocks() - cache_.evictable_blocks(); }
+  int32_t held_blocks() const;
   const SeqInfo* find(uint64_t id) const;
   const SchedulerConfig& config() const { return config_; }
 
@@ -159,7 +166,14 @@ class Scheduler {
   void keep_state(const PlanItem& i, SeqInfo* s);
 
   SchedulerConfig config_;
-  BlockAllocator alloc_;
+  std::vector<BlockAllocator> pools_;
+  BlockAllocator& pool(const SeqInfo& s) {
+    return pools_[static_cast<size_t>(std::max(0, s.rank))];
+  }
+  // The latest-arriving running request in `rank`'s pool (the next to make room there).
+  uint64_t latest_in(int32_t rank) const;
+  // The pool with the most free blocks (ties: the lower rank), for a request admitted now.
+  int32_t roomiest_pool() const;
   PrefixCache cache_;
   PrefixCacheStats prefix_stats_;
   uint64_t next_arrival_ = 0;
