@@ -8,13 +8,7 @@
 set -u
 real_bin=$1 src=$2 shared=$3
 model=$src/models/tiny-qwen3-moe
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader
-export ASAN_OPTIONS=detect_leaks=0
-tmp=$(mktemp -d)
-pids=() logs=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp" "${logs[@]}"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+. "$(dirname "$0")/mpi_jobs.sh"
 
 out=$("$real_bin" run -m "$model" -p hi -n 2 --enable-dp-attention 2>&1) &&
   fail "--enable-dp-attention without --ep-size ran"
@@ -39,13 +33,7 @@ exec mpirun -np 2 "$real_bin" "\$@" -t 1 --ep-size 2 --enable-dp-attention
 WRAP
 chmod +x "$tmp/dp_serve"
 bin=$tmp/dp_serve
-start_server main_url --api-key test-key --max-running-requests 16
-start_server busy_url --max-running-requests 1 --max-queued-requests 1
-start_server tight_url --max-running-requests 16 --max-total-tokens 160
-(cd "$src" && BASE_URL="$main_url" BUSY_URL="$busy_url" TIGHT_URL="$tight_url" \
-  API_KEY=test-key MXSERVE="$real_bin" MODEL_DIR="$model" LOGPROB_TOL=2e-2 \
-  GOLDEN_FILE="$shared/fixtures/tiny-qwen3-moe/golden/golden.json" SERVED_MODEL=tiny-qwen3-moe \
-  node --test tests/e2e/openai.test.mjs) || fail "openai suite against 2 data-parallel ranks"
+run_openai_suite "2 data-parallel ranks"
 
 start_server head_url --enable-dp-lm-head
 start_server q_url --quantization mxfp8 --ep-dispatch low_latency

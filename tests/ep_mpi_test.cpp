@@ -7,6 +7,7 @@
 
 #include "comm_check.h"
 #include "ep_test_util.h"
+#include "mpi_main.h"
 #include "parallel/comm.h"
 
 namespace mx {
@@ -99,19 +100,4 @@ TEST(ExpertParallelMpi, NormalModeStaysWithinBf16Rounding) {
 }  // namespace
 }  // namespace mx
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto w = mx::mpi_world();
-  if (!w.is_ok()) {
-    std::fprintf(stderr, "%s\n", w.status().to_string().c_str());
-    return 1;
-  }
-  // One report: rank 0's (the others check only their own counters).
-  if ((*w)->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  mx::mpi_finalize();
-  return rc;
-}
+int main(int argc, char** argv) { return mx::test::run_mpi_tests(argc, argv); }

@@ -1,4 +1,33 @@
-# Sourced by the tests of multi-rank jobs (after start_server.sh, with fail() and $tmp set).
+# Sourced by the tests of multi-rank jobs, which set $src, $shared, $real_bin and $model: sets
+# up $tmp, the server bookkeeping of start_server.sh (whose functions need $bin) and fail().
+
+# The root and oversubscription settings of ../shared/reference/dependencies.md; the ranks talk
+# over shared memory, and LeakSanitizer is off for them (Open MPI keeps its allocations to exit).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader
+export ASAN_OPTIONS=detect_leaks=0
+tmp=$(mktemp -d)
+pids=() logs=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp" "${logs[@]}"' EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+# The openai-client suite against servers started by $bin (a wrapper that adds the ranks): the
+# main one with the suite's key and any ARGS, one that admits a request at a time and one with
+# little KV room. $1 names the job in the failure.
+run_openai_suite() {
+  local what=$1
+  shift
+  start_server main_url --api-key test-key --max-running-requests 16 "$@"
+  start_server busy_url --max-running-requests 1 --max-queued-requests 1
+  start_server tight_url --max-running-requests 16 --max-total-tokens 160
+  (cd "$src" && BASE_URL="$main_url" BUSY_URL="$busy_url" TIGHT_URL="$tight_url" \
+    API_KEY=test-key MXSERVE="$real_bin" MODEL_DIR="$model" LOGPROB_TOL=2e-2 \
+    GOLDEN_FILE="$shared/fixtures/tiny-qwen3-moe/golden/golden.json" SERVED_MODEL=tiny-qwen3-moe \
+    node --test tests/e2e/openai.test.mjs) || fail "openai suite against $what"
+}
 
 # The pid of rank R of the mpirun job $1.
 rank_pid() {

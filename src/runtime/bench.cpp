@@ -16,6 +16,20 @@ namespace {
 
 // Data-parallel attention: the batch's sequences dealt over the ranks in turn, as the engine
 // balances its requests.
+// Each rank's resident memory and the bytes of `what` it holds, a line each.
+void rank_memory_report(const std::vector<EpRankStats>& ranks, const char* what,
+                        uint64_t EpRankStats::*bytes, std::string* out) {
+  char line[160];
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    std::snprintf(line, sizeof line,
+                  "  rank %zu: RSS %.1f MB after load, %.1f MB now; its %s %.1f MB\n", i,
+                  static_cast<double>(ranks[i].load_rss_bytes) / 1e6,
+                  static_cast<double>(ranks[i].rss_bytes) / 1e6, what,
+                  static_cast<double>(ranks[i].*bytes) / 1e6);
+    *out += line;
+  }
+}
+
 void spread_over_ranks(const DecoderModel& model, std::vector<SeqSlice>* slices) {
   for (size_t b = 0; b < slices->size(); ++b) {
     (*slices)[b].dp_rank = static_cast<int32_t>(b % static_cast<size_t>(model.dp_size()));
@@ -470,14 +484,7 @@ std::string BenchResult::report() const {
   if (tp_size > 1) {
     std::snprintf(line, sizeof line, "tensor parallelism: %d ranks\n", tp_size);
     s += line;
-    for (size_t i = 0; i < ep_ranks.size(); ++i) {
-      std::snprintf(line, sizeof line,
-                    "  rank %zu: RSS %.1f MB after load, %.1f MB now; its weights %.1f MB\n", i,
-                    static_cast<double>(ep_ranks[i].load_rss_bytes) / 1e6,
-                    static_cast<double>(ep_ranks[i].rss_bytes) / 1e6,
-                    static_cast<double>(ep_ranks[i].weight_bytes) / 1e6);
-      s += line;
-    }
+    rank_memory_report(ep_ranks, "weights", &EpRankStats::weight_bytes, &s);
   }
   if (ep_size > 1) {
     const double reps = static_cast<double>(options.reps);
@@ -488,14 +495,7 @@ std::string BenchResult::report() const {
                     reps * static_cast<double>(options.batch * options.prompt), &s);
     dispatch_report("decode", decode_dispatch, reps * static_cast<double>(options.gen),
                     reps * static_cast<double>(options.batch * options.gen), &s);
-    for (size_t i = 0; i < ep_ranks.size(); ++i) {
-      std::snprintf(line, sizeof line,
-                    "  rank %zu: RSS %.1f MB after load, %.1f MB now; its experts %.1f MB\n", i,
-                    static_cast<double>(ep_ranks[i].load_rss_bytes) / 1e6,
-                    static_cast<double>(ep_ranks[i].rss_bytes) / 1e6,
-                    static_cast<double>(ep_ranks[i].expert_bytes) / 1e6);
-      s += line;
-    }
+    rank_memory_report(ep_ranks, "experts", &EpRankStats::expert_bytes, &s);
   }
   return s;
 }
