@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "ep_test_util.h"
 #include "mpi_main.h"
@@ -60,34 +62,34 @@ struct Case {
   int64_t rotation = 0;  // --rotation: shards must begin on its blocks
 };
 
-// Float weights and single-level MX: the shards begin where the blocks do, so only the order
-// of the partial sums differs from one process (and an activation code at a rounding tie that
-// this moves). Dual-level: each row-parallel shard quantizes its own 512-element chunks.
-const Case kCases[] = {
-    {"tiny-qwen3-dense", "tiny-qwen3-dense", "", 1e-3},
-    {"tiny-qwen3-dense", "tiny-qwen3-dense", "w8a8_mxfp8", 1e-1},
-    {"tiny-qwen3-dense", "tiny-qwen3-dense", "w4a4_mxfp4_dual", 1e-1},
-    {"tiny-qwen3-moe", "tiny-qwen3-moe", "", 1e-3},
-    {"tiny-qwen3-moe", "tiny-qwen3-moe", "w8a8_mxfp8", 1e-1},
-    {"tiny-qwen3-moe", "tiny-qwen3-moe", "w4a8_mxfp4", 1e-1},
-    {"tiny-qwen3-moe", "tiny-qwen3-moe", "w4a4_mxfp4", 1e-1},
-    {"tiny-qwen3-moe", "tiny-qwen3-moe", "w4a4_mxfp4_dual", 1e-1},
-    {"tiny-qwen3_5-dense", "tiny-qwen3_5-dense", "", 1e-3},
-    {"tiny-qwen3_5-dense", "tiny-qwen3_5-dense", "w4a8_mxfp4", 1e-1},
-    {"tiny-qwen3_5-moe", "tiny-qwen3_5-moe", "", 1e-3},
-    {"tiny-qwen3_5-moe", "tiny-qwen3_5-moe", "w8a8_mxfp8", 1e-1},
-    {"tiny-qwen3_5-moe", "tiny-qwen3_5-moe", "w4a4_mxfp4", 1e-1},
-    {"tiny-qwen3_5-moe-w8a8-mxfp8", "tiny-qwen3_5-moe", "", 1e-1},
-    {"tiny-qwen3-moe", "tiny-qwen3-moe", "", 1e-3, true},
-    {"tiny-qwen3-dense", "tiny-qwen3-dense", "w4a8_mxfp4", 1e-1, false, 128},
-    {"tiny-qwen3_5-moe", "tiny-qwen3_5-moe", "w4a8_mxfp4", 1e-1, true},
-    {"gguf/tiny-qwen3-dense.Q4_K_M.gguf", "tiny-qwen3-dense", "", 1e-1},
-    {"gguf/tiny-qwen3-moe-allmoe.Q8_0.gguf", "tiny-qwen3-moe", "", 1e-1},
-    {"gguf/tiny-qwen3_5-moe.MXFP4_MOE.gguf", "tiny-qwen3_5-moe", "", 1e-1},
-};
+// Float weights and MX: the shards begin where the blocks do (or the row-parallel linear runs
+// over output rows), so only the order of the partial sums differs from one process, and an
+// activation code at a rounding tie that this moves. Every family in BF16 and every MX scheme,
+// then the stored kinds (an offline checkpoint, GGUF files) and the variants.
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const char* family :
+       {"tiny-qwen3-dense", "tiny-qwen3-moe", "tiny-qwen3_5-dense", "tiny-qwen3_5-moe"}) {
+    for (const char* scheme : {"", "w8a8_mxfp8", "w4a8_mxfp4", "w4a4_mxfp4", "w4a4_mxfp4_dual"}) {
+      out.push_back({family, family, scheme, *scheme ? 1e-1 : 1e-3});
+    }
+  }
+  const Case more[] = {
+      {"tiny-qwen3_5-moe-w8a8-mxfp8", "tiny-qwen3_5-moe", "", 1e-1},
+      {"gguf/tiny-qwen3-dense.Q4_K_M.gguf", "tiny-qwen3-dense", "", 1e-1},
+      {"gguf/tiny-qwen3-moe-allmoe.Q8_0.gguf", "tiny-qwen3-moe", "", 1e-1},
+      {"gguf/tiny-qwen3_5-moe.MXFP4_MOE.gguf", "tiny-qwen3_5-moe", "", 1e-1},
+      {"gguf/tiny-qwen3_5-dense.Q4_K_M.gguf", "tiny-qwen3_5-dense", "", 1e-1},
+      {"tiny-qwen3-moe", "tiny-qwen3-moe", "", 1e-3, true},
+      {"tiny-qwen3_5-moe", "tiny-qwen3_5-moe", "w4a8_mxfp4", 1e-1, true},
+      {"tiny-qwen3-dense", "tiny-qwen3-dense", "w4a8_mxfp4", 1e-1, false, 128},
+  };
+  out.insert(out.end(), std::begin(more), std::end(more));
+  return out;
+}
 
 TEST(TensorParallelMpi, EveryFamilyAndSchemeMatchesOneProcess) {
-  for (const Case& c : kCases) {
+  for (const Case& c : cases()) {
     const std::string name = std::string(c.model) + (*c.scheme ? " " : "") + c.scheme +
                              (c.ep ? " (ep)" : "") +
                              (c.rotation > 0 ? " block" + std::to_string(c.rotation) : "");
