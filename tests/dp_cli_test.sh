@@ -23,16 +23,9 @@ out=$(timeout 120 mpirun -np 2 "$real_bin" bench -m "$model" -p 16 -n 4 -r 1 -t 
   --ep-size 2 --enable-dp-attention 2>&1) || fail "bench --profile with an idle rank: $out"
 grep -q "ep_exchange" <<<"$out" || fail "bench --profile lacks the exchange: $out"
 
-bin=$real_bin
-. "$(dirname "$0")/start_server.sh"
 start_server one_url
 start_server one_q_url --quantization mxfp8
-cat >"$tmp/dp_serve" <<WRAP
-#!/usr/bin/env bash
-exec mpirun -np 2 "$real_bin" "\$@" -t 1 --ep-size 2 --enable-dp-attention
-WRAP
-chmod +x "$tmp/dp_serve"
-bin=$tmp/dp_serve
+serve_on_two_ranks --ep-size 2 --enable-dp-attention
 run_openai_suite "2 data-parallel ranks"
 
 start_server head_url --enable-dp-lm-head

@@ -78,17 +78,9 @@ grep -q "mtp under --ep-size or --tp-size is not available yet" <<<"$out" || fai
 
 # The openai-client suite against servers of 2 ranks each, the main one drafting by prompt
 # lookup.
-cat >"$tmp/ep_serve" <<WRAP
-#!/usr/bin/env bash
-exec mpirun -np 2 "$real_bin" "\$@" -t 1 --ep-size 2
-WRAP
-chmod +x "$tmp/ep_serve"
-bin=$tmp/ep_serve
-. "$(dirname "$0")/start_server.sh"
+serve_on_two_ranks --ep-size 2
 run_openai_suite "2 ranks" --speculative-algorithm ngram
-kill "${pids[@]}" 2>/dev/null
-wait 2>/dev/null
-pids=()
+stop_servers
 
 # A rank killed mid-generation: the job ends within 10 s, and the message names the rank.
 start_server kill_url

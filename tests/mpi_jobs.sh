@@ -14,6 +14,23 @@ fail() {
   exit 1
 }
 
+. "$(dirname "$0")/start_server.sh"
+bin=$real_bin
+
+# From now on start_server starts `mpirun -np 2 mxserve serve ... -t 1 FLAGS`.
+serve_on_two_ranks() {
+  printf '#!/usr/bin/env bash\nexec mpirun -np 2 "%s" "$@" -t 1 %s\n' "$real_bin" "$*" >"$tmp/serve_2"
+  chmod +x "$tmp/serve_2"
+  bin=$tmp/serve_2
+}
+
+# Ends every server started so far.
+stop_servers() {
+  kill "${pids[@]}" 2>/dev/null
+  wait 2>/dev/null
+  pids=()
+}
+
 # The openai-client suite against servers started by $bin (a wrapper that adds the ranks): the
 # main one with the suite's key and any ARGS, one that admits a request at a time and one with
 # little KV room. $1 names the job in the failure.

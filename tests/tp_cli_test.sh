@@ -92,17 +92,9 @@ grep -q "tp_all_reduce" <<<"$out" || fail "bench --profile lacks tp_all_reduce: 
 grep -q "tensor parallelism: 2 ranks" <<<"$out" || fail "bench lacks the ranks' report: $out"
 
 # The openai-client suite against a server of 2 ranks.
-cat >"$tmp/tp_serve" <<WRAP
-#!/usr/bin/env bash
-exec mpirun -np 2 "$real_bin" "\$@" -t 1 --tp-size 2
-WRAP
-chmod +x "$tmp/tp_serve"
-bin=$tmp/tp_serve
-. "$(dirname "$0")/start_server.sh"
+serve_on_two_ranks --tp-size 2
 run_openai_suite "2 ranks"
-kill "${pids[@]}" 2>/dev/null
-wait 2>/dev/null
-pids=()
+stop_servers
 
 # A rank killed mid-generation: the job ends within 10 s, and the message names the rank.
 start_server kill_url

@@ -143,7 +143,7 @@ Status load_dense_mlp(const WeightLoader& w, const ModelConfig& c, const std::st
   // down gathers its input instead (WeightLoader::row_parallel).
   MX_ASSIGN_OR_RETURN(int64_t unit, w.column_unit(down, h, width));
   const int size = w.tp().size;
-  if (!check_width_split("", width, unit, size).is_ok()) unit = 32;
+  if (!splits_at(width, unit, size)) unit = 32;
   MX_RETURN_IF_ERROR(check_width_split(prefix + " intermediate width", width, unit, size));
   std::vector<Ranges> cols;
   for (int r = 0; r < size; ++r) cols.push_back({TpShard{r, size}.width(width, unit)});

@@ -56,9 +56,11 @@ Status check_tensor_parallel(const ModelConfig& c, int size) {
   return Status::ok();
 }
 
+bool splits_at(int64_t n, int64_t unit, int size) { return (n + unit - 1) / unit >= size; }
+
 Status check_width_split(const std::string& what, int64_t n, int64_t unit, int size) {
+  if (splits_at(n, unit, size)) return Status::ok();
   const int64_t units = (n + unit - 1) / unit;
-  if (units >= size) return Status::ok();
   return invalid_argument("--tp-size " + std::to_string(size) + " cannot split " + what + " (" +
                           std::to_string(n) + ", " + std::to_string(units) + " blocks of " +
                           std::to_string(unit) + ", where shards must begin) over the ranks");

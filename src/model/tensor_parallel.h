@@ -42,6 +42,8 @@ struct TpShard {
 
 // Fails naming the first head count that `size` ranks cannot split.
 Status check_tensor_parallel(const ModelConfig& c, int size);
+// Whether a width of n holds at least one block of `unit` a rank.
+bool splits_at(int64_t n, int64_t unit, int size);
 // Fails naming the width when it holds fewer blocks of `unit` than there are ranks.
 Status check_width_split(const std::string& what, int64_t n, int64_t unit, int size);
 // The config one rank's forward pass and caches see: its own heads (hidden size, vocabulary

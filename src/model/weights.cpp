@@ -317,7 +317,7 @@ Result<std::unique_ptr<ExpertBank>> WeightLoader::experts(const std::string& pre
   if (plan_.tp.on()) {
     const std::string first = packed + "." + std::to_string(mine.first) + ".down_proj";
     MX_ASSIGN_OR_RETURN(int64_t unit, column_unit(first, hidden, inter));
-    if (!plan_.tp_whole_experts && check_width_split("", inter, unit, plan_.tp.size).is_ok()) {
+    if (!plan_.tp_whole_experts && splits_at(inter, unit, plan_.tp.size)) {
       slice = plan_.tp.width(inter, unit);
     } else if (num_experts >= plan_.tp.size) {
       mine = expert_range(num_experts, plan_.tp.rank, plan_.tp.size);
