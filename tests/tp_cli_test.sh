@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tensor parallelism from the command line, under real mpirun: launches and shapes that cannot
 # work are refused by name on every rank; run, eval and bench give one process's results on 2
-# ranks; the openai-client suite passes against `mpirun -np 2 mxserve serve --tp-size 2`; a
-# rank killed mid-generation ends the job within 10 s naming it.
+# ranks; the openai-client suite and the agent clients pass against `mpirun -np 2 mxserve serve
+# --tp-size 2`; a rank killed mid-generation ends the job within 10 s naming it.
 # Usage: tp_cli_test.sh MXSERVE SOURCE_DIR SHARED_DIR
 set -u
 real_bin=$1 src=$2 shared=$3
@@ -95,6 +95,9 @@ grep -q "tensor parallelism: 2 ranks" <<<"$out" || fail "bench lacks the ranks' 
 serve_on_two_ranks --tp-size 2
 run_openai_suite "2 ranks"
 stop_servers
+# The agent clients and frameworks (Responses, Messages, AI SDK, LangChain, Agents SDK) and the
+# embeddings endpoint, whose pass the other rank replays without the lm_head.
+bash "$(dirname "$0")/agents_test.sh" "$tmp/serve_2" "$src" "$shared" || fail "agent clients against 2 ranks"
 
 # A rank killed mid-generation: the job ends within 10 s, and the message names the rank.
 start_server kill_url

@@ -238,6 +238,9 @@ class DecoderModel {
   Status forward_mtp(std::span<const SeqSlice> seqs, PagedKv& kv, const float* hidden_in,
                      float* logits, float* hidden);
   bool has_mtp_input() const { return mtp_input != nullptr; }
+  // Whether the pass under way computes hidden states for forward_hidden (the step hook tells
+  // the ranks that replay it).
+  bool hidden_pass() const { return hidden_out_ != nullptr; }
   // Every forward is replayed by other ranks (expert parallelism): a forward outside the
   // engine's steps would leave them behind.
   bool replays_steps() const { return static_cast<bool>(step_hook_); }

@@ -24,7 +24,10 @@ struct StepHeader {
   int32_t num_blocks = 0, block_size = 0, kv_dtype = 0, slots = 0;
   // Rank 0 profiles this step: every rank times its MoE layers, whose timing adds a barrier
   // before each collective (parallel/ep_dispatch.cpp), so that they meet the same ones.
-  uint32_t timed = 0, reserved = 0;
+  uint32_t timed = 0;
+  // The step computes hidden states, not logits (DecoderModel::forward_hidden: embeddings),
+  // so that no rank runs the lm_head's collective.
+  uint32_t hidden = 0;
   uint64_t words = 0;
   // kRestore: the slot of cache kv_id whose recurrent state goes back to the one after fed
   // position `position` of the last verify.
@@ -120,7 +123,20 @@ Status replay(DecoderModel& model, Comm& comm, const StepHeader& h, KvReplicas& 
   PagedKv& kv = kvs.get(model.config(), h);
   ForwardProfile unused;
   model.set_profile(h.timed != 0 ? &unused : nullptr);
-  Status st = model.forward_batch(seqs, kv, nullptr);
+  Status st = Status::ok();
+  if (h.hidden != 0) {
+    // Every row's hidden state is the same on every rank; the workers' copy is dropped.
+    int64_t rows = 0;
+    for (const SeqSlice& s : seqs) {
+      rows += s.logits == SeqSlice::Logits::kAll    ? s.count
+              : s.logits == SeqSlice::Logits::kLast ? 1
+                                                    : 0;
+    }
+    std::vector<float> dropped(static_cast<size_t>(rows * model.config().hidden_size));
+    st = model.forward_hidden(seqs, kv, dropped.data());
+  } else {
+    st = model.forward_batch(seqs, kv, nullptr);
+  }
   model.set_profile(nullptr);
   return st;
 }
@@ -233,6 +249,7 @@ void install_step_broadcast(DecoderModel& model, Comm& comm) {
     h.slots = kv.slots();
     h.state_steps = kv.state_steps();
     h.timed = model.profiling() ? 1 : 0;
+    h.hidden = model.hidden_pass() ? 1 : 0;
     h.words = w.size();
     Status st = send_header(comm, h);
     if (st.is_ok())

@@ -205,8 +205,9 @@ struct OpenAiServer::Impl {
     const std::string rid = random_id("embd-");
     OJson body;
     if (auto e = parse_body(text, &body)) return reject(rid, h.path, *e, ex);
-    if (model.replays_steps()) {
-      return reject(rid, h.path, {400, "embeddings are not served under expert parallelism"}, ex);
+    if (model.dp_size() > 1) {
+      return reject(rid, h.path, {400, "embeddings are not served under --enable-dp-attention yet"},
+                    ex);
     }
     auto req = std::make_shared<EmbeddingsRequest>();
     HttpError err{400, ""};
