@@ -11,7 +11,8 @@ void register_synth(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "synth", "Write a BF16 checkpoint with random weights and a published model's shapes");
   o->like = "qwen3-30b-a3b";
-  cmd->add_option("--like", o->like, "qwen3-30b-a3b (MoE) or qwen3-8b (dense)")
+  cmd->add_option("--like", o->like,
+                  "qwen3-30b-a3b (MoE), qwen3-8b (dense) or qwen3.5-35b-a3b (hybrid MoE)")
       ->capture_default_str();
   cmd->add_option("--layers", o->layers, "Decoder layers")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Weights are a function of the seed")->capture_default_str();
