@@ -214,18 +214,15 @@ void pre_q8_0(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* ou
   }
 }
 
-// The lines kAhead bytes on, into L2: at one activation row a panel kernel's loads come too
-// unevenly for the hardware prefetcher to keep memory busy (Q4_K from memory ran at 0.69x the
-// row kernel's speed without this). L2 rather than L1, whose fill buffers a block's worth of
-// requests crowded, and spread (below): on a Zen 4, lm_head-sized Q6_K, Q4_K and Q8_0 panels
-// read at 0.73, 0.87 and 0.92 of a plain read's rate with each block's requests into L1 at its
-// start, 4.5 KiB on, and at 0.98, 0.95 and 0.94 so (medians of four alternations).
+// The lines of the block kAhead bytes on, into L2, part j of eight spread over a super-block's
+// eight sub-blocks: at one activation row a k-quant panel kernel's loads come too unevenly for
+// the hardware prefetcher to keep memory busy (Q4_K from memory ran at 0.69x the row kernel's
+// speed without this). Into L1 in one burst at each block's start, the requests crowded its
+// fill buffers and stalled the loads behind them: on a Zen 4, lm_head-sized Q6_K and Q4_K
+// panels read at 0.73 and 0.87 of a plain read's rate so (4.5 KiB on), and at 0.98 and 0.95
+// as here (medians of four alternations). Q8_0 panels, whose loads are even, read best with
+// none: 0.91 with a block's lines asked for 6.6 KiB on, 0.96 without (five alternations).
 constexpr int64_t kAhead = 6720;
-inline void prefetch_block(const uint8_t* blk, int64_t bytes) {
-  for (int64_t o = 0; o < bytes; o += 64) prefetch_line_l2(blk + kAhead + o);
-}
-// The same lines spread over a super-block's eight sub-blocks, part j of eight: a burst of a
-// whole block's requests at its start stalls the loads behind it.
 inline void prefetch_part(const uint8_t* blk, int64_t bytes, int j) {
   const int64_t lines = (bytes + 63) / 64, per = (lines + 7) / 8;
   const int64_t e = std::min(lines, per * (j + 1));
@@ -418,7 +415,6 @@ struct Q80Panel {
     for (int64_t bi = 0; bi < nb; ++bi) {
       const int64_t b = b0 + bi;
       const uint8_t* blk = pan + b * kQ8PanelBlock;
-      prefetch_block(blk, kQ8PanelBlock);
       const __m512 dw = _mm512_cvtph_ps(load256(blk));
       __m512i w[8];
       for (int v = 0; v < 8; ++v) w[v] = load512(blk + 32 + 64 * v);
