@@ -44,6 +44,8 @@ inline float e8m0_half(uint8_t e) {
 // Twice the E2M1 values, indexed by the 4-bit code (sign in bit 3).
 constexpr int8_t kMxfp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
+}  // namespace
+
 // The 16 six-bit Q3_K scales (unbiased: -32..31). Bytes 0-7 hold the low four bits (scales
 // 0-7 in the low nibbles, 8-15 in the high nibbles); bytes 8-11 the top two bits, scale j in
 // byte 8 + j % 4 at bit 2 * (j / 4).
@@ -57,12 +59,10 @@ void q3_k_scales(const uint8_t s[12], int scales[16]) {
 
 // Q2_K and Q3_K share the walk over a super-block: two halves of 128 values, each read four
 // times (2-bit fields at shift 0, 2, 4, 6) from 32 bytes, 16 values per scale.
-inline int q2_field(const uint8_t* qs, int i) {
+int q2_field(const uint8_t* qs, int i) {
   const int half = i / 128, pass = (i % 128) / 32, l = i % 32;
   return (qs[half * 32 + l] >> (2 * pass)) & 3;
 }
-
-}  // namespace
 
 void unpack_k4_scales(const uint8_t s[12], uint8_t sc[8], uint8_t m[8]) {
   // Sub-blocks 0-3: six bits in bytes 0-3 (scales) and 4-7 (mins). Sub-blocks 4-7: low four

@@ -198,6 +198,10 @@ void ref_iq4_xs(const uint8_t* blocks, float* out, int64_t n);
 int iq4_xs_scale(const GgmlBlockIq4Xs& b, int j);
 // The eight 6-bit scales and mins of a Q4_K / Q5_K super-block, one per 32 values.
 void unpack_k4_scales(const uint8_t scales[12], uint8_t sc[8], uint8_t m[8]);
+// The sixteen six-bit scales of a Q3_K super-block, unbiased: -32..31, one per 16 values.
+void q3_k_scales(const uint8_t s[12], int scales[16]);
+// Value i's 2-bit field of a Q2_K / Q3_K super-block's 64 bytes of qs.
+int q2_field(const uint8_t* qs, int i);
 
 extern const GgmlKernels kScalarGgml;
 extern const GgmlKernels kAvx2Ggml;

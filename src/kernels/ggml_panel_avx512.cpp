@@ -14,21 +14,19 @@
 //   [256, 2304)  sub-block j's 256 bytes at 256 + 256j, in four registers u: bytes 4r..4r + 3 of
 //                register u hold weights 32j + 4u + t (low nibble) and 32j + 16 + 4u + t (high
 //                nibble) of row r, t = 0..3.
-// IQ4_XS and Q6_K panels keep the same nibble planes, Q8_0 panels its codes four to a lane;
+// Q5_K, IQ4_XS and Q6_K panels keep the same nibble planes, Q8_0 panels its codes four to a lane;
 // their layouts are at their repack functions. Signed weights are stored offset to unsigned
 // bytes (w + 128, Q6_K's codes as stored), and the offset times each block's activation sum
 // starts the block's integer sum, negated: exact, with no FP32 correction term.
 #include <utility>
 
-#include "kernels/ggml_dot_simd.h"
-#include "kernels/prefetch.h"
+#include "kernels/ggml_panel_avx512.h"
 
 namespace mx::ggml_dot_detail {
 namespace {
 
-inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-
 constexpr int64_t kPanelBlock = 16 * 144;  // bytes of a panel's super-block, Q4_K
+constexpr int64_t kQ5kPanelBlock = 16 * 176;
 constexpr int64_t kIq4PanelBlock = 16 * 136;
 constexpr int64_t kQ6kPanelBlock = 16 * 210;
 constexpr int64_t kQ8PanelBlock = 16 * 34;
@@ -58,14 +56,19 @@ void put_nibbles(uint8_t* q, int r, const uint8_t* qs, Nibble nibble) {
   }
 }
 
-void repack_q4_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+// Q5_K panel, per super-block (2816 bytes): Q4_K's panel for the scales, mins and low four bits
+// (its 2304 bytes), then per sub-block j one register at 2304 + 64j whose byte 4r + t holds, in
+// bit v, the fifth bit of the weight that nibble register v holds there.
+template <bool kFive>
+void repack_k4(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+  constexpr int64_t kIn = kFive ? 176 : 144, kOut = kFive ? kQ5kPanelBlock : kPanelBlock;
   const int64_t nsb = k / 256;
   for (int64_t p = 0; p < (n + 15) / 16; ++p) {
     for (int64_t b = 0; b < nsb; ++b) {
-      uint8_t* o = out + (p * nsb + b) * kPanelBlock;
-      std::memset(o, 0, kPanelBlock);
+      uint8_t* o = out + (p * nsb + b) * kOut;
+      std::memset(o, 0, kOut);
       for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
-        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * 144;
+        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * kIn;
         std::memcpy(o + 2 * r, blk, 2);
         std::memcpy(o + 32 + 2 * r, blk + 2, 2);
         uint8_t sc[8], m[8];
@@ -75,7 +78,13 @@ void repack_q4_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, u
           o[192 + 16 * (j / 2) + r] |=
               static_cast<uint8_t>(((sc[j] >> 4) | (m[j] >> 4) << 2) << (4 * (j & 1)));
         }
-        put_nibbles(o + 256, r, blk + 16, k4_nibble);
+        put_nibbles(o + 256, r, blk + (kFive ? 48 : 16), k4_nibble);
+        if constexpr (kFive) {
+          for (int j = 0; j < 8; ++j) {
+            put_bits(o + kPanelBlock + 64 * j, r, j,
+                     [&](int i) { return (blk[16 + i % 32] >> (i / 32)) & 1; });
+          }
+        }
       }
     }
   }
@@ -159,17 +168,9 @@ void repack_q8_0(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, u
   }
 }
 
-// Sixteen int32 lanes of plane bytes at p (one per row).
-inline __m512i plane(const uint8_t* p) { return _mm512_cvtepu8_epi32(load128(p)); }
-inline __m512i bcast32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
 // ---- Per-block activation terms, rows x nb x `per` int32s from block b0 on ----
 
-// Q4_K: each pair of sub-blocks' activation sums as the int16 halves of an int32, what
+// Q4_K and Q5_K: each pair of sub-blocks' activation sums as the int16 halves of an int32, what
 // vpdpwssd multiplies against the mins' pairs.
 void pre_q4_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
   for (int r = 0; r < rows; ++r) {
@@ -214,21 +215,6 @@ void pre_q8_0(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* ou
   }
 }
 
-// The lines of the block kAhead bytes on, into L2, part j of eight spread over a super-block's
-// eight sub-blocks: at one activation row a k-quant panel kernel's loads come too unevenly for
-// the hardware prefetcher to keep memory busy (Q4_K from memory ran at 0.69x the row kernel's
-// speed without this). Into L1 in one burst at each block's start, the requests crowded its
-// fill buffers and stalled the loads behind them: on a Zen 4, lm_head-sized Q6_K and Q4_K
-// panels read at 0.73 and 0.87 of a plain read's rate so (4.5 KiB on), and at 0.98 and 0.95
-// as here (medians of four alternations). Q8_0 panels, whose loads are even, read best with
-// none: 0.91 with a block's lines asked for 6.6 KiB on, 0.96 without (five alternations).
-constexpr int64_t kAhead = 6720;
-inline void prefetch_part(const uint8_t* blk, int64_t bytes, int j) {
-  const int64_t lines = (bytes + 63) / 64, per = (lines + 7) / 8;
-  const int64_t e = std::min(lines, per * (j + 1));
-  for (int64_t l = per * j; l < e; ++l) prefetch_line_l2(blk + kAhead + 64 * l);
-}
-
 // ---- Kernels: R activation rows against one panel over blocks [b0, b0 + nb) ----
 
 // Sub-block j's sixteen rows of 32 weights as eight registers of unsigned bytes: four loads,
@@ -242,38 +228,42 @@ inline void nibbles(const uint8_t* q, __m512i w[8]) {
   }
 }
 
-// Eight registers' dot products against an activation row's 32 codes at xc, in two chains (the
-// first 16 values, the last 16) that start at sa and sb.
-inline void sub_dots(const __m512i w[8], const int8_t* xc, __m512i sa, __m512i sb, __m512i* a,
-                     __m512i* b) {
-  *a = sa;
-  *b = sb;
+// Q5_K's sub-block: the nibble registers with each weight's fifth bit, register v's bit v of
+// the high-bit register at hq moved to bit 4 (16-bit shifts: the bits they carry across a byte
+// fall outside bit 4, which alone is kept).
+inline void nibbles5(const uint8_t* q, const uint8_t* hq, __m512i w[8]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+  const __m512i hv = load512(hq);
+  const __m512i b[8] = {_mm512_slli_epi16(hv, 4),
+                        _mm512_slli_epi16(hv, 3),
+                        _mm512_slli_epi16(hv, 2),
+                        _mm512_slli_epi16(hv, 1),
+                        hv,
+                        _mm512_srli_epi16(hv, 1),
+                        _mm512_srli_epi16(hv, 2),
+                        _mm512_srli_epi16(hv, 3)};
   for (int u = 0; u < 4; ++u) {
-    *a = _mm512_dpbusd_epi32(*a, w[u], bcast32(xc + 4 * u));
-    *b = _mm512_dpbusd_epi32(*b, w[u + 4], bcast32(xc + 16 + 4 * u));
+    const __m512i v = load512(q + 64 * u);
+    // (a & 0x0F) | b in one vpternlogd (0xEC).
+    w[u] = _mm512_ternarylogic_epi32(v, _mm512_and_si512(b[u], m10), m4, 0xEC);
+    w[u + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), _mm512_and_si512(b[u + 4], m10),
+                                         m4, 0xEC);
   }
 }
-inline __m512i sub_dot(const __m512i w[8], const int8_t* xc, __m512i start) {
-  __m512i a, b;
-  sub_dots(w, xc, start, _mm512_setzero_si512(), &a, &b);
-  return _mm512_add_epi32(a, b);
-}
-inline __m512 scaled_acc(int j, __m512i dot, __m512 scale, __m512 acc) {
-  return j == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(dot), scale)
-                : _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
-}
 
-// Q4_K: per super-block, sum_j d sc_j dot_j - dmin sum_j m_j bsum_j, times the row's dx.
-template <int R>
-struct Q4kPanel {
+// Q4_K and Q5_K: per super-block, sum_j d sc_j dot_j - dmin sum_j m_j bsum_j, times the row's
+// dx.
+template <bool kFive, int R>
+struct K4Panel {
   static void run(const uint8_t* pan, const ActRowView* x, const int32_t* pre, int64_t b0,
                   int64_t nb, __m512* tot) {
+    constexpr int64_t kBytes = kFive ? kQ5kPanelBlock : kPanelBlock;
     alignas(64) float dsc[8][16];
     alignas(64) int32_t mins[4][16];
     const __m512i m4 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
     for (int64_t bi = 0; bi < nb; ++bi) {
       const int64_t b = b0 + bi;
-      const uint8_t* blk = pan + b * kPanelBlock;
+      const uint8_t* blk = pan + b * kBytes;
       const __m512 d = _mm512_cvtph_ps(load256(blk)), dmin = _mm512_cvtph_ps(load256(blk + 32));
       __m512i mv[8];
       for (int j = 0; j < 8; ++j) {
@@ -292,9 +282,13 @@ struct Q4kPanel {
       }
       __m512 acc[R];
       for (int j = 0; j < 8; ++j) {
-        prefetch_part(blk, kPanelBlock, j);
+        prefetch_part(blk, kBytes, j);
         __m512i w[8];
-        nibbles(blk + 256 + 256 * j, w);
+        if constexpr (kFive) {
+          nibbles5(blk + 256 + 256 * j, blk + kPanelBlock + 64 * j, w);
+        } else {
+          nibbles(blk + 256 + 256 * j, w);
+        }
         const __m512 scale = _mm512_load_ps(dsc[j]);
         for (int r = 0; r < R; ++r) {
           const __m512i dot = sub_dot(w, x[r].codes + 256 * b + 32 * j, _mm512_setzero_si512());
@@ -313,6 +307,11 @@ struct Q4kPanel {
     }
   }
 };
+
+template <int R>
+using Q4kPanel = K4Panel<false, R>;
+template <int R>
+using Q5kPanel = K4Panel<true, R>;
 
 // IQ4_XS: the grid's values offset by 128 to unsigned bytes; the biased scales in FP32 with d.
 template <int R>
@@ -427,34 +426,21 @@ struct Q80Panel {
   }
 };
 
-using PanelFn = void (*)(const uint8_t*, const ActRowView*, const int32_t*, int64_t, int64_t,
-                         __m512*);
-
-// Kernels by row count (R = index + 1); a plain array, since std::array of a type naming __m512
-// drops its alignment attribute.
-struct PanelFns {
-  PanelFn f[kMaxRows512];
-};
-
-struct PanelType {
-  int64_t values;  // weights per block along k
-  int64_t bytes;   // bytes of one block of a panel
-  int64_t per;     // activation terms per row and block
-  GgmlActType act;
-  void (*pre)(const ActRowView*, int, int64_t, int64_t, int32_t*);
-  void (*repack)(const uint8_t*, int64_t, int64_t, int64_t, uint8_t*);
-  PanelFns fns;
-};
-
-template <template <int> class K, int... R>
-constexpr PanelFns fns_of(std::integer_sequence<int, R...>) {
-  return {{K<R + 1>::run...}};
-}
-constexpr auto kRowCounts = std::make_integer_sequence<int, kMaxRows512>{};
-
 const PanelType* panel_type(GgmlType t) {
-  static const PanelType kQ4k{
-      256, kPanelBlock, 4, GgmlActType::kQ8_K, pre_q4_k, repack_q4_k, fns_of<Q4kPanel>(kRowCounts)};
+  static const PanelType kQ4k{256,
+                              kPanelBlock,
+                              4,
+                              GgmlActType::kQ8_K,
+                              pre_q4_k,
+                              repack_k4<false>,
+                              fns_of<Q4kPanel>(kRowCounts)};
+  static const PanelType kQ5k{256,
+                              kQ5kPanelBlock,
+                              4,
+                              GgmlActType::kQ8_K,
+                              pre_q4_k,
+                              repack_k4<true>,
+                              fns_of<Q5kPanel>(kRowCounts)};
   static const PanelType kIq4Xs{256,
                                 kIq4PanelBlock,
                                 8,
@@ -479,6 +465,8 @@ const PanelType* panel_type(GgmlType t) {
   switch (t) {
     case GgmlType::kQ4_K:
       return &kQ4k;
+    case GgmlType::kQ5_K:
+      return &kQ5k;
     case GgmlType::kIQ4_XS:
       return &kIq4Xs;
     case GgmlType::kQ6_K:
@@ -486,7 +474,7 @@ const PanelType* panel_type(GgmlType t) {
     case GgmlType::kQ8_0:
       return &kQ80;
     default:
-      return nullptr;
+      return panel_type_k2(t);
   }
 }
 

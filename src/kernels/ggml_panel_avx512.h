@@ -1,0 +1,104 @@
+// Pieces that the AVX-512 GGUF panel units share: loads, the prefetch spread, the sub-block
+// dot products, and the table of a panel type. Included only by translation units compiled with
+// the AVX-512 flags.
+#pragma once
+
+#include <utility>
+
+#include "kernels/ggml_dot_simd.h"
+#include "kernels/prefetch.h"
+
+namespace mx::ggml_dot_detail {
+
+using PanelFn = void (*)(const uint8_t*, const ActRowView*, const int32_t*, int64_t, int64_t,
+                         __m512*);
+
+// Kernels by row count (R = index + 1); a plain array, since std::array of a type naming __m512
+// drops its alignment attribute.
+struct PanelFns {
+  PanelFn f[kMaxRows512];
+};
+
+struct PanelType {
+  int64_t values;  // weights per block along k
+  int64_t bytes;   // bytes of one block of a panel
+  int64_t per;     // activation terms per row and block
+  GgmlActType act;
+  void (*pre)(const ActRowView*, int, int64_t, int64_t, int32_t*);
+  void (*repack)(const uint8_t*, int64_t, int64_t, int64_t, uint8_t*);
+  PanelFns fns;
+};
+
+// Q2_K and Q3_K (ggml_panel_k2_avx512.cpp); null for other types.
+const PanelType* panel_type_k2(GgmlType t);
+
+// Internal linkage: each including unit keeps its own copies.
+namespace {
+
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+
+// Sub-block j's one-bit fields of row r (weight i's from bit(i)) into the register at q: bit v
+// of byte 4r + t for the weight that code register v holds there (weight 32j + 4v + t, or
+// 32j + 16 + 4(v - 4) + t from v = 4 on).
+template <class Bit>
+void put_bits(uint8_t* q, int r, int j, Bit bit) {
+  for (int v = 0; v < 8; ++v) {
+    for (int t = 0; t < 4; ++t) {
+      const int i = 32 * j + (v < 4 ? 4 * v : 16 + 4 * (v - 4)) + t;
+      q[4 * r + t] |= static_cast<uint8_t>(bit(i) << v);
+    }
+  }
+}
+
+// Sixteen int32 lanes of plane bytes at p (one per row).
+inline __m512i plane(const uint8_t* p) { return _mm512_cvtepu8_epi32(load128(p)); }
+inline __m512i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// The lines of the block kAhead bytes on, into L2, part j of eight spread over a super-block's
+// eight sub-blocks: at one activation row a k-quant panel kernel's loads come too unevenly for
+// the hardware prefetcher to keep memory busy (Q4_K from memory ran at 0.69x the row kernel's
+// speed without this). Into L1 in one burst at each block's start, the requests crowded its
+// fill buffers and stalled the loads behind them: on a Zen 4, lm_head-sized Q6_K and Q4_K
+// panels read at 0.73 and 0.87 of a plain read's rate so (4.5 KiB on), and at 0.98 and 0.95
+// as here (medians of four alternations). Q8_0 panels, whose loads are even, read best with
+// none: 0.91 with a block's lines asked for 6.6 KiB on, 0.96 without (five alternations).
+constexpr int64_t kAhead = 6720;
+inline void prefetch_part(const uint8_t* blk, int64_t bytes, int j) {
+  const int64_t lines = (bytes + 63) / 64, per = (lines + 7) / 8;
+  const int64_t e = std::min(lines, per * (j + 1));
+  for (int64_t l = per * j; l < e; ++l) prefetch_line_l2(blk + kAhead + 64 * l);
+}
+
+// Eight registers' dot products against an activation row's 32 codes at xc, in two chains (the
+// first 16 values, the last 16) that start at sa and sb.
+inline void sub_dots(const __m512i w[8], const int8_t* xc, __m512i sa, __m512i sb, __m512i* a,
+                     __m512i* b) {
+  *a = sa;
+  *b = sb;
+  for (int u = 0; u < 4; ++u) {
+    *a = _mm512_dpbusd_epi32(*a, w[u], bcast32(xc + 4 * u));
+    *b = _mm512_dpbusd_epi32(*b, w[u + 4], bcast32(xc + 16 + 4 * u));
+  }
+}
+inline __m512i sub_dot(const __m512i w[8], const int8_t* xc, __m512i start) {
+  __m512i a, b;
+  sub_dots(w, xc, start, _mm512_setzero_si512(), &a, &b);
+  return _mm512_add_epi32(a, b);
+}
+inline __m512 scaled_acc(int j, __m512i dot, __m512 scale, __m512 acc) {
+  return j == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(dot), scale)
+                : _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+}
+
+template <template <int> class K, int... R>
+constexpr PanelFns fns_of(std::integer_sequence<int, R...>) {
+  return {{K<R + 1>::run...}};
+}
+constexpr auto kRowCounts = std::make_integer_sequence<int, kMaxRows512>{};
+
+}  // namespace
+}  // namespace mx::ggml_dot_detail

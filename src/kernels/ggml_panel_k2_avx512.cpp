@@ -1,0 +1,249 @@
+// Row-interleaved panels of the 2-bit k-quants for the AVX-512 VNNI table (see
+// ggml_panel_avx512.cpp): sixteen rows of Q2_K or Q3_K repacked at load so that each code
+// register holds four consecutive weights of each row, decoded from their 2-bit fields (and
+// Q3_K's third bits) with a shift and a mask a register.
+#include "kernels/ggml_panel_avx512.h"
+
+namespace mx::ggml_dot_detail {
+namespace {
+
+constexpr int64_t kQ3kPanelBlock = 16 * 110;
+constexpr int64_t kQ2kPanelBlock = 16 * 84;
+
+// Sub-block j's 2-bit fields of row r (weight i's from field(i)) into the two registers at q:
+// bits 2u..2u + 1 of byte 4r + t of register h hold the field of the weight that code register
+// 4h + u holds there (weight 32j + 4u + t, or 32j + 16 + 4u + t for h = 1).
+template <class Field>
+void put_fields(uint8_t* q, int r, int j, Field field) {
+  for (int v = 0; v < 8; ++v) {
+    for (int t = 0; t < 4; ++t) {
+      const int i = 32 * j + (v < 4 ? 4 * v : 16 + 4 * (v - 4)) + t;
+      q[64 * (v / 4) + 4 * r + t] |= static_cast<uint8_t>(field(i) << (2 * (v % 4)));
+    }
+  }
+}
+
+// Q3_K panel, per super-block (1760 bytes): d of row r at 2r; the scales' low four bits, groups
+// 2p and 2p + 1 of row r at 32 + 16p + r (low, high nibble); their top two bits, groups 4q..4q + 3
+// at 160 + 16q + r; the low two bits of the codes, sub-block j's two registers at 224 + 128j (as
+// put_fields); their third bits (hmask), sub-block j's register at 1248 + 64j, bit v of byte
+// 4r + t for code register v.
+void repack_q3_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+  const int64_t nsb = k / 256;
+  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
+    for (int64_t b = 0; b < nsb; ++b) {
+      uint8_t* o = out + (p * nsb + b) * kQ3kPanelBlock;
+      std::memset(o, 0, kQ3kPanelBlock);
+      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
+        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * 110;
+        std::memcpy(o + 2 * r, blk + 108, 2);
+        int sc[16];
+        ggml_detail::q3_k_scales(blk + 96, sc);
+        for (int g = 0; g < 16; ++g) {
+          const int u = sc[g] + 32;
+          o[32 + 16 * (g / 2) + r] |= static_cast<uint8_t>((u & 15) << (4 * (g % 2)));
+          o[160 + 16 * (g / 4) + r] |= static_cast<uint8_t>((u >> 4) << (2 * (g % 4)));
+        }
+        for (int j = 0; j < 8; ++j) {
+          put_fields(o + 224 + 128 * j, r, j,
+                     [&](int i) { return ggml_detail::q2_field(blk + 32, i); });
+          put_bits(o + 1248 + 64 * j, r, j, [&](int i) { return (blk[i % 32] >> (i / 32)) & 1; });
+        }
+      }
+    }
+  }
+}
+
+// Q2_K panel, per super-block (1344 bytes): d of row r at 2r, dmin at 32 + 2r; group g's scale
+// byte (scale | min << 4) of row r at 64 + 16g + r; the codes, sub-block j's two registers at
+// 320 + 128j (as put_fields).
+void repack_q2_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+  const int64_t nsb = k / 256;
+  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
+    for (int64_t b = 0; b < nsb; ++b) {
+      uint8_t* o = out + (p * nsb + b) * kQ2kPanelBlock;
+      std::memset(o, 0, kQ2kPanelBlock);
+      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
+        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * 84;
+        std::memcpy(o + 2 * r, blk + 80, 2);
+        std::memcpy(o + 32 + 2 * r, blk + 82, 2);
+        for (int g = 0; g < 16; ++g) o[64 + 16 * g + r] = blk[g];
+        for (int j = 0; j < 8; ++j) {
+          put_fields(o + 320 + 128 * j, r, j,
+                     [&](int i) { return ggml_detail::q2_field(blk + 16, i); });
+        }
+      }
+    }
+  }
+}
+
+// Q3_K: -4 times each group of 16's activation sum (the codes' offset).
+void pre_q3_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int16_t* s = x[r].sums + 16 * (b0 + b);
+      for (int g = 0; g < 16; ++g) out[(r * nb + b) * 16 + g] = -4 * s[g];
+    }
+  }
+}
+// Q2_K: each pair of groups' activation sums as the int16 halves of an int32 (Q4_K's form).
+void pre_q2_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int16_t* s = x[r].sums + 16 * (b0 + b);
+      for (int p = 0; p < 8; ++p) {
+        out[(r * nb + b) * 8 + p] =
+            static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(s[2 * p])) |
+                                 static_cast<uint32_t>(static_cast<uint16_t>(s[2 * p + 1])) << 16);
+      }
+    }
+  }
+}
+
+// Sub-block j's code registers from its two registers of 2-bit fields at q (put_fields), with
+// Q3_K's third bits from the register at hq moved to bit 2 (16-bit shifts: the bits they carry
+// across a byte fall outside the bits kept).
+template <bool kThird>
+inline void codes2(const uint8_t* q, const uint8_t* hq, __m512i w[8]) {
+  const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
+  __m512i b[8] = {};
+  if constexpr (kThird) {
+    const __m512i hv = load512(hq);
+    b[0] = _mm512_slli_epi16(hv, 2);
+    b[1] = _mm512_slli_epi16(hv, 1);
+    b[2] = hv;
+    for (int v = 3; v < 8; ++v) b[v] = _mm512_srli_epi16(hv, v - 2);
+  }
+  for (int h = 0; h < 2; ++h) {
+    const __m512i l = load512(q + 64 * h);
+    for (int u = 0; u < 4; ++u) {
+      const __m512i f = u == 0 ? l : _mm512_srli_epi16(l, 2 * u);
+      if constexpr (kThird) {
+        // (a & 3) | b in one vpternlogd (0xEC).
+        w[4 * h + u] = _mm512_ternarylogic_epi32(f, _mm512_and_si512(b[4 * h + u], m4), m3, 0xEC);
+      } else {
+        w[4 * h + u] = _mm512_and_si512(f, m3);
+      }
+    }
+  }
+}
+
+// Q3_K: codes 0..7 standing for -4..3, each group of 16's sum started at -4 times its
+// activation sum and scaled by d times its six-bit scale less 32.
+template <int R>
+struct Q3kPanel {
+  static void run(const uint8_t* pan, const ActRowView* x, const int32_t* pre, int64_t b0,
+                  int64_t nb, __m512* tot) {
+    alignas(64) float dsc[16][16];
+    const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      const int64_t b = b0 + bi;
+      const uint8_t* blk = pan + b * kQ3kPanelBlock;
+      const __m512 d = _mm512_cvtph_ps(load256(blk));
+      for (int g = 0; g < 16; ++g) {
+        const __m512i lo =
+            _mm512_and_si512(_mm512_srli_epi32(plane(blk + 32 + 16 * (g / 2)), 4 * (g % 2)), m15);
+        const __m512i hi =
+            _mm512_and_si512(_mm512_srli_epi32(plane(blk + 160 + 16 * (g / 4)), 2 * (g % 4)), m3);
+        const __m512i sc =
+            _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+        _mm512_store_ps(dsc[g], _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+      }
+      __m512 acc[R];
+      for (int j = 0; j < 8; ++j) {
+        prefetch_part(blk, kQ3kPanelBlock, j);
+        __m512i w[8];
+        codes2<true>(blk + 224 + 128 * j, blk + 1248 + 64 * j, w);
+        const __m512 sa = _mm512_load_ps(dsc[2 * j]), sb = _mm512_load_ps(dsc[2 * j + 1]);
+        for (int r = 0; r < R; ++r) {
+          const int32_t* pr = pre + (r * nb + bi) * 16 + 2 * j;
+          __m512i da, db;
+          sub_dots(w, x[r].codes + 256 * b + 32 * j, bcast32(pr), bcast32(pr + 1), &da, &db);
+          acc[r] = scaled_acc(j, da, sa, acc[r]);
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(db), sb, acc[r]);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        tot[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r].d[b]), acc[r], tot[r]);
+      }
+    }
+  }
+};
+
+// Q2_K: per super-block, sum_g d sc_g dot_g - dmin sum_g m_g bsum_g, times the row's dx.
+template <int R>
+struct Q2kPanel {
+  static void run(const uint8_t* pan, const ActRowView* x, const int32_t* pre, int64_t b0,
+                  int64_t nb, __m512* tot) {
+    alignas(64) float dsc[16][16];
+    alignas(64) int32_t mins[8][16];
+    const __m512i m15 = _mm512_set1_epi32(15);
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      const int64_t b = b0 + bi;
+      const uint8_t* blk = pan + b * kQ2kPanelBlock;
+      const __m512 d = _mm512_cvtph_ps(load256(blk)), dmin = _mm512_cvtph_ps(load256(blk + 32));
+      for (int p = 0; p < 8; ++p) {
+        const __m512i s0 = plane(blk + 64 + 32 * p), s1 = plane(blk + 80 + 32 * p);
+        _mm512_store_ps(dsc[2 * p],
+                        _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(s0, m15))));
+        _mm512_store_ps(dsc[2 * p + 1],
+                        _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(s1, m15))));
+        _mm512_store_si512(mins[p],
+                           _mm512_or_si512(_mm512_srli_epi32(s0, 4),
+                                           _mm512_slli_epi32(_mm512_srli_epi32(s1, 4), 16)));
+      }
+      __m512 acc[R];
+      for (int j = 0; j < 8; ++j) {
+        prefetch_part(blk, kQ2kPanelBlock, j);
+        __m512i w[8];
+        codes2<false>(blk + 320 + 128 * j, nullptr, w);
+        const __m512 sa = _mm512_load_ps(dsc[2 * j]), sb = _mm512_load_ps(dsc[2 * j + 1]);
+        for (int r = 0; r < R; ++r) {
+          __m512i da, db;
+          sub_dots(w, x[r].codes + 256 * b + 32 * j, _mm512_setzero_si512(), _mm512_setzero_si512(),
+                   &da, &db);
+          acc[r] = scaled_acc(j, da, sa, acc[r]);
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(db), sb, acc[r]);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const int32_t* pr = pre + (r * nb + bi) * 8;
+        __m512i ms = _mm512_setzero_si512();
+        for (int p = 0; p < 8; ++p) {
+          ms = _mm512_dpwssd_epi32(ms, _mm512_load_si512(mins[p]), bcast32(pr + p));
+        }
+        acc[r] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(ms), acc[r]);
+        tot[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r].d[b]), acc[r], tot[r]);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+const PanelType* panel_type_k2(GgmlType t) {
+  static const PanelType kQ3k{256,
+                              kQ3kPanelBlock,
+                              16,
+                              GgmlActType::kQ8_K,
+                              pre_q3_k,
+                              repack_q3_k,
+                              fns_of<Q3kPanel>(kRowCounts)};
+  static const PanelType kQ2k{256,
+                              kQ2kPanelBlock,
+                              8,
+                              GgmlActType::kQ8_K,
+                              pre_q2_k,
+                              repack_q2_k,
+                              fns_of<Q2kPanel>(kRowCounts)};
+  switch (t) {
+    case GgmlType::kQ2_K:
+      return &kQ2k;
+    case GgmlType::kQ3_K:
+      return &kQ3k;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace mx::ggml_dot_detail
