@@ -217,40 +217,6 @@ void pre_q8_0(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* ou
 
 // ---- Kernels: R activation rows against one panel over blocks [b0, b0 + nb) ----
 
-// Sub-block j's sixteen rows of 32 weights as eight registers of unsigned bytes: four loads,
-// each split into its low and high nibbles.
-inline void nibbles(const uint8_t* q, __m512i w[8]) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  for (int u = 0; u < 4; ++u) {
-    const __m512i v = load512(q + 64 * u);
-    w[u] = _mm512_and_si512(v, m4);
-    w[u + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-  }
-}
-
-// Q5_K's sub-block: the nibble registers with each weight's fifth bit, register v's bit v of
-// the high-bit register at hq moved to bit 4 (16-bit shifts: the bits they carry across a byte
-// fall outside bit 4, which alone is kept).
-inline void nibbles5(const uint8_t* q, const uint8_t* hq, __m512i w[8]) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
-  const __m512i hv = load512(hq);
-  const __m512i b[8] = {_mm512_slli_epi16(hv, 4),
-                        _mm512_slli_epi16(hv, 3),
-                        _mm512_slli_epi16(hv, 2),
-                        _mm512_slli_epi16(hv, 1),
-                        hv,
-                        _mm512_srli_epi16(hv, 1),
-                        _mm512_srli_epi16(hv, 2),
-                        _mm512_srli_epi16(hv, 3)};
-  for (int u = 0; u < 4; ++u) {
-    const __m512i v = load512(q + 64 * u);
-    // (a & 0x0F) | b in one vpternlogd (0xEC).
-    w[u] = _mm512_ternarylogic_epi32(v, _mm512_and_si512(b[u], m10), m4, 0xEC);
-    w[u + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), _mm512_and_si512(b[u + 4], m10),
-                                         m4, 0xEC);
-  }
-}
-
 // Q4_K and Q5_K: per super-block, sum_j d sc_j dot_j - dmin sum_j m_j bsum_j, times the row's
 // dx.
 template <bool kFive, int R>
@@ -474,8 +440,10 @@ const PanelType* panel_type(GgmlType t) {
     case GgmlType::kQ8_0:
       return &kQ80;
     default:
-      return panel_type_k2(t);
+      break;
   }
+  if (const PanelType* k2 = panel_type_k2(t)) return k2;
+  return panel_type_b32(t);
 }
 
 }  // namespace

@@ -31,6 +31,8 @@ struct PanelType {
 
 // Q2_K and Q3_K (ggml_panel_k2_avx512.cpp); null for other types.
 const PanelType* panel_type_k2(GgmlType t);
+// Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL (ggml_panel_b32_avx512.cpp); null for other types.
+const PanelType* panel_type_b32(GgmlType t);
 
 // Internal linkage: each including unit keeps its own copies.
 namespace {
@@ -71,6 +73,40 @@ inline void prefetch_part(const uint8_t* blk, int64_t bytes, int j) {
   const int64_t lines = (bytes + 63) / 64, per = (lines + 7) / 8;
   const int64_t e = std::min(lines, per * (j + 1));
   for (int64_t l = per * j; l < e; ++l) prefetch_line_l2(blk + kAhead + 64 * l);
+}
+
+// Sub-block j's sixteen rows of 32 weights as eight registers of unsigned bytes: four loads,
+// each split into its low and high nibbles.
+inline void nibbles(const uint8_t* q, __m512i w[8]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int u = 0; u < 4; ++u) {
+    const __m512i v = load512(q + 64 * u);
+    w[u] = _mm512_and_si512(v, m4);
+    w[u + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  }
+}
+
+// A Q5_K sub-block's or Q5_0 / Q5_1 block's: the nibble registers with each weight's fifth bit,
+// register v's bit v of the high-bit register at hq moved to bit 4 (16-bit shifts: the bits they
+// carry across a byte fall outside bit 4, which alone is kept).
+inline void nibbles5(const uint8_t* q, const uint8_t* hq, __m512i w[8]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+  const __m512i hv = load512(hq);
+  const __m512i b[8] = {_mm512_slli_epi16(hv, 4),
+                        _mm512_slli_epi16(hv, 3),
+                        _mm512_slli_epi16(hv, 2),
+                        _mm512_slli_epi16(hv, 1),
+                        hv,
+                        _mm512_srli_epi16(hv, 1),
+                        _mm512_srli_epi16(hv, 2),
+                        _mm512_srli_epi16(hv, 3)};
+  for (int u = 0; u < 4; ++u) {
+    const __m512i v = load512(q + 64 * u);
+    // (a & 0x0F) | b in one vpternlogd (0xEC).
+    w[u] = _mm512_ternarylogic_epi32(v, _mm512_and_si512(b[u], m10), m4, 0xEC);
+    w[u + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), _mm512_and_si512(b[u + 4], m10),
+                                         m4, 0xEC);
+  }
 }
 
 // Eight registers' dot products against an activation row's 32 codes at xc, in two chains (the

@@ -1,0 +1,146 @@
+// Row-interleaved panels of the 32-value nibble types for the AVX-512 VNNI table (see
+// ggml_panel_avx512.cpp): sixteen rows of Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL repacked at load, per
+// block of 32 (sixteen rows' bytes each):
+//   [0, 32)    d of row r at 2r (FP16)
+//   [32, 64)   Q4_1 and Q5_1: m of row r at 32 + 2r (FP16)
+//   then 256 bytes of nibble planes in four registers u: bytes 4r..4r + 3 of register u hold
+//   weights 4u + t (low nibble) and 16 + 4u + t (high nibble) of row r;
+//   then Q5_0 and Q5_1: one register whose byte 4r + t holds, in bit v, the fifth bit of the
+//   weight that code register v holds there.
+// Offsets run as integer sums started at the offset times the block's activation sum (Q4_0 -8,
+// Q5_0 -16, IQ4_NL's grid stored plus 128 and -128); Q4_1 and Q5_1 add m times the activation
+// block's d * sum (Q8_1's s).
+#include "kernels/ggml_panel_avx512.h"
+
+namespace mx::ggml_dot_detail {
+namespace {
+
+struct B32Kind {
+  int in_bytes;  // bytes of a stored block
+  int qh_at;     // offset of the fifth bits in a stored block, or -1
+  int qs_at;     // offset of the nibbles in a stored block
+  bool has_min;  // m at stored offset 2
+  bool grid;     // IQ4_NL's table of values
+  int offset;    // what each code stands above its value (8, 16; 128 for the grid)
+};
+constexpr B32Kind kQ40{18, -1, 2, false, false, 8};
+constexpr B32Kind kQ41{20, -1, 4, true, false, 0};
+constexpr B32Kind kQ50{22, 2, 6, false, false, 16};
+constexpr B32Kind kQ51{24, 4, 8, true, false, 0};
+constexpr B32Kind kIq4Nl{18, -1, 2, false, true, 128};
+
+constexpr int64_t codes_at(const B32Kind& k) { return k.has_min ? 64 : 32; }
+constexpr int64_t panel_block(const B32Kind& k) { return 16 * k.in_bytes; }
+
+template <const B32Kind& K>
+void repack_b32(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+  constexpr int64_t kOut = panel_block(K), kCodes = codes_at(K);
+  const int64_t nb = k / 32;
+  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* o = out + (p * nb + b) * kOut;
+      std::memset(o, 0, kOut);
+      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
+        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * K.in_bytes;
+        std::memcpy(o + 2 * r, blk, 2);
+        if constexpr (K.has_min) std::memcpy(o + 32 + 2 * r, blk + 2, 2);
+        const uint8_t* qs = blk + K.qs_at;
+        for (int u = 0; u < 4; ++u) {
+          for (int t = 0; t < 4; ++t) {
+            const int lo = 4 * u + t;  // weight lo is qs[lo]'s low nibble, lo + 16 its high one
+            o[kCodes + 64 * u + 4 * r + t] = qs[lo];
+          }
+        }
+        if constexpr (K.qh_at >= 0) {
+          uint32_t qh;
+          std::memcpy(&qh, blk + K.qh_at, 4);
+          put_bits(o + kCodes + 256, r, 0, [&](int i) { return static_cast<int>(qh >> i) & 1; });
+        }
+      }
+    }
+  }
+}
+
+// The offset times each block's activation sum, negated (0 for the types with a min).
+template <const B32Kind& K>
+void pre_b32(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int8_t* c = x[r].codes + 32 * (b0 + b);
+      int sum = 0;
+      for (int i = 0; i < 32; ++i) sum += c[i];
+      out[r * nb + b] = -K.offset * sum;
+    }
+  }
+}
+
+template <const B32Kind& K, int R>
+struct B32Panel {
+  static void run(const uint8_t* pan, const ActRowView* x, const int32_t* pre, int64_t b0,
+                  int64_t nb, __m512* tot) {
+    constexpr int64_t kBytes = panel_block(K), kCodes = codes_at(K);
+    const __m512i grid = _mm512_xor_si512(
+        _mm512_maskz_broadcast_i32x4(0xFFFF, load128(kGgmlIq4Values)), _mm512_set1_epi8(-128));
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      const int64_t b = b0 + bi;
+      const uint8_t* blk = pan + b * kBytes;
+      const __m512 dw = _mm512_cvtph_ps(load256(blk));
+      const __m512 mw = K.has_min ? _mm512_cvtph_ps(load256(blk + 32)) : _mm512_setzero_ps();
+      __m512i w[8];
+      if constexpr (K.qh_at >= 0) {
+        nibbles5(blk + kCodes, blk + kCodes + 256, w);
+      } else {
+        nibbles(blk + kCodes, w);
+      }
+      if constexpr (K.grid) {
+        for (int u = 0; u < 8; ++u) w[u] = _mm512_shuffle_epi8(grid, w[u]);
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512i dot = sub_dot(w, x[r].codes + 32 * b, bcast32(pre + r * nb + bi));
+        tot[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                 _mm512_mul_ps(dw, _mm512_set1_ps(x[r].d[b])), tot[r]);
+        if constexpr (K.has_min) {
+          tot[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(x[r].s[b]), tot[r]);
+        }
+      }
+    }
+  }
+};
+
+template <const B32Kind& K>
+struct B32Of {
+  template <int R>
+  using Panel = B32Panel<K, R>;
+  static PanelType type() {
+    return {32,
+            panel_block(K),
+            1,
+            GgmlActType::kQ8_0,
+            pre_b32<K>,
+            repack_b32<K>,
+            fns_of<Panel>(kRowCounts)};
+  }
+};
+
+}  // namespace
+
+const PanelType* panel_type_b32(GgmlType t) {
+  static const PanelType kTypes[] = {B32Of<kQ40>::type(), B32Of<kQ41>::type(), B32Of<kQ50>::type(),
+                                     B32Of<kQ51>::type(), B32Of<kIq4Nl>::type()};
+  switch (t) {
+    case GgmlType::kQ4_0:
+      return &kTypes[0];
+    case GgmlType::kQ4_1:
+      return &kTypes[1];
+    case GgmlType::kQ5_0:
+      return &kTypes[2];
+    case GgmlType::kQ5_1:
+      return &kTypes[3];
+    case GgmlType::kIQ4_NL:
+      return &kTypes[4];
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace mx::ggml_dot_detail
