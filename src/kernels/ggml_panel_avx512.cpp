@@ -61,58 +61,42 @@ void put_nibbles(uint8_t* q, int r, const uint8_t* qs, Nibble nibble) {
 // bit v, the fifth bit of the weight that nibble register v holds there.
 template <bool kFive>
 void repack_k4(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
-  constexpr int64_t kIn = kFive ? 176 : 144, kOut = kFive ? kQ5kPanelBlock : kPanelBlock;
-  const int64_t nsb = k / 256;
-  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
-    for (int64_t b = 0; b < nsb; ++b) {
-      uint8_t* o = out + (p * nsb + b) * kOut;
-      std::memset(o, 0, kOut);
-      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
-        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * kIn;
-        std::memcpy(o + 2 * r, blk, 2);
-        std::memcpy(o + 32 + 2 * r, blk + 2, 2);
-        uint8_t sc[8], m[8];
-        ggml_detail::unpack_k4_scales(blk + 4, sc, m);
-        for (int j = 0; j < 8; ++j) {
-          o[64 + 16 * j + r] = static_cast<uint8_t>((sc[j] & 15) | (m[j] & 15) << 4);
-          o[192 + 16 * (j / 2) + r] |=
-              static_cast<uint8_t>(((sc[j] >> 4) | (m[j] >> 4) << 2) << (4 * (j & 1)));
-        }
-        put_nibbles(o + 256, r, blk + (kFive ? 48 : 16), k4_nibble);
-        if constexpr (kFive) {
-          for (int j = 0; j < 8; ++j) {
-            put_bits(o + kPanelBlock + 64 * j, r, j,
-                     [&](int i) { return (blk[16 + i % 32] >> (i / 32)) & 1; });
-          }
-        }
+  constexpr int64_t kIn = kFive ? 176 : 144;
+  repack_blocks(rows, row_bytes, n, k, 256, kIn, out, [&](uint8_t* o, int r, const uint8_t* blk) {
+    std::memcpy(o + 2 * r, blk, 2);
+    std::memcpy(o + 32 + 2 * r, blk + 2, 2);
+    uint8_t sc[8], m[8];
+    ggml_detail::unpack_k4_scales(blk + 4, sc, m);
+    for (int j = 0; j < 8; ++j) {
+      o[64 + 16 * j + r] = static_cast<uint8_t>((sc[j] & 15) | (m[j] & 15) << 4);
+      o[192 + 16 * (j / 2) + r] |=
+          static_cast<uint8_t>(((sc[j] >> 4) | (m[j] >> 4) << 2) << (4 * (j & 1)));
+    }
+    put_nibbles(o + 256, r, blk + (kFive ? 48 : 16), k4_nibble);
+    if constexpr (kFive) {
+      for (int j = 0; j < 8; ++j) {
+        put_bits(o + kPanelBlock + 64 * j, r, j,
+                 [&](int i) { return (blk[16 + i % 32] >> (i / 32)) & 1; });
       }
     }
-  }
+  });
 }
 
 // IQ4_XS panel, per super-block (2176 bytes): d of row r at 2r; the scales' low nibbles, sub-blocks
 // 2p and 2p + 1 of row r at 32 + 16p + r (low, high nibble); their high two bits, sub-blocks
 // 4q..4q + 3 of row r at 96 + 16q + r (two bits each, in order); the nibble planes at 128.
 void repack_iq4_xs(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
-  const int64_t nsb = k / 256;
-  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
-    for (int64_t b = 0; b < nsb; ++b) {
-      uint8_t* o = out + (p * nsb + b) * kIq4PanelBlock;
-      std::memset(o, 0, kIq4PanelBlock);
-      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
-        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * 136;
-        std::memcpy(o + 2 * r, blk, 2);
-        uint16_t sh;
-        std::memcpy(&sh, blk + 2, 2);
-        for (int j = 0; j < 8; ++j) {
-          const int lo = (blk[4 + j / 2] >> (4 * (j % 2))) & 15, hi = (sh >> (2 * j)) & 3;
-          o[32 + 16 * (j / 2) + r] |= static_cast<uint8_t>(lo << (4 * (j % 2)));
-          o[96 + 16 * (j / 4) + r] |= static_cast<uint8_t>(hi << (2 * (j % 4)));
-        }
-        put_nibbles(o + 128, r, blk + 8, xs_nibble);
-      }
+  repack_blocks(rows, row_bytes, n, k, 256, 136, out, [&](uint8_t* o, int r, const uint8_t* blk) {
+    std::memcpy(o + 2 * r, blk, 2);
+    uint16_t sh;
+    std::memcpy(&sh, blk + 2, 2);
+    for (int j = 0; j < 8; ++j) {
+      const int lo = (blk[4 + j / 2] >> (4 * (j % 2))) & 15, hi = (sh >> (2 * j)) & 3;
+      o[32 + 16 * (j / 2) + r] |= static_cast<uint8_t>(lo << (4 * (j % 2)));
+      o[96 + 16 * (j / 4) + r] |= static_cast<uint8_t>(hi << (2 * (j % 4)));
     }
-  }
+    put_nibbles(o + 128, r, blk + 8, xs_nibble);
+  });
 }
 
 // Q6_K panel, per super-block (3360 bytes): d of row r at 2r; the int8 scale of group g (16
@@ -127,45 +111,29 @@ inline int q6_high(const uint8_t* qh, int i) {
 }
 
 void repack_q6_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
-  const int64_t nsb = k / 256;
-  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
-    for (int64_t b = 0; b < nsb; ++b) {
-      uint8_t* o = out + (p * nsb + b) * kQ6kPanelBlock;
-      std::memset(o, 0, kQ6kPanelBlock);
-      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
-        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * 210;
-        std::memcpy(o + 2 * r, blk + 208, 2);
-        for (int g = 0; g < 16; ++g) o[32 + 16 * g + r] = blk[192 + g];
-        put_nibbles(o + 288, r, blk, q6_low);
-        for (int j = 0; j < 8; ++j) {
-          for (int v = 0; v < 8; ++v) {
-            for (int t = 0; t < 4; ++t) {
-              const int i = 32 * j + (v < 4 ? 4 * v : 16 + 4 * (v - 4)) + t;
-              o[2336 + 128 * j + 64 * (v / 4) + 4 * r + t] |=
-                  static_cast<uint8_t>(q6_high(blk + 128, i) << (2 * (v % 4)));
-            }
-          }
+  repack_blocks(rows, row_bytes, n, k, 256, 210, out, [&](uint8_t* o, int r, const uint8_t* blk) {
+    std::memcpy(o + 2 * r, blk + 208, 2);
+    for (int g = 0; g < 16; ++g) o[32 + 16 * g + r] = blk[192 + g];
+    put_nibbles(o + 288, r, blk, q6_low);
+    for (int j = 0; j < 8; ++j) {
+      for (int v = 0; v < 8; ++v) {
+        for (int t = 0; t < 4; ++t) {
+          const int i = 32 * j + (v < 4 ? 4 * v : 16 + 4 * (v - 4)) + t;
+          o[2336 + 128 * j + 64 * (v / 4) + 4 * r + t] |=
+              static_cast<uint8_t>(q6_high(blk + 128, i) << (2 * (v % 4)));
         }
       }
     }
-  }
+  });
 }
 
 // Q8_0 panel, per block of 32 (544 bytes): d of row r at 2r; then eight registers v whose bytes
 // 4r + t hold code 4v + t of row r plus 128.
 void repack_q8_0(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
-  const int64_t nb = k / 32;
-  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
-    for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* o = out + (p * nb + b) * kQ8PanelBlock;
-      std::memset(o, 0, kQ8PanelBlock);
-      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
-        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * 34;
-        std::memcpy(o + 2 * r, blk, 2);
-        for (int i = 0; i < 32; ++i) o[32 + 64 * (i / 4) + 4 * r + i % 4] = blk[2 + i] ^ 0x80;
-      }
-    }
-  }
+  repack_blocks(rows, row_bytes, n, k, 32, 34, out, [&](uint8_t* o, int r, const uint8_t* blk) {
+    std::memcpy(o + 2 * r, blk, 2);
+    for (int i = 0; i < 32; ++i) o[32 + 64 * (i / 4) + 4 * r + i % 4] = blk[2 + i] ^ 0x80;
+  });
 }
 
 // ---- Per-block activation terms, rows x nb x `per` int32s from block b0 on ----
@@ -191,26 +159,6 @@ void pre_iq4_xs(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* 
     for (int64_t b = 0; b < nb; ++b) {
       const int16_t* s = x[r].sums + 16 * (b0 + b);
       for (int j = 0; j < 8; ++j) out[(r * nb + b) * 8 + j] = -128 * (s[2 * j] + s[2 * j + 1]);
-    }
-  }
-}
-// Q6_K: -32 times each group of 16's activation sum (the codes' offset).
-void pre_q6_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
-  for (int r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const int16_t* s = x[r].sums + 16 * (b0 + b);
-      for (int g = 0; g < 16; ++g) out[(r * nb + b) * 16 + g] = -32 * s[g];
-    }
-  }
-}
-// Q8_0: -128 times each block's activation sum.
-void pre_q8_0(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
-  for (int r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const int8_t* c = x[r].codes + 32 * (b0 + b);
-      int sum = 0;
-      for (int i = 0; i < 32; ++i) sum += c[i];
-      out[r * nb + b] = -128 * sum;
     }
   }
 }
@@ -418,14 +366,14 @@ const PanelType* panel_type(GgmlType t) {
                               kQ6kPanelBlock,
                               16,
                               GgmlActType::kQ8_K,
-                              pre_q6_k,
+                              pre_groups16<32>,
                               repack_q6_k,
                               fns_of<Q6kPanel>(kRowCounts)};
   static const PanelType kQ80{32,
                               kQ8PanelBlock,
                               1,
                               GgmlActType::kQ8_0,
-                              pre_q8_0,
+                              pre_blocks32<128>,
                               repack_q8_0,
                               fns_of<Q80Panel>(kRowCounts)};
   switch (t) {

@@ -34,14 +34,9 @@ constexpr int64_t panel_block(const B32Kind& k) { return 16 * k.in_bytes; }
 
 template <const B32Kind& K>
 void repack_b32(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
-  constexpr int64_t kOut = panel_block(K), kCodes = codes_at(K);
-  const int64_t nb = k / 32;
-  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
-    for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* o = out + (p * nb + b) * kOut;
-      std::memset(o, 0, kOut);
-      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
-        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * K.in_bytes;
+  constexpr int64_t kCodes = codes_at(K);
+  repack_blocks(
+      rows, row_bytes, n, k, 32, K.in_bytes, out, [&](uint8_t* o, int r, const uint8_t* blk) {
         std::memcpy(o + 2 * r, blk, 2);
         if constexpr (K.has_min) std::memcpy(o + 32 + 2 * r, blk + 2, 2);
         const uint8_t* qs = blk + K.qs_at;
@@ -56,22 +51,7 @@ void repack_b32(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, ui
           std::memcpy(&qh, blk + K.qh_at, 4);
           put_bits(o + kCodes + 256, r, 0, [&](int i) { return static_cast<int>(qh >> i) & 1; });
         }
-      }
-    }
-  }
-}
-
-// The offset times each block's activation sum, negated (0 for the types with a min).
-template <const B32Kind& K>
-void pre_b32(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
-  for (int r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const int8_t* c = x[r].codes + 32 * (b0 + b);
-      int sum = 0;
-      for (int i = 0; i < 32; ++i) sum += c[i];
-      out[r * nb + b] = -K.offset * sum;
-    }
-  }
+      });
 }
 
 template <const B32Kind& K, int R>
@@ -116,7 +96,7 @@ struct B32Of {
             panel_block(K),
             1,
             GgmlActType::kQ8_0,
-            pre_b32<K>,
+            pre_blocks32<K.offset>,
             repack_b32<K>,
             fns_of<Panel>(kRowCounts)};
   }

@@ -29,63 +29,38 @@ void put_fields(uint8_t* q, int r, int j, Field field) {
 // put_fields); their third bits (hmask), sub-block j's register at 1248 + 64j, bit v of byte
 // 4r + t for code register v.
 void repack_q3_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
-  const int64_t nsb = k / 256;
-  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
-    for (int64_t b = 0; b < nsb; ++b) {
-      uint8_t* o = out + (p * nsb + b) * kQ3kPanelBlock;
-      std::memset(o, 0, kQ3kPanelBlock);
-      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
-        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * 110;
-        std::memcpy(o + 2 * r, blk + 108, 2);
-        int sc[16];
-        ggml_detail::q3_k_scales(blk + 96, sc);
-        for (int g = 0; g < 16; ++g) {
-          const int u = sc[g] + 32;
-          o[32 + 16 * (g / 2) + r] |= static_cast<uint8_t>((u & 15) << (4 * (g % 2)));
-          o[160 + 16 * (g / 4) + r] |= static_cast<uint8_t>((u >> 4) << (2 * (g % 4)));
-        }
-        for (int j = 0; j < 8; ++j) {
-          put_fields(o + 224 + 128 * j, r, j,
-                     [&](int i) { return ggml_detail::q2_field(blk + 32, i); });
-          put_bits(o + 1248 + 64 * j, r, j, [&](int i) { return (blk[i % 32] >> (i / 32)) & 1; });
-        }
-      }
+  repack_blocks(rows, row_bytes, n, k, 256, 110, out, [&](uint8_t* o, int r, const uint8_t* blk) {
+    std::memcpy(o + 2 * r, blk + 108, 2);
+    int sc[16];
+    ggml_detail::q3_k_scales(blk + 96, sc);
+    for (int g = 0; g < 16; ++g) {
+      const int u = sc[g] + 32;
+      o[32 + 16 * (g / 2) + r] |= static_cast<uint8_t>((u & 15) << (4 * (g % 2)));
+      o[160 + 16 * (g / 4) + r] |= static_cast<uint8_t>((u >> 4) << (2 * (g % 4)));
     }
-  }
+    for (int j = 0; j < 8; ++j) {
+      put_fields(o + 224 + 128 * j, r, j,
+                 [&](int i) { return ggml_detail::q2_field(blk + 32, i); });
+      put_bits(o + 1248 + 64 * j, r, j, [&](int i) { return (blk[i % 32] >> (i / 32)) & 1; });
+    }
+  });
 }
 
 // Q2_K panel, per super-block (1344 bytes): d of row r at 2r, dmin at 32 + 2r; group g's scale
 // byte (scale | min << 4) of row r at 64 + 16g + r; the codes, sub-block j's two registers at
 // 320 + 128j (as put_fields).
 void repack_q2_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
-  const int64_t nsb = k / 256;
-  for (int64_t p = 0; p < (n + 15) / 16; ++p) {
-    for (int64_t b = 0; b < nsb; ++b) {
-      uint8_t* o = out + (p * nsb + b) * kQ2kPanelBlock;
-      std::memset(o, 0, kQ2kPanelBlock);
-      for (int r = 0; r < 16 && 16 * p + r < n; ++r) {
-        const uint8_t* blk = rows + (16 * p + r) * row_bytes + b * 84;
-        std::memcpy(o + 2 * r, blk + 80, 2);
-        std::memcpy(o + 32 + 2 * r, blk + 82, 2);
-        for (int g = 0; g < 16; ++g) o[64 + 16 * g + r] = blk[g];
-        for (int j = 0; j < 8; ++j) {
-          put_fields(o + 320 + 128 * j, r, j,
-                     [&](int i) { return ggml_detail::q2_field(blk + 16, i); });
-        }
-      }
+  repack_blocks(rows, row_bytes, n, k, 256, 84, out, [&](uint8_t* o, int r, const uint8_t* blk) {
+    std::memcpy(o + 2 * r, blk + 80, 2);
+    std::memcpy(o + 32 + 2 * r, blk + 82, 2);
+    for (int g = 0; g < 16; ++g) o[64 + 16 * g + r] = blk[g];
+    for (int j = 0; j < 8; ++j) {
+      put_fields(o + 320 + 128 * j, r, j,
+                 [&](int i) { return ggml_detail::q2_field(blk + 16, i); });
     }
-  }
+  });
 }
 
-// Q3_K: -4 times each group of 16's activation sum (the codes' offset).
-void pre_q3_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
-  for (int r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const int16_t* s = x[r].sums + 16 * (b0 + b);
-      for (int g = 0; g < 16; ++g) out[(r * nb + b) * 16 + g] = -4 * s[g];
-    }
-  }
-}
 // Q2_K: each pair of groups' activation sums as the int16 halves of an int32 (Q4_K's form).
 void pre_q2_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
   for (int r = 0; r < rows; ++r) {
@@ -235,7 +210,7 @@ const PanelType* panel_type_k2(GgmlType t) {
                               kQ3kPanelBlock,
                               16,
                               GgmlActType::kQ8_K,
-                              pre_q3_k,
+                              pre_groups16<4>,
                               repack_q3_k,
                               fns_of<Q3kPanel>(kRowCounts)};
   static const PanelType kQ2k{256,
