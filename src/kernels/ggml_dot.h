@@ -82,8 +82,8 @@ extern const GgmlDotKernels kScalarGgmlDot;
 extern const GgmlDotKernels kAvx2GgmlDot;
 extern const GgmlDotKernels kAvx512GgmlDot;
 
-// The AVX-512 table's panels (ggml_panel_avx512.cpp): Q4_K, Q5_K, Q6_K, Q8_0 and IQ4_XS in sixteen
-// rows.
+// The AVX-512 table's panels of sixteen rows, for every quantized type but MXFP4
+// (ggml_panel_avx512.cpp, ggml_panel_k2_avx512.cpp, ggml_panel_b32_avx512.cpp).
 int panel_rows_avx512(GgmlType t);
 void repack_avx512(GgmlType t, const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
                    uint8_t* out);

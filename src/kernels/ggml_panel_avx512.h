@@ -57,6 +57,13 @@ void repack_blocks(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
   }
 }
 
+// Two activation sums as the int16 halves of an int32, what vpdpwssd multiplies against a pair
+// of mins (each within int16: at most 32 x 127 in magnitude).
+inline int32_t pack16(int lo, int hi) {
+  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
+                              static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16);
+}
+
 // Per-block activation terms, rows x nb x `per` int32s from block b0 on, for codes stored
 // kOffset above their values: -kOffset times each group of 16's activation sum (Q8_K rows) or
 // each block of 32's (Q8_0 rows), where the block's integer sum starts.
@@ -71,6 +78,10 @@ void pre_groups16(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t
 }
 template <int kOffset>
 void pre_blocks32(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
+  if constexpr (kOffset == 0) {
+    std::memset(out, 0, sizeof(int32_t) * static_cast<size_t>(rows * nb));
+    return;
+  }
   for (int r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
       const int8_t* c = x[r].codes + 32 * (b0 + b);
@@ -167,9 +178,11 @@ inline __m512i sub_dot(const __m512i w[8], const int8_t* xc, __m512i start) {
   sub_dots(w, xc, start, _mm512_setzero_si512(), &a, &b);
   return _mm512_add_epi32(a, b);
 }
-inline __m512 scaled_acc(int j, __m512i dot, __m512 scale, __m512 acc) {
-  return j == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(dot), scale)
-                : _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+// acc <- dot x scale, or plus it from the second sub-block on: the first product needs no sum,
+// and acc is read only once written.
+inline void scaled_acc(int j, __m512i dot, __m512 scale, __m512* acc) {
+  *acc = j == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(dot), scale)
+                : _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *acc);
 }
 
 template <template <int> class K, int... R>

@@ -59,8 +59,6 @@ struct B32Panel {
   static void run(const uint8_t* pan, const ActRowView* x, const int32_t* pre, int64_t b0,
                   int64_t nb, __m512* tot) {
     constexpr int64_t kBytes = panel_block(K), kCodes = codes_at(K);
-    const __m512i grid = _mm512_xor_si512(
-        _mm512_maskz_broadcast_i32x4(0xFFFF, load128(kGgmlIq4Values)), _mm512_set1_epi8(-128));
     for (int64_t bi = 0; bi < nb; ++bi) {
       const int64_t b = b0 + bi;
       const uint8_t* blk = pan + b * kBytes;
@@ -73,6 +71,8 @@ struct B32Panel {
         nibbles(blk + kCodes, w);
       }
       if constexpr (K.grid) {
+        const __m512i grid = _mm512_xor_si512(
+            _mm512_maskz_broadcast_i32x4(0xFFFF, load128(kGgmlIq4Values)), _mm512_set1_epi8(-128));
         for (int u = 0; u < 8; ++u) w[u] = _mm512_shuffle_epi8(grid, w[u]);
       }
       for (int r = 0; r < R; ++r) {

@@ -67,9 +67,7 @@ void pre_q2_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* ou
     for (int64_t b = 0; b < nb; ++b) {
       const int16_t* s = x[r].sums + 16 * (b0 + b);
       for (int p = 0; p < 8; ++p) {
-        out[(r * nb + b) * 8 + p] =
-            static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(s[2 * p])) |
-                                 static_cast<uint32_t>(static_cast<uint16_t>(s[2 * p + 1])) << 16);
+        out[(r * nb + b) * 8 + p] = pack16(s[2 * p], s[2 * p + 1]);
       }
     }
   }
@@ -81,21 +79,17 @@ void pre_q2_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* ou
 template <bool kThird>
 inline void codes2(const uint8_t* q, const uint8_t* hq, __m512i w[8]) {
   const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
-  __m512i b[8] = {};
-  if constexpr (kThird) {
-    const __m512i hv = load512(hq);
-    b[0] = _mm512_slli_epi16(hv, 2);
-    b[1] = _mm512_slli_epi16(hv, 1);
-    b[2] = hv;
-    for (int v = 3; v < 8; ++v) b[v] = _mm512_srli_epi16(hv, v - 2);
-  }
+  __m512i hv = _mm512_setzero_si512();
+  if constexpr (kThird) hv = load512(hq);
   for (int h = 0; h < 2; ++h) {
     const __m512i l = load512(q + 64 * h);
     for (int u = 0; u < 4; ++u) {
       const __m512i f = u == 0 ? l : _mm512_srli_epi16(l, 2 * u);
       if constexpr (kThird) {
-        // (a & 3) | b in one vpternlogd (0xEC).
-        w[4 * h + u] = _mm512_ternarylogic_epi32(f, _mm512_and_si512(b[4 * h + u], m4), m3, 0xEC);
+        // Register v's bit v to bit 2, then (a & 3) | b in one vpternlogd (0xEC).
+        const int v = 4 * h + u;
+        const __m512i b = v < 2 ? _mm512_slli_epi16(hv, 2 - v) : _mm512_srli_epi16(hv, v - 2);
+        w[v] = _mm512_ternarylogic_epi32(f, _mm512_and_si512(b, m4), m3, 0xEC);
       } else {
         w[4 * h + u] = _mm512_and_si512(f, m3);
       }
@@ -103,7 +97,7 @@ inline void codes2(const uint8_t* q, const uint8_t* hq, __m512i w[8]) {
   }
 }
 
-// A sub-block's two group sums (each within int16: at most 16 x 8 x 127 in magnitude) as the
+// A sub-block's two group sums (each within int16: at most 16 x 4 x 127 in magnitude) as the
 // int16 halves of each lane, what vpdpwssd multiplies against the groups' scale pairs: the
 // scales then apply in exact integers, one conversion per super-block and activation row.
 inline __m512i pair16(__m512i lo, __m512i hi) {
