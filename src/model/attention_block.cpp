@@ -40,35 +40,41 @@ void split_gated_queries(QkvLayout* l, int64_t n, Workspace& ws, float** gate) {
   *gate = g;
 }
 
-// q/k norms, RoPE, and the new keys and values into their blocks: all rows first, so that
-// rows of one prefill chunk see each other's keys. A block holds each KV head's slots together
-// ([kv_head][slot][head_dim]).
-void store_keys_values(const AttentionBlock& attn, int64_t li, ForwardContext& ctx,
-                       const QkvLayout& l) {
+// Row t's q/k norms and RoPE, and its new key and value into their block.
+void store_row(const AttentionBlock& attn, int64_t li, const ForwardContext& ctx,
+               const QkvLayout& l, KvStore& store, int64_t t) {
   const int64_t d = l.d, rot = l.rot, bs = ctx.kv.block_size();
   const double eps = ctx.config.rms_norm_eps;
   const auto* qn = attn.q_norm.data_as<float>();
   const auto* kn = attn.k_norm.data_as<float>();
-  KvStore& store = ctx.kv.keys_values();
-  for (int64_t t = 0; t < ctx.rows; ++t) {
-    float* row = l.qkv + t * l.qkv_w;
-    const int64_t pos = ctx.row_pos[static_cast<size_t>(t)];
-    const float* cos = ctx.rope + t * rot;
-    const float* sin = cos + rot / 2;
-    const SeqSlice& sq = ctx.seqs[static_cast<size_t>(ctx.row_seq[static_cast<size_t>(t)])];
-    float* qrow = l.q + t * l.q_ld;
-    for (int64_t hd = 0; hd < l.nq; ++hd) {
-      rms_norm(qrow + hd * d, qn, d, eps, qrow + hd * d);
-      rope_neox_cs(qrow + hd * d, rot, cos, sin);
-    }
-    const int32_t block = sq.blocks[pos / bs];
-    for (int64_t hd = 0; hd < l.nkv; ++hd) {
-      float* kr = row + l.qw + hd * d;
-      rms_norm(kr, kn, d, eps, kr);
-      rope_neox_cs(kr, rot, cos, sin);
-      store.write(li, block, pos % bs, hd, kr, row + l.qw + (l.nkv + hd) * d);
-    }
+  float* row = l.qkv + t * l.qkv_w;
+  const int64_t pos = ctx.row_pos[static_cast<size_t>(t)];
+  const float* cos = ctx.rope + t * rot;
+  const float* sin = cos + rot / 2;
+  const SeqSlice& sq = ctx.seqs[static_cast<size_t>(ctx.row_seq[static_cast<size_t>(t)])];
+  float* qrow = l.q + t * l.q_ld;
+  for (int64_t hd = 0; hd < l.nq; ++hd) {
+    rms_norm(qrow + hd * d, qn, d, eps, qrow + hd * d);
+    rope_neox_cs(qrow + hd * d, rot, cos, sin);
   }
+  const int32_t block = sq.blocks[pos / bs];
+  for (int64_t hd = 0; hd < l.nkv; ++hd) {
+    float* kr = row + l.qw + hd * d;
+    rms_norm(kr, kn, d, eps, kr);
+    rope_neox_cs(kr, rot, cos, sin);
+    store.write(li, block, pos % bs, hd, kr, row + l.qw + (l.nkv + hd) * d);
+  }
+}
+
+// All rows first, so that rows of one prefill chunk see each other's keys. A block holds each
+// KV head's slots together ([kv_head][slot][head_dim]).
+void store_keys_values(const AttentionBlock& attn, int64_t li, ForwardContext& ctx,
+                       const QkvLayout& l) {
+  KvStore& store = ctx.kv.keys_values();
+  const auto rows = [&](int64_t b, int64_t e, int) {
+    for (int64_t t = b; t < e; ++t) store_row(attn, li, ctx, l, store, t);
+  };
+  for_ranges(ctx.exec.pool(), ctx.rows, rows, kParallelRows);
 }
 
 // Rows [begin, end) of the batch that one attention call takes: consecutive positions of one

@@ -28,14 +28,20 @@ namespace {
 void norm_rows(const Tensor& w, ForwardContext& ctx, const float* x, float* h) {
   const int64_t n = ctx.rows, hid = ctx.config.hidden_size;
   PhaseTimer t(ctx.profile, Phase::kNorms);
-  for (int64_t r = 0; r < n; ++r) {
-    rms_norm(x + r * hid, w.data_as<float>(), hid, ctx.config.rms_norm_eps, h + r * hid);
-  }
+  const auto rows = [&](int64_t b, int64_t e, int) {
+    for (int64_t r = b; r < e; ++r) {
+      rms_norm(x + r * hid, w.data_as<float>(), hid, ctx.config.rms_norm_eps, h + r * hid);
+    }
+  };
+  for_ranges(ctx.exec.pool(), n, rows, kParallelRows);
 }
 
 void add_rows(ForwardContext& ctx, const float* h, float* x) {
-  const int64_t count = ctx.rows * ctx.config.hidden_size;
-  for (int64_t i = 0; i < count; ++i) x[i] += h[i];
+  const int64_t hid = ctx.config.hidden_size;
+  const auto rows = [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b * hid; i < e * hid; ++i) x[i] += h[i];
+  };
+  for_ranges(ctx.exec.pool(), ctx.rows, rows, kParallelRows);
 }
 
 }  // namespace

@@ -59,16 +59,6 @@ Result<Tensor> f32_param(const WeightLoader& w, const std::string& name, const S
   return as_f32(t, name);
 }
 
-// fn(begin, end, thread) over [0, n) on the pool's threads, or on this one without a pool.
-template <typename Fn>
-void for_ranges(ThreadPool* pool, int64_t n, Fn&& fn) {
-  if (pool == nullptr || n < 2) {
-    fn(int64_t{0}, n, 0);
-    return;
-  }
-  pool->parallel_for(n, fn);
-}
-
 // The conv state after each position of a verified slice: the last kernel - 1 inputs, from
 // the state before the slice and the slice's own inputs (x, before the conv overwrites it).
 void keep_conv_states(const Dims& d, PagedKv& kv, int64_t li, const SeqSlice& sq,
