@@ -60,4 +60,19 @@ class ThreadPool {
   std::mutex run_mu_;  // one parallel_for at a time
 };
 
+// fn(begin, end, thread) over [0, n) on the pool's threads, or on this one without a pool or
+// below `min` items, where waking the pool would cost more than it shares.
+template <typename Fn>
+void for_ranges(ThreadPool* pool, int64_t n, Fn&& fn, int64_t min = 2) {
+  if (pool == nullptr || n < min) {
+    fn(int64_t{0}, n, 0);
+    return;
+  }
+  pool->parallel_for(n, fn);
+}
+// Rows of a step from which the engine splits their row-by-row work (norms, RoPE, KV writes,
+// routing, the MoE permutation and combine) over the threads: each row is computed alone, so
+// the split changes no result.
+inline constexpr int64_t kParallelRows = 8;
+
 }  // namespace mx

@@ -14,20 +14,6 @@
 
 namespace mx {
 
-// fn(begin, end, thread) over [0, n) on the pool's threads, or on this one without a pool or
-// below `min` items, where waking the pool would cost more than it shares.
-template <typename Fn>
-void for_ranges(ThreadPool* pool, int64_t n, Fn&& fn, int64_t min = 2) {
-  if (pool == nullptr || n < min) {
-    fn(int64_t{0}, n, 0);
-    return;
-  }
-  pool->parallel_for(n, fn);
-}
-// Rows of a step from which their per-row work (norms, RoPE, the KV writes) is split over the
-// threads: each row is computed alone, so the split changes no result.
-inline constexpr int64_t kParallelRows = 8;
-
 // What every block of one forward pass shares: the batch's rows (in slice order), where each
 // row sits, its rotary angles, the KV cache, and the run-time switches of the model.
 struct ForwardContext {

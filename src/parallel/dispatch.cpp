@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/thread_pool.h"
 #include "kernels/ops.h"
 
 namespace mx {
@@ -81,8 +82,18 @@ class LocalDispatcher final : public MoeDispatcher {
     std::vector<float>& outs = outs_;
     const int64_t n = a.rows, hid = a.hidden, k = a.top_k, ne = a.num_experts;
     MoeClock clock(a.times);
-    order_.resize(static_cast<size_t>(ne));
-    route_top_k(a.probs, n, ne, k, a.norm_topk_prob, a.ids, a.wts, order_.data());
+    // Routing, the dispatch's quantization and the combine are row by row, each row alone, so
+    // from kParallelRows rows on they split over the threads with the same results.
+    ThreadPool* pool = a.exec != nullptr ? a.exec->pool() : nullptr;
+    const int threads = pool != nullptr ? pool->num_threads() : 1;
+    order_.resize(static_cast<size_t>(ne * threads));
+    for_ranges(
+        pool, n,
+        [&](int64_t b, int64_t e, int thread) {
+          route_top_k(a.probs + b * ne, e - b, ne, k, a.norm_topk_prob, a.ids + b * k,
+                      a.wts + b * k, order_.data() + thread * ne);
+        },
+        kParallelRows);
     clock.lap(&MoeTimes::route);
     // Rows sorted by expert, written straight into the format the expert kernel declares.
     // Each token row is quantized once, into its first slot, and copied to the rest: the
@@ -106,19 +117,22 @@ class LocalDispatcher final : public MoeDispatcher {
         a.fused ? a.experts->input_format(DispatchMode::kLocal) : RowFormat::f32();
     act_rows_init(decl, hid, a.rule, &rows);
     rows.resize(offsets[static_cast<size_t>(local)]);
-    for (int64_t t = 0; t < n; ++t) {
-      int64_t quantized = -1;
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t s = slot[static_cast<size_t>(t * k + j)];
-        if (s < 0) continue;
-        if (quantized < 0) {
-          act_rows_quantize(a.h + t * hid, s, a.rule, &rows);
-          quantized = s;
-        } else {
-          act_rows_copy(rows, quantized, &rows, s);
+    const auto place = [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) {
+        int64_t quantized = -1;
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t s = slot[static_cast<size_t>(t * k + j)];
+          if (s < 0) continue;
+          if (quantized < 0) {
+            act_rows_quantize(a.h + t * hid, s, a.rule, &rows);
+            quantized = s;
+          } else {
+            act_rows_copy(rows, quantized, &rows, s);
+          }
         }
       }
-    }
+    };
+    for_ranges(pool, n, place, kParallelRows);
     // Grown only: every row is written by the bank before the combine reads it.
     if (outs.size() < static_cast<size_t>(offsets[static_cast<size_t>(local)] * hid))
       outs.resize(static_cast<size_t>(offsets[static_cast<size_t>(local)] * hid));
@@ -126,20 +140,23 @@ class LocalDispatcher final : public MoeDispatcher {
     run_experts(a, rows, offsets.data(), outs.data());
     clock.skip();
     // The weighted un-permute back to token order.
-    combine_order_.resize(static_cast<size_t>(k));
-    int64_t* order = combine_order_.data();
-    for (int64_t t = 0; t < n; ++t) {
-      float* dst = a.x + t * hid;
-      std::fill(dst, dst + hid, 0.0f);
-      combine_order(a.ids + t * k, k, order);
-      for (int64_t j : std::span<const int64_t>(order, static_cast<size_t>(k))) {
-        const int64_t s = slot[static_cast<size_t>(t * k + j)];
-        if (s < 0) continue;
-        const float wj = a.wts[t * k + j];
-        const float* o = outs.data() + s * hid;
-        for (int64_t d = 0; d < hid; ++d) dst[d] += wj * o[d];
+    combine_order_.resize(static_cast<size_t>(k * threads));
+    const auto combine = [&](int64_t b, int64_t e, int thread) {
+      int64_t* order = combine_order_.data() + thread * k;
+      for (int64_t t = b; t < e; ++t) {
+        float* dst = a.x + t * hid;
+        std::fill(dst, dst + hid, 0.0f);
+        combine_order(a.ids + t * k, k, order);
+        for (int64_t j : std::span<const int64_t>(order, static_cast<size_t>(k))) {
+          const int64_t s = slot[static_cast<size_t>(t * k + j)];
+          if (s < 0) continue;
+          const float wj = a.wts[t * k + j];
+          const float* o = outs.data() + s * hid;
+          for (int64_t d = 0; d < hid; ++d) dst[d] += wj * o[d];
+        }
       }
-    }
+    };
+    for_ranges(pool, n, combine, kParallelRows);
     clock.lap(&MoeTimes::combine);
   }
 
