@@ -36,6 +36,8 @@ void norm_rows(const Tensor& w, ForwardContext& ctx, const float* x, float* h) {
   for_ranges(ctx.exec.pool(), n, rows, kParallelRows);
 }
 
+}  // namespace
+
 void add_rows(ForwardContext& ctx, const float* h, float* x) {
   const int64_t hid = ctx.config.hidden_size;
   const auto rows = [&](int64_t b, int64_t e, int) {
@@ -43,8 +45,6 @@ void add_rows(ForwardContext& ctx, const float* h, float* x) {
   };
   for_ranges(ctx.exec.pool(), ctx.rows, rows, kParallelRows);
 }
-
-}  // namespace
 
 void tp_all_reduce(ForwardContext& ctx, float* rows) {
   if (ctx.tp == nullptr) return;

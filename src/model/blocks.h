@@ -41,6 +41,8 @@ struct ForwardContext {
   int64_t most_rows;
 };
 
+// x += h over the step's rows (the residual add).
+void add_rows(ForwardContext& ctx, const float* h, float* x);
 // Sums rows [rows, hidden] of every rank's partial output in place (tensor parallelism; a
 // no-op in one process).
 void tp_all_reduce(ForwardContext& ctx, float* rows);

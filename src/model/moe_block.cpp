@@ -77,7 +77,7 @@ void moe_forward(const MoeBlock& m, int64_t li, ForwardContext& ctx, const float
   }
   if (m.shared) shared_expert_forward(m, ctx, h, y);
   tp_all_reduce(ctx, y);
-  for (int64_t i = 0; i < n * hid; ++i) x[i] += y[i];
+  add_rows(ctx, y, x);
 }
 
 }  // namespace mx
