@@ -404,10 +404,17 @@ bool ggml_mxfp4_row_to_ocp(const uint8_t* blocks, int64_t k, uint8_t* codes, uin
     const uint8_t* blk = blocks + b * static_cast<int64_t>(sizeof(GgmlBlockMxfp4));
     if (blk[0] == 0xFF) return false;
     scales[b] = blk[0];
+    // ggml keeps weight j in the low nibble of byte j and weight j + 16 in its high one; OCP
+    // packs adjacent pairs. ggml's code 8 is +0, OCP's 8 is -0.
     uint8_t c[kGgmlQK];
-    fp4_unpack(blk + 1, kGgmlQK, Fp4Order::kSplitHalf, c);
-    for (uint8_t& v : c) v = v == 8 ? 0 : v;  // ggml's code 8 is +0; OCP's 8 is -0
-    fp4_pack(c, kGgmlQK, Fp4Order::kAdjacent, codes + b * (kGgmlQK / 2));
+    for (int j = 0; j < kGgmlQK / 2; ++j) {
+      c[j] = blk[1 + j] & 0xF;
+      c[j + kGgmlQK / 2] = blk[1 + j] >> 4;
+    }
+    for (uint8_t& v : c) v = v == 8 ? 0 : v;
+    uint8_t* out = codes + b * (kGgmlQK / 2);
+    for (int j = 0; j < kGgmlQK / 2; ++j)
+      out[j] = static_cast<uint8_t>(c[2 * j] | c[2 * j + 1] << 4);
   }
   return true;
 }

@@ -172,6 +172,8 @@ const PanelSlot* slots(bool fp4, Layout layout) {
       make_slots(false, Layout::kAvx2),       make_slots(true, Layout::kAvx2),
       make_slots(false, Layout::kAvx512),     make_slots(true, Layout::kAvx512),
       make_slots(false, Layout::kAvx512Bf16), make_slots(true, Layout::kAvx512Bf16)};
+  // E2M1 codes sit alike in both AVX-512 layouts: one table, which pack_panels recognizes.
+  if (fp4 && layout == Layout::kAvx512Bf16) layout = Layout::kAvx512;
   return tables[2 * static_cast<int>(layout) + (fp4 ? 1 : 0)].data();
 }
 
@@ -195,6 +197,7 @@ float pack_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float*
   }
   const int g = std::max(0, max_s + f + chunk_exp - 254);
   std::memset(codes, 0, static_cast<size_t>(panels * nb * bb));
+  const bool wide_fp4 = slot == slots(true, Layout::kAvx512);
   uint8_t lo = 255, hi = 0;
   for (int64_t p = 0; p < panels; ++p) {
     for (int64_t b = 0; b < nb; ++b) {
@@ -213,7 +216,19 @@ float pack_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float*
         hi = std::max(hi, sc[c]);
         const PanelSlot* cs = slot + c * 32;
         const uint8_t* row = w.codes + col * w.row_bytes;
-        if (fp4) {
+        if (fp4 && len == 32 && wide_fp4) {
+          // The AVX-512 tables' E2M1 slots four bytes at a time: byte t of group g (at 64g + 4c)
+          // holds codes 8g + t and 8g + 4 + t, of the adjacent pairs in source bytes 4g .. 4g + 3.
+          const uint8_t* src = row + b * 16;
+          for (int64_t gr = 0; gr < 4; ++gr) {
+            const uint8_t* s4 = src + 4 * gr;
+            uint8_t* d = blk + 64 * gr + 4 * c;
+            d[0] = static_cast<uint8_t>((s4[0] & 0xF) | (s4[2] & 0xF) << 4);
+            d[1] = static_cast<uint8_t>((s4[0] >> 4) | (s4[2] & 0xF0));
+            d[2] = static_cast<uint8_t>((s4[1] & 0xF) | (s4[3] & 0xF) << 4);
+            d[3] = static_cast<uint8_t>((s4[1] >> 4) | (s4[3] & 0xF0));
+          }
+        } else if (fp4) {
           const uint8_t* src = row + b * 16;
           for (int64_t kk = 0; kk < len; ++kk) {
             const auto code = static_cast<uint8_t>((src[kk >> 1] >> ((kk & 1) * 4)) & 0xF);

@@ -200,7 +200,7 @@ std::string table_name(const GgmlDotKernels& dot, GgmlActivations act) {
 // The kernel table's panels in place of the stored rows, where it reads this type's rows
 // interleaved; the mapped rows' pages are released, so the weights are held once.
 std::vector<GgmlWeight> for_kernels(std::vector<GgmlWeight> parts, GgmlActivations act,
-                                    const GgmlDotKernels& kern) {
+                                    const GgmlDotKernels& kern, ThreadPool* pool) {
   for (GgmlWeight& p : parts) {
     if (act != GgmlActivations::kNative || !ggml_has_int_dot(p.type) || p.panel != 0) continue;
     const int panel = kern.panel_rows(p.type);
@@ -209,8 +209,15 @@ std::vector<GgmlWeight> for_kernels(std::vector<GgmlWeight> parts, GgmlActivatio
     // On huge pages, as every packed weight: a decode step streams them whole (core/huge_pages.h).
     Tensor packed = Tensor::empty(
         DType::kU8, {ggml_panel_bytes(p.type, panel, p.out, p.in) / rb, rb}, Placement::kHugePages);
-    kern.repack(p.type, p.rows.data_as<uint8_t>(), p.rows.dim(1), p.out, p.in,
-                packed.mutable_data_as<uint8_t>());
+    // Whole panels per thread: the threads also share the first touch of the new pages, which
+    // in a virtual machine costs about as much as the repack itself.
+    const uint8_t* src = p.rows.data_as<uint8_t>();
+    uint8_t* dst = packed.mutable_data_as<uint8_t>();
+    const int64_t stride = p.rows.dim(1), panels = (p.out + panel - 1) / panel;
+    for_ranges(pool, panels, [&](int64_t q0, int64_t q1, int) {
+      const int64_t r0 = q0 * panel, r1 = std::min(q1 * panel, p.out);
+      kern.repack(p.type, src + r0 * stride, stride, r1 - r0, p.in, dst + r0 * rb);
+    });
     p.rows.release_mapped_pages();
     p.rows = std::move(packed);
     p.panel = panel;
@@ -220,10 +227,11 @@ std::vector<GgmlWeight> for_kernels(std::vector<GgmlWeight> parts, GgmlActivatio
 
 class GgmlLinear final : public Linear {
  public:
-  GgmlLinear(std::vector<GgmlWeight> parts, int64_t in, int64_t out, GgmlActivations act)
+  GgmlLinear(std::vector<GgmlWeight> parts, int64_t in, int64_t out, GgmlActivations act,
+             ThreadPool* pool)
       : Linear(in, out),
         dot_(ggml_dot_kernels()),
-        parts_(for_kernels(std::move(parts), act, dot_)),
+        parts_(for_kernels(std::move(parts), act, dot_, pool)),
         segs_(segments_of(parts_, act, dot_)),
         needs_(needs_of(segs_)),
         act_(act) {}
@@ -249,15 +257,15 @@ class GgmlLinear final : public Linear {
 class GgmlExpertBank final : public ExpertBank {
  public:
   GgmlExpertBank(std::vector<std::vector<GgmlWeight>> w13, std::vector<GgmlWeight> w2,
-                 int64_t hidden, int64_t inter, GgmlActivations act)
+                 int64_t hidden, int64_t inter, GgmlActivations act, ThreadPool* pool)
       : ExpertBank(static_cast<int64_t>(w13.size()), hidden, inter),
         dot_(ggml_dot_kernels()),
         w13_(std::move(w13)),
         w2_(std::move(w2)),
         act_(act) {
     for (size_t e = 0; e < w13_.size(); ++e) {
-      w13_[e] = for_kernels(std::move(w13_[e]), act, dot_);
-      w2_[e] = std::move(for_kernels({std::move(w2_[e])}, act, dot_)[0]);
+      w13_[e] = for_kernels(std::move(w13_[e]), act, dot_, pool);
+      w2_[e] = std::move(for_kernels({std::move(w2_[e])}, act, dot_, pool)[0]);
       seg13_.push_back(segments_of(w13_[e], act, dot_));
       seg2_.push_back(segments_of({w2_[e]}, act, dot_)[0]);
       needs13_ |= needs_of(seg13_.back());
@@ -361,7 +369,8 @@ Status check_part(const GgmlWeight& p, const std::string& name) {
 }  // namespace
 
 Result<std::unique_ptr<Linear>> make_ggml_linear(std::vector<GgmlWeight> parts,
-                                                 const std::string& name, GgmlActivations act) {
+                                                 const std::string& name, GgmlActivations act,
+                                                 ThreadPool* pool) {
   if (parts.empty()) return invalid_argument(name + ": no weight parts");
   int64_t out = 0;
   for (const GgmlWeight& p : parts) {
@@ -370,12 +379,12 @@ Result<std::unique_ptr<Linear>> make_ggml_linear(std::vector<GgmlWeight> parts,
     out += p.out;
   }
   const int64_t in = parts[0].in;
-  return std::unique_ptr<Linear>(new GgmlLinear(std::move(parts), in, out, act));
+  return std::unique_ptr<Linear>(new GgmlLinear(std::move(parts), in, out, act, pool));
 }
 
 Result<std::unique_ptr<ExpertBank>> make_ggml_expert_bank(
     std::vector<std::vector<GgmlWeight>> gate_up, std::vector<GgmlWeight> down,
-    const std::string& name, GgmlActivations act) {
+    const std::string& name, GgmlActivations act, ThreadPool* pool) {
   if (gate_up.empty() || gate_up.size() != down.size() || gate_up[0].size() != 2) {
     return invalid_argument(name + ": expert tensor counts differ");
   }
@@ -390,7 +399,7 @@ Result<std::unique_ptr<ExpertBank>> make_ggml_expert_bank(
     }
   }
   return std::unique_ptr<ExpertBank>(
-      new GgmlExpertBank(std::move(gate_up), std::move(down), h, i, act));
+      new GgmlExpertBank(std::move(gate_up), std::move(down), h, i, act, pool));
 }
 
 Tensor dequantize_ggml(const GgmlWeight& w) {
@@ -404,7 +413,8 @@ Tensor dequantize_ggml(const GgmlWeight& w) {
   return out;
 }
 
-Result<MxWeights> ggml_mxfp4_to_mx(const GgmlWeight& w, Scheme scheme, const std::string& name) {
+Result<MxWeights> ggml_mxfp4_to_mx(const GgmlWeight& w, Scheme scheme, const std::string& name,
+                                   ThreadPool* pool) {
   const SchemeInfo& info = scheme_info(scheme);
   if (w.type != GgmlType::kMXFP4 || info.weight != ElemFormat::kE2M1 || info.dual) {
     return invalid_argument(name + ": only MXFP4 blocks move into a single-level E2M1 scheme");
@@ -417,14 +427,23 @@ Result<MxWeights> ggml_mxfp4_to_mx(const GgmlWeight& w, Scheme scheme, const std
   q.codes = Tensor::empty(DType::kU8, {q.n, rb});
   q.scales = Tensor::empty(DType::kU8, {q.n, nb});
   const auto* src = w.rows.data_as<uint8_t>();
-  for (int64_t r = 0; r < q.n; ++r) {
-    if (!ggml_mxfp4_row_to_ocp(src + r * w.rows.dim(1), w.in,
-                               q.codes.mutable_data_as<uint8_t>() + r * rb,
-                               q.scales.mutable_data_as<uint8_t>() + r * nb)) {
-      return invalid_argument(name + ": row " + std::to_string(r) +
-                              " has the MXFP4 exponent byte 255 (2^127), which an OCP E8M0 "
-                              "scale cannot hold");
+  uint8_t* codes = q.codes.mutable_data_as<uint8_t>();
+  uint8_t* scales = q.scales.mutable_data_as<uint8_t>();
+  // The first row that cannot move, if any (each thread keeps its own lowest).
+  std::vector<int64_t> bad(static_cast<size_t>(pool != nullptr ? pool->num_threads() : 1), q.n);
+  for_ranges(pool, q.n, [&](int64_t r0, int64_t r1, int t) {
+    for (int64_t r = r0; r < r1; ++r) {
+      if (!ggml_mxfp4_row_to_ocp(src + r * w.rows.dim(1), w.in, codes + r * rb, scales + r * nb)) {
+        bad[static_cast<size_t>(t)] = std::min(bad[static_cast<size_t>(t)], r);
+        return;
+      }
     }
+  });
+  const int64_t first = *std::min_element(bad.begin(), bad.end());
+  if (first < q.n) {
+    return invalid_argument(name + ": row " + std::to_string(first) +
+                            " has the MXFP4 exponent byte 255 (2^127), which an OCP E8M0 "
+                            "scale cannot hold");
   }
   return q;
 }

@@ -214,17 +214,20 @@ struct GgmlWeight {
 enum class GgmlActivations { kNative, kF32 };
 
 // Weights kept in their blocks (the GGUF default): parts stacked along the output, each in
-// its own type.
+// its own type. `pool` (may be null) shares the repack into the kernel table's panels.
 Result<std::unique_ptr<Linear>> make_ggml_linear(std::vector<GgmlWeight> parts,
                                                  const std::string& name,
-                                                 GgmlActivations act = GgmlActivations::kNative);
+                                                 GgmlActivations act = GgmlActivations::kNative,
+                                                 ThreadPool* pool = nullptr);
 // gate_up[e] = {gate, up} ([I, H] each), down[e] [H, I].
 Result<std::unique_ptr<ExpertBank>> make_ggml_expert_bank(
     std::vector<std::vector<GgmlWeight>> gate_up, std::vector<GgmlWeight> down,
-    const std::string& name, GgmlActivations act = GgmlActivations::kNative);
+    const std::string& name, GgmlActivations act = GgmlActivations::kNative,
+    ThreadPool* pool = nullptr);
 // FP32 [out, in], as llama.cpp's dequantizers give it.
 Tensor dequantize_ggml(const GgmlWeight& w);
 // MXFP4 blocks into a single-level E2M1 scheme with no loss (formats/ggml_types.h).
-Result<MxWeights> ggml_mxfp4_to_mx(const GgmlWeight& w, Scheme scheme, const std::string& name);
+Result<MxWeights> ggml_mxfp4_to_mx(const GgmlWeight& w, Scheme scheme, const std::string& name,
+                                   ThreadPool* pool = nullptr);
 
 }  // namespace mx

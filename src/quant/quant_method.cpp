@@ -155,7 +155,7 @@ class MxMethod final : public QuantMethod {
     // a rotation asks for new blocks).
     if (w.ggml == GgmlType::kMXFP4 && info.weight == ElemFormat::kE2M1 && !info.dual &&
         plan.rotation == 0) {
-      return ggml_mxfp4_to_mx(ggml_of(w), s, w.name);
+      return ggml_mxfp4_to_mx(ggml_of(w), s, w.name, plan.pool);
     }
     return quantize_weight(dequantize_ggml(ggml_of(w)), s, plan.rule, w.name, plan.pool,
                            plan.rotation);
@@ -181,7 +181,7 @@ class GgmlMethod final : public QuantMethod {
                                                 const QuantPlan& plan) const override {
     std::vector<GgmlWeight> g;
     for (const StoredWeight& p : parts) g.push_back(ggml_of(p));
-    return make_ggml_linear(std::move(g), name, plan.gguf_activations);
+    return make_ggml_linear(std::move(g), name, plan.gguf_activations, plan.pool);
   }
 
   Result<std::unique_ptr<ExpertBank>> create_expert_bank(const ExpertWeights& w,
@@ -193,7 +193,8 @@ class GgmlMethod final : public QuantMethod {
       w13.push_back({ggml_of(w.gate[e]), ggml_of(w.up[e])});
       w2.push_back(ggml_of(w.down[e]));
     }
-    return make_ggml_expert_bank(std::move(w13), std::move(w2), prefix, plan.gguf_activations);
+    return make_ggml_expert_bank(std::move(w13), std::move(w2), prefix, plan.gguf_activations,
+                                 plan.pool);
   }
 
   Result<EmbeddingTable> create_embedding(const StoredWeight& w,
