@@ -1,6 +1,7 @@
 // MX block quantization: scale selection, partial blocks, error bounds, dual level, layouts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <vector>
@@ -153,6 +154,28 @@ TEST(MxLayout, Fp4PackingOrders) {
       fp4_unpack(packed.data(), k, o, back.data());
       for (int64_t i = 0; i < k; ++i) ASSERT_EQ(back[i], codes[i]) << k << " " << i;
     }
+  }
+}
+
+// Every byte against the orders' definitions: adjacent pairs; per block of 32 (a last short
+// block of L values splits at (L + 1) / 2), value j low and j + half high.
+TEST(MxLayout, Fp4PackingMatchesTheOrdersByteForByte) {
+  std::vector<uint8_t> codes(96);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>((i * 7 + 3) % 16);
+  for (int64_t k : {1, 2, 31, 32, 33, 47, 64, 95, 96}) {
+    std::vector<uint8_t> adj(static_cast<size_t>(fp4_packed_bytes(k)));
+    std::vector<uint8_t> split(adj.size()), want_adj(adj.size(), 0), want_split(adj.size(), 0);
+    for (int64_t i = 0; i < k; ++i) {
+      want_adj[static_cast<size_t>(i / 2)] |= static_cast<uint8_t>(codes[i] << (i % 2 * 4));
+      const int64_t b = i / 32, j = i % 32, len = std::min<int64_t>(32, k - 32 * b);
+      const int64_t half = (len + 1) / 2;
+      want_split[static_cast<size_t>(16 * b + (j < half ? j : j - half))] |=
+          static_cast<uint8_t>(codes[i] << (j < half ? 0 : 4));
+    }
+    fp4_pack(codes.data(), k, Fp4Order::kAdjacent, adj.data());
+    fp4_pack(codes.data(), k, Fp4Order::kSplitHalf, split.data());
+    EXPECT_EQ(adj, want_adj) << k;
+    EXPECT_EQ(split, want_split) << k;
   }
 }
 
