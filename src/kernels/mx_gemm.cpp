@@ -198,6 +198,9 @@ float pack_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float*
   const int g = std::max(0, max_s + f + chunk_exp - 254);
   std::memset(codes, 0, static_cast<size_t>(panels * nb * bb));
   const bool wide_fp4 = slot == slots(true, Layout::kAvx512);
+  const Layout fp8_layout = slot == slots(false, Layout::kAvx512)       ? Layout::kAvx512
+                            : slot == slots(false, Layout::kAvx512Bf16) ? Layout::kAvx512Bf16
+                                                                        : Layout::kAvx2;
   uint8_t lo = 255, hi = 0;
   for (int64_t p = 0; p < panels; ++p) {
     for (int64_t b = 0; b < nb; ++b) {
@@ -233,6 +236,23 @@ float pack_panels(const MxMatrixView& w, uint8_t* codes, uint8_t* scales, float*
           for (int64_t kk = 0; kk < len; ++kk) {
             const auto code = static_cast<uint8_t>((src[kk >> 1] >> ((kk & 1) * 4)) & 0xF);
             blk[cs[kk].byte] |= static_cast<uint8_t>(code << cs[kk].shift);
+          }
+        } else if (len == 32 && fp8_layout != Layout::kAvx2) {
+          // The AVX-512 tables' E4M3 slots four codes at a time (make_slots): k = 4j .. 4j + 3
+          // at 64j + 4c in order, or, for the BF16-pair layout, as the swapped pairs (4j + 1,
+          // 4j) and (4j + 3, 4j + 2) at 64j + 16(c / 4) + 2(c % 4) and 8 bytes on.
+          const uint8_t* src = row + b * 32;
+          for (int64_t j = 0; j < 8; ++j) {
+            const uint8_t* s4 = src + 4 * j;
+            if (fp8_layout == Layout::kAvx512) {
+              std::memcpy(blk + 64 * j + 4 * c, s4, 4);
+            } else {
+              uint8_t* d = blk + 64 * j + 16 * (c / 4) + 2 * (c % 4);
+              d[0] = s4[1];
+              d[1] = s4[0];
+              d[8] = s4[3];
+              d[9] = s4[2];
+            }
           }
         } else {
           const uint8_t* src = row + b * 32;
