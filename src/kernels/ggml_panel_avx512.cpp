@@ -23,168 +23,9 @@
 namespace mx::ggml_dot_detail {
 namespace {
 
-constexpr int64_t kPanelBlock = 16 * 144;  // bytes of a panel's super-block, Q4_K
-constexpr int64_t kQ5kPanelBlock = 16 * 176;
-constexpr int64_t kIq4PanelBlock = 16 * 136;
-constexpr int64_t kQ6kPanelBlock = 16 * 210;
-constexpr int64_t kQ8PanelBlock = 16 * 34;
 // int32s of per-block activation terms one pass keeps on the stack (16 KiB): k is walked in
 // chunks of blocks whose terms fit.
 constexpr int64_t kPreInts = 4096;
-
-// A super-block's 256 four-bit weights in order, from the nibble bytes as each type stores them:
-// Q4_K and Q6_K's low bits hold them in runs of 32 (byte x of run c: weight 64c + x low, 64c + 32
-// + x high; Q6_K's halves of 128 each so), IQ4_XS in runs of 16. Loops the compiler vectorizes:
-// read through an accessor per weight, as before, a Q4_K_M file's repack took 4.3 s of CPU.
-inline void k4_weights(const uint8_t* qs, uint8_t w[256]) {
-  for (int c = 0; c < 4; ++c) {
-    for (int x = 0; x < 32; ++x) {
-      w[64 * c + x] = qs[32 * c + x] & 0x0F;
-      w[64 * c + 32 + x] = qs[32 * c + x] >> 4;
-    }
-  }
-}
-inline void xs_weights(const uint8_t* qs, uint8_t w[256]) {
-  for (int c = 0; c < 8; ++c) {
-    for (int x = 0; x < 16; ++x) {
-      w[32 * c + x] = qs[16 * c + x] & 0x0F;
-      w[32 * c + 16 + x] = qs[16 * c + x] >> 4;
-    }
-  }
-}
-inline void q6_low_weights(const uint8_t* ql, uint8_t w[256]) {
-  for (int h = 0; h < 2; ++h) {
-    for (int x = 0; x < 64; ++x) {
-      w[128 * h + x] = ql[64 * h + x] & 0x0F;
-      w[128 * h + 64 + x] = ql[64 * h + x] >> 4;
-    }
-  }
-}
-
-// Row r's 256 weights (four bits each) into the nibble planes of a panel super-block at `q`.
-inline void put_nibbles(uint8_t* q, int r, const uint8_t w[256]) {
-  for (int j = 0; j < 8; ++j) {
-    uint8_t b[16];
-    for (int x = 0; x < 16; ++x)
-      b[x] = static_cast<uint8_t>(w[32 * j + x] | w[32 * j + 16 + x] << 4);
-    for (int u = 0; u < 4; ++u) std::memcpy(q + 256 * j + 64 * u + 4 * r, b + 4 * u, 4);
-  }
-}
-
-// Q5_K panel, per super-block (2816 bytes): Q4_K's panel for the scales, mins and low four bits
-// (its 2304 bytes), then per sub-block j one register at 2304 + 64j whose byte 4r + t holds, in
-// bit v, the fifth bit of the weight that code register v holds there.
-template <bool kFive>
-void repack_k4(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
-  constexpr int64_t kIn = kFive ? 176 : 144;
-  repack_blocks(rows, row_bytes, n, k, 256, kIn, out, [&](uint8_t* o, int r, const uint8_t* blk) {
-    std::memcpy(o + 2 * r, blk, 2);
-    std::memcpy(o + 32 + 2 * r, blk + 2, 2);
-    uint8_t sc[8], m[8];
-    ggml_detail::unpack_k4_scales(blk + 4, sc, m);
-    for (int j = 0; j < 8; ++j) {
-      o[64 + 16 * j + r] = static_cast<uint8_t>((sc[j] & 15) | (m[j] & 15) << 4);
-      o[192 + 16 * (j / 2) + r] |=
-          static_cast<uint8_t>(((sc[j] >> 4) | (m[j] >> 4) << 2) << (4 * (j & 1)));
-    }
-    uint8_t w[256];
-    k4_weights(blk + (kFive ? 48 : 16), w);
-    put_nibbles(o + 256, r, w);
-    if constexpr (kFive) {
-      for (int j = 0; j < 8; ++j) {
-        put_bits(o + kPanelBlock + 64 * j, r, j,
-                 [&](int i) { return (blk[16 + i % 32] >> (i / 32)) & 1; });
-      }
-    }
-  });
-}
-
-// IQ4_XS panel, per super-block (2176 bytes): d of row r at 2r; the scales' low nibbles, sub-blocks
-// 2p and 2p + 1 of row r at 32 + 16p + r (low, high nibble); their high two bits, sub-blocks
-// 4q..4q + 3 of row r at 96 + 16q + r (two bits each, in order); the nibble planes at 128.
-void repack_iq4_xs(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
-  repack_blocks(rows, row_bytes, n, k, 256, 136, out, [&](uint8_t* o, int r, const uint8_t* blk) {
-    std::memcpy(o + 2 * r, blk, 2);
-    uint16_t sh;
-    std::memcpy(&sh, blk + 2, 2);
-    for (int j = 0; j < 8; ++j) {
-      const int lo = (blk[4 + j / 2] >> (4 * (j % 2))) & 15, hi = (sh >> (2 * j)) & 3;
-      o[32 + 16 * (j / 2) + r] |= static_cast<uint8_t>(lo << (4 * (j % 2)));
-      o[96 + 16 * (j / 4) + r] |= static_cast<uint8_t>(hi << (2 * (j % 4)));
-    }
-    uint8_t w[256];
-    xs_weights(blk + 8, w);
-    put_nibbles(o + 128, r, w);
-  });
-}
-
-// Q6_K panel, per super-block (3360 bytes): d of row r at 2r; the int8 scale of group g (16
-// values) of row r at 32 + 16g + r; the low nibbles as Q4_K's planes at 288; then per sub-block j
-// two registers at 2336 + 128j whose bytes 4r + t hold, in bits 2u..2u + 1 of register h, the
-// high two bits of the weight that nibble register 4h + u holds there.
-void repack_q6_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
-  repack_blocks(rows, row_bytes, n, k, 256, 210, out, [&](uint8_t* o, int r, const uint8_t* blk) {
-    std::memcpy(o + 2 * r, blk + 208, 2);
-    for (int g = 0; g < 16; ++g) o[32 + 16 * g + r] = blk[192 + g];
-    uint8_t w[256];
-    q6_low_weights(blk, w);
-    put_nibbles(o + 288, r, w);
-    // The high two bits of weight 128h + 32q + x: bits 2q..2q + 1 of qh[32h + x].
-    const uint8_t* qh = blk + 128;
-    for (int h = 0; h < 2; ++h) {
-      for (int q = 0; q < 4; ++q) {
-        for (int x = 0; x < 32; ++x) w[128 * h + 32 * q + x] = (qh[32 * h + x] >> (2 * q)) & 3;
-      }
-    }
-    for (int j = 0; j < 8; ++j) {
-      for (int h = 0; h < 2; ++h) {
-        for (int t = 0; t < 4; ++t) {
-          const uint8_t* e = w + 32 * j + 16 * h + t;
-          o[2336 + 128 * j + 64 * h + 4 * r + t] =
-              static_cast<uint8_t>(e[0] | e[4] << 2 | e[8] << 4 | e[12] << 6);
-        }
-      }
-    }
-  });
-}
-
-// Q8_0 panel, per block of 32 (544 bytes): d of row r at 2r; then eight registers v whose bytes
-// 4r + t hold code 4v + t of row r plus 128.
-void repack_q8_0(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
-  repack_blocks(rows, row_bytes, n, k, 32, 34, out, [&](uint8_t* o, int r, const uint8_t* blk) {
-    std::memcpy(o + 2 * r, blk, 2);
-    for (int v = 0; v < 8; ++v) {
-      uint32_t c;
-      std::memcpy(&c, blk + 2 + 4 * v, 4);
-      c ^= 0x80808080u;
-      std::memcpy(o + 32 + 64 * v + 4 * r, &c, 4);
-    }
-  });
-}
-
-// ---- Per-block activation terms, rows x nb x `per` int32s from block b0 on ----
-
-// Q4_K and Q5_K: each pair of sub-blocks' activation sums as the int16 halves of an int32, what
-// vpdpwssd multiplies against the mins' pairs.
-void pre_q4_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
-  for (int r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const int16_t* s = x[r].sums + 16 * (b0 + b);
-      for (int p = 0; p < 4; ++p) {
-        out[(r * nb + b) * 4 + p] = pack16(s[4 * p] + s[4 * p + 1], s[4 * p + 2] + s[4 * p + 3]);
-      }
-    }
-  }
-}
-// IQ4_XS: -128 times each sub-block's activation sum (the grid's offset).
-void pre_iq4_xs(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
-  for (int r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const int16_t* s = x[r].sums + 16 * (b0 + b);
-      for (int j = 0; j < 8; ++j) out[(r * nb + b) * 8 + j] = -128 * (s[2 * j] + s[2 * j + 1]);
-    }
-  }
-}
 
 // ---- Kernels: R activation rows against one panel over blocks [b0, b0 + nb) ----
 
@@ -194,7 +35,7 @@ template <bool kFive, int R>
 struct K4Panel {
   static void run(const uint8_t* pan, const ActRowView* x, const int32_t* pre, int64_t b0,
                   int64_t nb, __m512* tot) {
-    constexpr int64_t kBytes = kFive ? kQ5kPanelBlock : kPanelBlock;
+    constexpr int64_t kBytes = kFive ? kQ5kPanelBlock : kQ4kPanelBlock;
     alignas(64) float dsc[8][16];
     alignas(64) int32_t mins[4][16];
     const __m512i m4 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
@@ -225,7 +66,7 @@ struct K4Panel {
         prefetch_part(blk, kBytes, j);
         __m512i w[8];
         if constexpr (kFive) {
-          nibbles5(blk + 256 + 256 * j, blk + kPanelBlock + 64 * j, w);
+          nibbles5(blk + 256 + 256 * j, blk + kQ4kPanelBlock + 64 * j, w);
         } else {
           nibbles(blk + 256 + 256 * j, w);
         }
@@ -368,39 +209,39 @@ struct Q80Panel {
 
 const PanelType* panel_type(GgmlType t) {
   static const PanelType kQ4k{256,
-                              kPanelBlock,
+                              kQ4kPanelBlock,
                               4,
                               GgmlActType::kQ8_K,
                               pre_q4_k,
-                              repack_k4<false>,
+                              repack_q4_k_panels,
                               fns_of<Q4kPanel>(kRowCounts)};
   static const PanelType kQ5k{256,
                               kQ5kPanelBlock,
                               4,
                               GgmlActType::kQ8_K,
                               pre_q4_k,
-                              repack_k4<true>,
+                              repack_q5_k_panels,
                               fns_of<Q5kPanel>(kRowCounts)};
   static const PanelType kIq4Xs{256,
                                 kIq4PanelBlock,
                                 8,
                                 GgmlActType::kQ8_K,
                                 pre_iq4_xs,
-                                repack_iq4_xs,
+                                repack_iq4_xs_panels,
                                 fns_of<Iq4XsPanel>(kRowCounts)};
   static const PanelType kQ6k{256,
                               kQ6kPanelBlock,
                               16,
                               GgmlActType::kQ8_K,
-                              pre_groups16<32>,
-                              repack_q6_k,
+                              pre_q6_k,
+                              repack_q6_k_panels,
                               fns_of<Q6kPanel>(kRowCounts)};
   static const PanelType kQ80{32,
                               kQ8PanelBlock,
                               1,
                               GgmlActType::kQ8_0,
-                              pre_blocks32<128>,
-                              repack_q8_0,
+                              pre_q8_0,
+                              repack_q8_0_panels,
                               fns_of<Q80Panel>(kRowCounts)};
   switch (t) {
     case GgmlType::kQ4_K:

@@ -204,8 +204,22 @@ std::vector<GgmlWeight> for_kernels(std::vector<GgmlWeight> parts, GgmlActivatio
   for (GgmlWeight& p : parts) {
     if (act != GgmlActivations::kNative || !ggml_has_int_dot(p.type) || p.panel != 0) continue;
     const int panel = kern.panel_rows(p.type);
-    if (panel == 0) continue;
     const int64_t rb = ggml_row_bytes(p.type, p.in);
+    if (panel == 0) {
+      // Rows read as stored still leave the file's 4 KiB pages for huge ones, where a decode
+      // step streams them (the AVX2 table's row kernels on Q4_K_M, before Q6_K had panels
+      // there: lm_head 11.5-13.9 -> 10.4-10.6 ms a step).
+      Tensor copy = Tensor::empty(DType::kU8, {p.out, rb}, Placement::kHugePages);
+      const uint8_t* src = p.rows.data_as<uint8_t>();
+      uint8_t* dst = copy.mutable_data_as<uint8_t>();
+      const int64_t stride = p.rows.dim(1);
+      for_ranges(pool, p.out, [&](int64_t r0, int64_t r1, int) {
+        for (int64_t r = r0; r < r1; ++r) std::memcpy(dst + r * rb, src + r * stride, rb);
+      });
+      p.rows.release_mapped_pages();
+      p.rows = std::move(copy);
+      continue;
+    }
     // On huge pages, as every packed weight: a decode step streams them whole (core/huge_pages.h).
     Tensor packed = Tensor::empty(
         DType::kU8, {ggml_panel_bytes(p.type, panel, p.out, p.in) / rb, rb}, Placement::kHugePages);

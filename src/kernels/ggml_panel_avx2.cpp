@@ -1,0 +1,268 @@
+// Row-interleaved panels for the AVX2 table: the AVX-512 table's panels of sixteen rows
+// (ggml_panel_layout.h), each read as two halves of eight rows, so that a 32-byte register holds
+// four consecutive weights of each of eight rows. vpmaddubsw multiplies a broadcast group of
+// four activation codes into the eight rows' pairs, int16 sums of a few of those stay exact, and
+// one vpmaddwd widens them to the rows' int32 lanes: no horizontal sum, and the per-block scales
+// scale eight columns a vector operation, where the row kernels (ggml_dot_simd.h) end every
+// super-block of every row with one.
+//
+// Q4_K: a sub-block's eight products per lane pair sum to at most 16 * 15 * 127 in int16; Q6_K's
+// six-bit codes to at most 4 * 63 * 127 over two registers, so each group of sixteen widens
+// twice. Each output sees the operations of the AVX-512 panel kernels in their order, so the two
+// tables give the same results.
+//
+// Compiled with AVX2 flags: nothing here instantiates an inline function of a shared header that
+// another translation unit could link in its place (see formats/act_quant.h).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/ggml_dot.h"
+#include "kernels/ggml_panel_layout.h"
+
+namespace mx::ggml_dot_detail {
+namespace {
+
+// Activation rows per kernel call (sixteen vector registers).
+constexpr int kRows = 4;
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+// Eight int32 lanes of the half's plane bytes at p (one per row).
+inline __m256i plane8(const uint8_t* p) {
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v));
+}
+inline __m256i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+// Eight FP16 values of the half at p.
+inline __m256 halves8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The lines of the block kAhead bytes on, into L2, part j of eight spread over a super-block's
+// sub-blocks, by the first half only (the second finds the panel in cache): at one activation
+// row the loads come too unevenly for the hardware prefetcher, as for the AVX-512 panels
+// (ggml_panel_avx512.h, whose distance this takes).
+constexpr int64_t kAhead = 6720;
+inline void prefetch_part(const uint8_t* blk, int64_t bytes, int j) {
+  const int64_t lines = (bytes + 63) / 64, per = (lines + 7) / 8;
+  const int64_t e = std::min(lines, per * (j + 1));
+  for (int64_t l = per * j; l < e; ++l) {
+    _mm_prefetch(reinterpret_cast<const char*>(blk + kAhead + 64 * l), _MM_HINT_T1);
+  }
+}
+
+using PanelFn2 = void (*)(const uint8_t*, int, const ActRowView*, const int32_t*, int64_t, int64_t,
+                          __m256*);
+struct PanelType2 {
+  int64_t values, bytes, per;
+  GgmlActType act;
+  PreFn pre;
+  RepackFn repack;
+  PanelFn2 fns[kRows];
+};
+
+// Q4_K: per super-block, sum_j d sc_j dot_j - dmin sum_j m_j bsum_j, times the row's dx.
+template <int R>
+void q4_k_half(const uint8_t* pan, int h, const ActRowView* x, const int32_t* pre, int64_t b0,
+               int64_t nb, __m256* tot) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i k15 = _mm256_set1_epi32(15), k3 = _mm256_set1_epi32(3);
+  alignas(32) float dsc[8][8];
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    const int64_t b = b0 + bi;
+    const uint8_t* blk = pan + b * kQ4kPanelBlock;
+    const __m256 d = halves8(blk + 16 * h), dmin = halves8(blk + 32 + 16 * h);
+    __m256i mv[8];
+    for (int j = 0; j < 8; ++j) {
+      const __m256i lo = plane8(blk + 64 + 16 * j + 8 * h);
+      const __m256i hi = _mm256_srli_epi32(plane8(blk + 192 + 16 * (j / 2) + 8 * h), 4 * (j & 1));
+      const __m256i sc = _mm256_or_si256(_mm256_and_si256(lo, k15),
+                                         _mm256_slli_epi32(_mm256_and_si256(hi, k3), 4));
+      mv[j] = _mm256_or_si256(_mm256_srli_epi32(lo, 4),
+                              _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi, 2), k3), 4));
+      _mm256_store_ps(dsc[j], _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+    }
+    __m256i mins[4];
+    for (int p = 0; p < 4; ++p) {
+      mins[p] = _mm256_or_si256(mv[2 * p], _mm256_slli_epi32(mv[2 * p + 1], 16));
+    }
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int j = 0; j < 8; ++j) {
+      if (h == 0) prefetch_part(blk, kQ4kPanelBlock, j);
+      const uint8_t* q = blk + 256 + 256 * j + 32 * h;
+      __m256i s16[R];
+      for (int r = 0; r < R; ++r) s16[r] = _mm256_setzero_si256();
+      for (int u = 0; u < 4; ++u) {
+        const __m256i v = load256(q + 64 * u);
+        const __m256i lo = _mm256_and_si256(v, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xc = x[r].codes + 256 * b + 32 * j + 4 * u;
+          s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(lo, bcast32(xc)));
+          s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(hi, bcast32(xc + 16)));
+        }
+      }
+      const __m256 scale = _mm256_load_ps(dsc[j]);
+      for (int r = 0; r < R; ++r) {
+        const __m256i dot = _mm256_madd_epi16(s16[r], ones);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const int32_t* pr = pre + (r * nb + bi) * 4;
+      __m256i ms = _mm256_setzero_si256();
+      for (int p = 0; p < 4; ++p) {
+        ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(pr[p])));
+      }
+      acc[r] = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(ms), acc[r]);
+      tot[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r].d[b]), acc[r], tot[r]);
+    }
+  }
+}
+
+// Q6_K: the six-bit codes as unsigned bytes (low nibble | high bits << 4), each group of 16's
+// sum started at -32 times its activation sum and scaled by d times its int8 scale.
+template <int R>
+void q6_k_half(const uint8_t* pan, int h, const ActRowView* x, const int32_t* pre, int64_t b0,
+               int64_t nb, __m256* tot) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  const __m256i ones = _mm256_set1_epi16(1);
+  alignas(32) float dsc[16][8];
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    const int64_t b = b0 + bi;
+    const uint8_t* blk = pan + b * kQ6kPanelBlock;
+    const __m256 d = halves8(blk + 16 * h);
+    for (int g = 0; g < 16; ++g) {
+      int64_t v;
+      std::memcpy(&v, blk + 32 + 16 * g + 8 * h, 8);
+      const __m256i sc = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(v));
+      _mm256_store_ps(dsc[g], _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+    }
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int j = 0; j < 8; ++j) {
+      if (h == 0) prefetch_part(blk, kQ6kPanelBlock, j);
+      // Group 2j (codes registers 0-3, the low nibbles) then 2j + 1 (4-7, the high ones).
+      for (int s = 0; s < 2; ++s) {
+        const __m256i hv = load256(blk + 2336 + 128 * j + 64 * s + 32 * h);
+        __m256i w[4];
+        for (int u = 0; u < 4; ++u) {
+          const __m256i v = load256(blk + 288 + 256 * j + 64 * u + 32 * h);
+          const __m256i nib = _mm256_and_si256(s == 0 ? v : _mm256_srli_epi16(v, 4), m4);
+          const __m256i top = u == 0   ? _mm256_slli_epi16(hv, 4)
+                              : u == 1 ? _mm256_slli_epi16(hv, 2)
+                              : u == 2 ? hv
+                                       : _mm256_srli_epi16(hv, 2);
+          w[u] = _mm256_or_si256(nib, _mm256_and_si256(top, m30));
+        }
+        const __m256 scale = _mm256_load_ps(dsc[2 * j + s]);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xc = x[r].codes + 256 * b + 32 * j + 16 * s;
+          const __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(w[0], bcast32(xc)),
+                                             _mm256_maddubs_epi16(w[1], bcast32(xc + 4)));
+          const __m256i c = _mm256_add_epi16(_mm256_maddubs_epi16(w[2], bcast32(xc + 8)),
+                                             _mm256_maddubs_epi16(w[3], bcast32(xc + 12)));
+          __m256i dot = _mm256_set1_epi32(pre[(r * nb + bi) * 16 + 2 * j + s]);
+          dot = _mm256_add_epi32(dot, _mm256_madd_epi16(a, ones));
+          dot = _mm256_add_epi32(dot, _mm256_madd_epi16(c, ones));
+          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[r]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      tot[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r].d[b]), acc[r], tot[r]);
+    }
+  }
+}
+
+const PanelType2* panel_type2(GgmlType t) {
+  static const PanelType2 kQ4k{256,
+                               kQ4kPanelBlock,
+                               4,
+                               GgmlActType::kQ8_K,
+                               pre_q4_k,
+                               repack_q4_k_panels,
+                               {q4_k_half<1>, q4_k_half<2>, q4_k_half<3>, q4_k_half<4>}};
+  static const PanelType2 kQ6k{256,
+                               kQ6kPanelBlock,
+                               16,
+                               GgmlActType::kQ8_K,
+                               pre_q6_k,
+                               repack_q6_k_panels,
+                               {q6_k_half<1>, q6_k_half<2>, q6_k_half<3>, q6_k_half<4>}};
+  switch (t) {
+    case GgmlType::kQ4_K:
+      return &kQ4k;
+    case GgmlType::kQ6_K:
+      return &kQ6k;
+    default:
+      return nullptr;
+  }
+}
+
+// Lanes [lo, hi) of eight.
+inline __m256i lane_mask(int64_t lo, int64_t hi) {
+  const __m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_and_si256(_mm256_cmpgt_epi32(i, _mm256_set1_epi32(static_cast<int>(lo) - 1)),
+                          _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi)), i));
+}
+
+}  // namespace
+
+int panel_rows_avx2(GgmlType t) { return panel_type2(t) != nullptr ? 16 : 0; }
+
+void repack_avx2(GgmlType t, const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
+                 uint8_t* out) {
+  panel_type2(t)->repack(rows, row_bytes, n, k, out);
+}
+
+// As gemm_panels_avx512: columns in blocks of panels that stay in L2, each swept by four
+// activation rows at a time and its panels by halves of eight columns; k in chunks of blocks
+// whose activation terms fit the stack, the columns accumulating in y after the first.
+void gemm_panels_avx2(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end) {
+  constexpr int64_t kPreInts = 4096;
+  const PanelType2& pt = *panel_type2(a.type);
+  const int64_t nblk = a.k / pt.values, chunk = kPreInts / (kRows * pt.per);
+  const int64_t panel_bytes = nblk * pt.bytes;
+  const int64_t block_cols = 16 * std::max<int64_t>(1, (256 << 10) / panel_bytes);
+  alignas(32) int32_t pre[kPreInts];
+  for (int64_t nb0 = n_begin / 16 * 16; nb0 < n_end; nb0 += block_cols) {
+    const int64_t nb1 = std::min(n_end, nb0 + block_cols);
+    for (int64_t i0 = 0; i0 < a.m; i0 += kRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kRows, a.m - i0));
+      ActRowView x[kRows];
+      for (int r = 0; r < rows; ++r) {
+        x[r] = act_row_view(pt.act, a.xq + (i0 + r) * a.xq_stride, a.k);
+      }
+      for (int64_t b0 = 0; b0 < nblk; b0 += chunk) {
+        const int64_t nb = std::min(chunk, nblk - b0);
+        pt.pre(x, rows, b0, nb, pre);
+        for (int64_t n0 = nb0; n0 < nb1; n0 += 16) {
+          for (int h = 0; h < 2; ++h) {
+            const int64_t c0 = n0 + 8 * h;
+            const int64_t lo = std::max<int64_t>(n_begin - c0, 0);
+            const int64_t hi = std::min<int64_t>(nb1 - c0, 8);
+            if (lo >= hi) continue;
+            const __m256i mask = lane_mask(lo, hi);
+            float* y0 = a.y + i0 * a.ldy + c0;
+            __m256 tot[kRows];
+            for (int r = 0; r < rows; ++r) {
+              tot[r] = b0 == 0 ? _mm256_setzero_ps() : _mm256_maskload_ps(y0 + r * a.ldy, mask);
+            }
+            pt.fns[rows - 1](a.w + n0 / 16 * panel_bytes, h, x, pre, b0, nb, tot);
+            for (int r = 0; r < rows; ++r) _mm256_maskstore_ps(y0 + r * a.ldy, mask, tot[r]);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace mx::ggml_dot_detail
