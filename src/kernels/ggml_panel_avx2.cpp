@@ -6,10 +6,10 @@
 // scale eight columns a vector operation, where the row kernels (ggml_dot_simd.h) end every
 // super-block of every row with one.
 //
-// Q4_K: a sub-block's eight products per lane pair sum to at most 16 * 15 * 127 in int16; Q6_K's
-// six-bit codes to at most 4 * 63 * 127 over two registers, so each group of sixteen widens
-// twice. Each output sees the operations of the AVX-512 panel kernels in their order, so the two
-// tables give the same results.
+// Every int16 sum stays below 2^15: a Q4_K sub-block's eight products per lane pair sum to at
+// most 16 * 15 * 127; Q5_K's are summed over four registers (8 * 31 * 127), Q6_K's over two
+// (4 * 63 * 127). Each output sees the operations of the AVX-512 panel kernels in their order,
+// so the two tables give the same results.
 //
 // Compiled with AVX2 flags: nothing here instantiates an inline function of a shared header that
 // another translation unit could link in its place (see formats/act_quant.h).
@@ -67,16 +67,20 @@ struct PanelType2 {
   PanelFn2 fns[kRows];
 };
 
-// Q4_K: per super-block, sum_j d sc_j dot_j - dmin sum_j m_j bsum_j, times the row's dx.
-template <int R>
-void q4_k_half(const uint8_t* pan, int h, const ActRowView* x, const int32_t* pre, int64_t b0,
-               int64_t nb, __m256* tot) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+// Q4_K and Q5_K: per super-block, sum_j d sc_j dot_j - dmin sum_j m_j bsum_j, times the row's
+// dx. Q5_K's fifth bits come from the register at kQ4kPanelBlock + 64j, bit v of a byte for
+// code register v, and its products stay exact in int16 over four registers, not eight.
+template <bool kFive, int R>
+void k4_half(const uint8_t* pan, int h, const ActRowView* x, const int32_t* pre, int64_t b0,
+             int64_t nb, __m256* tot) {
+  constexpr int64_t kBytes = kFive ? kQ5kPanelBlock : kQ4kPanelBlock;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
+  const __m256i ones = _mm256_set1_epi16(1);
   const __m256i k15 = _mm256_set1_epi32(15), k3 = _mm256_set1_epi32(3);
   alignas(32) float dsc[8][8];
   for (int64_t bi = 0; bi < nb; ++bi) {
     const int64_t b = b0 + bi;
-    const uint8_t* blk = pan + b * kQ4kPanelBlock;
+    const uint8_t* blk = pan + b * kBytes;
     const __m256 d = halves8(blk + 16 * h), dmin = halves8(blk + 32 + 16 * h);
     __m256i mv[8];
     for (int j = 0; j < 8; ++j) {
@@ -95,23 +99,33 @@ void q4_k_half(const uint8_t* pan, int h, const ActRowView* x, const int32_t* pr
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int j = 0; j < 8; ++j) {
-      if (h == 0) prefetch_part(blk, kQ4kPanelBlock, j);
+      if (h == 0) prefetch_part(blk, kBytes, j);
       const uint8_t* q = blk + 256 + 256 * j + 32 * h;
-      __m256i s16[R];
-      for (int r = 0; r < R; ++r) s16[r] = _mm256_setzero_si256();
+      // [0]: the low nibbles' products (weights 32j + 4u + t), [1]: the high ones'.
+      __m256i s16[R][2];
+      for (int r = 0; r < R; ++r) s16[r][0] = s16[r][1] = _mm256_setzero_si256();
+      const __m256i hv = kFive ? load256(blk + kQ4kPanelBlock + 64 * j + 32 * h) : m4;
       for (int u = 0; u < 4; ++u) {
         const __m256i v = load256(q + 64 * u);
-        const __m256i lo = _mm256_and_si256(v, m4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        __m256i lo = _mm256_and_si256(v, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if constexpr (kFive) {
+          // Bit u (bit u + 4) of the fifth-bit bytes to bit 4; 16-bit shifts carry nothing
+          // else there.
+          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hv, 4 - u), m10));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(u == 0 ? hv : _mm256_srli_epi16(hv, u), m10));
+        }
         for (int r = 0; r < R; ++r) {
           const int8_t* xc = x[r].codes + 256 * b + 32 * j + 4 * u;
-          s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(lo, bcast32(xc)));
-          s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(hi, bcast32(xc + 16)));
+          s16[r][0] = _mm256_add_epi16(s16[r][0], _mm256_maddubs_epi16(lo, bcast32(xc)));
+          s16[r][kFive ? 1 : 0] =
+              _mm256_add_epi16(s16[r][kFive ? 1 : 0], _mm256_maddubs_epi16(hi, bcast32(xc + 16)));
         }
       }
       const __m256 scale = _mm256_load_ps(dsc[j]);
       for (int r = 0; r < R; ++r) {
-        const __m256i dot = _mm256_madd_epi16(s16[r], ones);
+        __m256i dot = _mm256_madd_epi16(s16[r][0], ones);
+        if constexpr (kFive) dot = _mm256_add_epi32(dot, _mm256_madd_epi16(s16[r][1], ones));
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[r]);
       }
     }
@@ -182,14 +196,53 @@ void q6_k_half(const uint8_t* pan, int h, const ActRowView* x, const int32_t* pr
   }
 }
 
+// Q8_0: the codes stored plus 128 come back signed; vpmaddubsw takes their magnitudes against
+// the activations carrying their signs (pairs at most 2 * 128 * 127), each register's pairs
+// widened at once. The integer dot equals the AVX-512 panels' offset sum, and the block's
+// scaling is theirs. No software prefetch: its loads are even, and with the next blocks asked
+// for into L2 one-row decode ran 72-74% of the roofline against 79-87% without.
+template <int R>
+void q8_0_half(const uint8_t* pan, int h, const ActRowView* x, const int32_t*, int64_t b0,
+               int64_t nb, __m256* tot) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    const int64_t b = b0 + bi;
+    const uint8_t* blk = pan + b * kQ8PanelBlock;
+    const __m256 dw = halves8(blk + 16 * h);
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    for (int v = 0; v < 8; ++v) {
+      const __m256i ws = _mm256_xor_si256(load256(blk + 32 + 64 * v + 32 * h), flip);
+      const __m256i aw = _mm256_abs_epi8(ws);
+      for (int r = 0; r < R; ++r) {
+        const __m256i sx = _mm256_sign_epi8(bcast32(x[r].codes + 32 * b + 4 * v), ws);
+        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      tot[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]),
+                               _mm256_mul_ps(dw, _mm256_set1_ps(x[r].d[b])), tot[r]);
+    }
+  }
+}
+
 const PanelType2* panel_type2(GgmlType t) {
-  static const PanelType2 kQ4k{256,
-                               kQ4kPanelBlock,
-                               4,
-                               GgmlActType::kQ8_K,
-                               pre_q4_k,
-                               repack_q4_k_panels,
-                               {q4_k_half<1>, q4_k_half<2>, q4_k_half<3>, q4_k_half<4>}};
+  static const PanelType2 kQ4k{
+      256,
+      kQ4kPanelBlock,
+      4,
+      GgmlActType::kQ8_K,
+      pre_q4_k,
+      repack_q4_k_panels,
+      {k4_half<false, 1>, k4_half<false, 2>, k4_half<false, 3>, k4_half<false, 4>}};
+  static const PanelType2 kQ5k{
+      256,
+      kQ5kPanelBlock,
+      4,
+      GgmlActType::kQ8_K,
+      pre_q4_k,
+      repack_q5_k_panels,
+      {k4_half<true, 1>, k4_half<true, 2>, k4_half<true, 3>, k4_half<true, 4>}};
   static const PanelType2 kQ6k{256,
                                kQ6kPanelBlock,
                                16,
@@ -197,9 +250,21 @@ const PanelType2* panel_type2(GgmlType t) {
                                pre_q6_k,
                                repack_q6_k_panels,
                                {q6_k_half<1>, q6_k_half<2>, q6_k_half<3>, q6_k_half<4>}};
+  // No activation terms: the codes meet the activations signed.
+  static const PanelType2 kQ80{32,
+                               kQ8PanelBlock,
+                               1,
+                               GgmlActType::kQ8_0,
+                               nullptr,
+                               repack_q8_0_panels,
+                               {q8_0_half<1>, q8_0_half<2>, q8_0_half<3>, q8_0_half<4>}};
   switch (t) {
+    case GgmlType::kQ8_0:
+      return &kQ80;
     case GgmlType::kQ4_K:
       return &kQ4k;
+    case GgmlType::kQ5_K:
+      return &kQ5k;
     case GgmlType::kQ6_K:
       return &kQ6k;
     default:
@@ -243,7 +308,7 @@ void gemm_panels_avx2(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end) {
       }
       for (int64_t b0 = 0; b0 < nblk; b0 += chunk) {
         const int64_t nb = std::min(chunk, nblk - b0);
-        pt.pre(x, rows, b0, nb, pre);
+        if (pt.pre != nullptr) pt.pre(x, rows, b0, nb, pre);
         for (int64_t n0 = nb0; n0 < nb1; n0 += 16) {
           for (int h = 0; h < 2; ++h) {
             const int64_t c0 = n0 + 8 * h;
