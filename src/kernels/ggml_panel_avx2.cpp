@@ -196,6 +196,61 @@ void q6_k_half(const uint8_t* pan, int h, const ActRowView* x, const int32_t* pr
   }
 }
 
+// IQ4_XS: the grid's values looked up signed and met as Q8_0's are (magnitudes against the
+// activations carrying their signs: the values plus 128 would saturate vpmaddubsw), each pair
+// widened at once; the biased scales in FP32 with d.
+template <int R>
+void iq4_xs_half(const uint8_t* pan, int h, const ActRowView* x, const int32_t*, int64_t b0,
+                 int64_t nb, __m256* tot) {
+  const __m256i grid = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kGgmlIq4Values)));
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i k15 = _mm256_set1_epi32(15), k3 = _mm256_set1_epi32(3);
+  alignas(32) float dsc[8][8];
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    const int64_t b = b0 + bi;
+    const uint8_t* blk = pan + b * kIq4PanelBlock;
+    const __m256 d = halves8(blk + 16 * h);
+    for (int j = 0; j < 8; ++j) {
+      const __m256i lo = _mm256_and_si256(
+          _mm256_srli_epi32(plane8(blk + 32 + 16 * (j / 2) + 8 * h), 4 * (j % 2)), k15);
+      const __m256i hi = _mm256_and_si256(
+          _mm256_srli_epi32(plane8(blk + 96 + 16 * (j / 4) + 8 * h), 2 * (j % 4)), k3);
+      const __m256i sc =
+          _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+      _mm256_store_ps(dsc[j], _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+    }
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int j = 0; j < 8; ++j) {
+      if (h == 0) prefetch_part(blk, kIq4PanelBlock, j);
+      const uint8_t* q = blk + 128 + 256 * j + 32 * h;
+      __m256i isum[R];
+      for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+      for (int u = 0; u < 4; ++u) {
+        const __m256i v = load256(q + 64 * u);
+        for (int half = 0; half < 2; ++half) {
+          const __m256i idx = _mm256_and_si256(half == 0 ? v : _mm256_srli_epi16(v, 4), m4);
+          const __m256i ws = _mm256_shuffle_epi8(grid, idx);
+          const __m256i aw = _mm256_abs_epi8(ws);
+          for (int r = 0; r < R; ++r) {
+            const int8_t* xc = x[r].codes + 256 * b + 32 * j + 16 * half + 4 * u;
+            const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast32(xc), ws));
+            isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, ones));
+          }
+        }
+      }
+      const __m256 scale = _mm256_load_ps(dsc[j]);
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), scale, acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      tot[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r].d[b]), acc[r], tot[r]);
+    }
+  }
+}
+
 // Q8_0: the codes stored plus 128 come back signed; vpmaddubsw takes their magnitudes against
 // the activations carrying their signs (pairs at most 2 * 128 * 127), each register's pairs
 // widened at once. The integer dot equals the AVX-512 panels' offset sum, and the block's
@@ -250,7 +305,7 @@ const PanelType2* panel_type2(GgmlType t) {
                                pre_q6_k,
                                repack_q6_k_panels,
                                {q6_k_half<1>, q6_k_half<2>, q6_k_half<3>, q6_k_half<4>}};
-  // No activation terms: the codes meet the activations signed.
+  // Q8_0 and IQ4_XS take no activation terms: their values meet the activations signed.
   static const PanelType2 kQ80{32,
                                kQ8PanelBlock,
                                1,
@@ -258,9 +313,18 @@ const PanelType2* panel_type2(GgmlType t) {
                                nullptr,
                                repack_q8_0_panels,
                                {q8_0_half<1>, q8_0_half<2>, q8_0_half<3>, q8_0_half<4>}};
+  static const PanelType2 kIq4Xs{256,
+                                 kIq4PanelBlock,
+                                 8,
+                                 GgmlActType::kQ8_K,
+                                 nullptr,
+                                 repack_iq4_xs_panels,
+                                 {iq4_xs_half<1>, iq4_xs_half<2>, iq4_xs_half<3>, iq4_xs_half<4>}};
   switch (t) {
     case GgmlType::kQ8_0:
       return &kQ80;
+    case GgmlType::kIQ4_XS:
+      return &kIq4Xs;
     case GgmlType::kQ4_K:
       return &kQ4k;
     case GgmlType::kQ5_K:
