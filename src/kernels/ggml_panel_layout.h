@@ -109,5 +109,52 @@ void put_bits(uint8_t* q, int r, int j, Bit bit) {
   }
 }
 
+// The 32-value nibble types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL), panels per block of 32 (sixteen
+// rows' bytes each):
+//   [0, 32)    d of row r at 2r (FP16)
+//   [32, 64)   Q4_1 and Q5_1: m of row r at 32 + 2r (FP16)
+//   then 256 bytes of nibble planes in four registers u: bytes 4r..4r + 3 of register u hold
+//   weights 4u + t (low nibble) and 16 + 4u + t (high nibble) of row r;
+//   then Q5_0 and Q5_1: one register whose byte 4r + t holds, in bit v, the fifth bit of the
+//   weight that code register v holds there.
+struct B32Kind {
+  int in_bytes;  // bytes of a stored block
+  int qh_at;     // offset of the fifth bits in a stored block, or -1
+  int qs_at;     // offset of the nibbles in a stored block
+  bool has_min;  // m at stored offset 2
+  bool grid;     // IQ4_NL's table of values
+  int offset;    // what each code stands above its value (8, 16; 128 for the grid)
+};
+constexpr B32Kind kQ40{18, -1, 2, false, false, 8};
+constexpr B32Kind kQ41{20, -1, 4, true, false, 0};
+constexpr B32Kind kQ50{22, 2, 6, false, false, 16};
+constexpr B32Kind kQ51{24, 4, 8, true, false, 0};
+constexpr B32Kind kIq4Nl{18, -1, 2, false, true, 128};
+
+constexpr int64_t codes_at(const B32Kind& k) { return k.has_min ? 64 : 32; }
+constexpr int64_t panel_block(const B32Kind& k) { return 16 * k.in_bytes; }
+
+template <const B32Kind& K>
+void repack_b32(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+  constexpr int64_t kCodes = codes_at(K);
+  repack_blocks(
+      rows, row_bytes, n, k, 32, K.in_bytes, out, [&](uint8_t* o, int r, const uint8_t* blk) {
+        std::memcpy(o + 2 * r, blk, 2);
+        if constexpr (K.has_min) std::memcpy(o + 32 + 2 * r, blk + 2, 2);
+        const uint8_t* qs = blk + K.qs_at;
+        for (int u = 0; u < 4; ++u) {
+          for (int t = 0; t < 4; ++t) {
+            const int lo = 4 * u + t;  // weight lo is qs[lo]'s low nibble, lo + 16 its high one
+            o[kCodes + 64 * u + 4 * r + t] = qs[lo];
+          }
+        }
+        if constexpr (K.qh_at >= 0) {
+          uint32_t qh;
+          std::memcpy(&qh, blk + K.qh_at, 4);
+          put_bits(o + kCodes + 256, r, 0, [&](int i) { return static_cast<int>(qh >> i) & 1; });
+        }
+      });
+}
+
 }  // namespace
 }  // namespace mx::ggml_dot_detail
