@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -115,13 +116,12 @@ struct Case {
   uint32_t seed;
 };
 
-void check_case(const Case& c) {
+// Every variant (rows as stored, and panels where a table reads them) on weights w and
+// activations x against the exact product.
+void check_rows(const Case& c, const std::vector<uint8_t>& w, const std::vector<float>& x) {
   SCOPED_TRACE(std::string(ggml_type_info(c.type).name) + " m=" + std::to_string(c.m) +
                " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k));
-  std::mt19937 rng(c.seed);
   const int64_t row_bytes = ggml_row_bytes(c.type, c.k);
-  const std::vector<uint8_t> w = test::random_rows(c.type, c.n, c.k, rng);
-  const std::vector<float> x = activations(c.m, c.k, c.seed);
   const GgmlActType at = ggml_act_type(c.type);
   const std::vector<uint8_t> xq =
       quantize(*ggml_dot_kernels_for(IsaLevel::kScalar), at, x.data(), c.m, c.k);
@@ -184,19 +184,24 @@ void check_case(const Case& c) {
       }
     }
   };
+  // Column ranges from 0, from the middle, and from inside a panel's second half of eight.
+  const int64_t starts[] = {0, c.n / 2, std::min<int64_t>(11, c.n - 1)};
   for (const GgmlDotKernels* kern : variants()) {
     SCOPED_TRACE(std::string("isa=") + std::string(isa_name(kern->isa)));
-    for (int64_t nb : {int64_t{0}, c.n / 2}) run_and_check(*kern, w.data(), 0, nb, c.n);
+    for (int64_t nb : starts) run_and_check(*kern, w.data(), 0, nb, c.n);
     const int panel = kern->panel_rows(c.type);
     if (panel == 0) continue;
     SCOPED_TRACE("panels of " + std::to_string(panel));
     std::vector<uint8_t> packed(static_cast<size_t>(ggml_panel_bytes(c.type, panel, c.n, c.k)),
                                 0xA5);
     kern->repack(c.type, w.data(), row_bytes, c.n, c.k, packed.data());
-    for (int64_t nb : {int64_t{0}, c.n / 2}) {
-      run_and_check(*kern, packed.data(), panel, nb, c.n);
-    }
+    for (int64_t nb : starts) run_and_check(*kern, packed.data(), panel, nb, c.n);
   }
+}
+
+void check_case(const Case& c) {
+  std::mt19937 rng(c.seed);
+  check_rows(c, test::random_rows(c.type, c.n, c.k, rng), activations(c.m, c.k, c.seed));
 }
 
 TEST(GgmlDot, EveryVariantOnOddShapesMatchesTheDequantizedProduct) {
@@ -225,6 +230,42 @@ TEST(GgmlDot, PanelsOnOddShapesMatchTheDequantizedProduct) {
       for (int64_t n : {16, 37}) check_case({t, m, n, 512, seed++});
     }
     check_case({t, 9, 33, 130 * 256, seed++});
+  }
+}
+
+// The integer sums at their bounds: every code of a block at the magnitude its format allows
+// most (Q8_0's -128, the IQ4 grid's -127, the four-, five- and six-bit codes all ones) against
+// activation codes all +-127, so that a kernel summing more products in int16 than they fit,
+// or feeding vpmaddubsw a pair beyond 2^15, gives a wrong result.
+TEST(GgmlDot, EveryVariantHoldsAtTheProductBounds) {
+  struct Extreme {
+    GgmlType type;
+    int64_t from, to;  // the code bytes of a stored block
+    uint8_t fill;
+  };
+  constexpr Extreme kExtremes[] = {
+      {GgmlType::kQ4_0, 2, 18, 0xFF},   {GgmlType::kQ4_1, 4, 20, 0xFF},
+      {GgmlType::kQ5_0, 2, 22, 0xFF},   {GgmlType::kQ5_1, 4, 24, 0xFF},
+      {GgmlType::kQ8_0, 2, 34, 0x80},   {GgmlType::kQ4_K, 16, 144, 0xFF},
+      {GgmlType::kQ5_K, 16, 176, 0xFF}, {GgmlType::kQ6_K, 0, 192, 0xFF},
+      {GgmlType::kIQ4_NL, 2, 18, 0x00}, {GgmlType::kIQ4_XS, 8, 136, 0x00}};
+  uint32_t seed = 31;
+  for (const Extreme& e : kExtremes) {
+    const Case c{e.type, 5, 37, 512, seed++};
+    std::mt19937 rng(c.seed);
+    std::vector<uint8_t> w = test::random_rows(c.type, c.n, c.k, rng);
+    const int64_t block = ggml_type_info(c.type).block_bytes;
+    for (size_t b = 0; b < w.size(); b += static_cast<size_t>(block)) {
+      std::fill(w.begin() + static_cast<int64_t>(b) + e.from,
+                w.begin() + static_cast<int64_t>(b) + e.to, e.fill);
+    }
+    // Rows of +1 and -1 (codes +-127 in both activation types), and one mixed.
+    std::vector<float> x(static_cast<size_t>(c.m * c.k));
+    for (int64_t i = 0; i < c.m * c.k; ++i) {
+      const int64_t row = i / c.k;
+      x[static_cast<size_t>(i)] = row == 4 ? (i % 3 == 0 ? -1.0f : 1.0f) : (row % 2 ? -1.0f : 1.0f);
+    }
+    check_rows(c, w, x);
   }
 }
 

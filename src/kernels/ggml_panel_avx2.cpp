@@ -11,8 +11,9 @@
 // (4 * 63 * 127). Each output sees the operations of the AVX-512 panel kernels in their order,
 // so the two tables give the same results.
 //
-// Compiled with AVX2 flags: nothing here instantiates an inline function of a shared header that
-// another translation unit could link in its place (see formats/act_quant.h).
+// Compiled with AVX2 flags: its own helpers have internal linkage, so no other translation unit
+// can link them in its place (see formats/act_quant.h); of the shared headers' inline functions
+// it calls only act_row_view (ggml_dot.h), pointer arithmetic that every table shares.
 #include <immintrin.h>
 
 #include <algorithm>
