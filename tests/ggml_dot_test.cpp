@@ -234,7 +234,7 @@ TEST(GgmlDot, PanelsOnOddShapesMatchTheDequantizedProduct) {
 }
 
 // The integer sums at their bounds: every code of a block at the magnitude its format allows
-// most (Q8_0's -128, the IQ4 grid's -127, the four-, five- and six-bit codes all ones) against
+// most (Q8_0's -128, the IQ4 grid's -127, the 2- to 6-bit codes all ones) against
 // activation codes all +-127, so that a kernel summing more products in int16 than they fit,
 // or feeding vpmaddubsw a pair beyond 2^15, gives a wrong result.
 TEST(GgmlDot, EveryVariantHoldsAtTheProductBounds) {
@@ -248,7 +248,8 @@ TEST(GgmlDot, EveryVariantHoldsAtTheProductBounds) {
       {GgmlType::kQ5_0, 2, 22, 0xFF},   {GgmlType::kQ5_1, 4, 24, 0xFF},
       {GgmlType::kQ8_0, 2, 34, 0x80},   {GgmlType::kQ4_K, 16, 144, 0xFF},
       {GgmlType::kQ5_K, 16, 176, 0xFF}, {GgmlType::kQ6_K, 0, 192, 0xFF},
-      {GgmlType::kIQ4_NL, 2, 18, 0x00}, {GgmlType::kIQ4_XS, 8, 136, 0x00}};
+      {GgmlType::kIQ4_NL, 2, 18, 0x00}, {GgmlType::kIQ4_XS, 8, 136, 0x00},
+      {GgmlType::kQ2_K, 16, 80, 0xFF},  {GgmlType::kQ3_K, 0, 96, 0xFF}};
   uint32_t seed = 31;
   for (const Extreme& e : kExtremes) {
     const Case c{e.type, 5, 37, 512, seed++};

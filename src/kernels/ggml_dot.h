@@ -89,7 +89,7 @@ void repack_avx512(GgmlType t, const uint8_t* rows, int64_t row_bytes, int64_t n
                    uint8_t* out);
 void gemm_panels_avx512(const GgmlDotArgs& a, int64_t n_begin, int64_t n_end);
 // The AVX2 table's panels: the same sixteen-row panels as AVX-512's, read as two halves of
-// eight rows, for every quantized type but Q2_K, Q3_K and MXFP4 (ggml_panel_avx2.cpp).
+// eight rows, for every quantized type but MXFP4 (ggml_panel_avx2.cpp).
 int panel_rows_avx2(GgmlType t);
 void repack_avx2(GgmlType t, const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
                  uint8_t* out);

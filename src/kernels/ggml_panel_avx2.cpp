@@ -197,6 +197,121 @@ void q6_k_half(const uint8_t* pan, int h, const ActRowView* x, const int32_t* pr
   }
 }
 
+// Group e (0: code registers 0-3, 1: 4-7) of sub-block j's 2-bit codes from its register of
+// fields at q (ggml_panel_layout.h), with Q3_K's third bits from the register hv moved to bit 2
+// (16-bit shifts: the bits they carry across a byte fall outside the bits kept).
+template <bool kThird>
+inline void codes2(const uint8_t* q, __m256i hv, int e, __m256i w[4]) {
+  const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
+  const __m256i l = load256(q + 64 * e);
+  for (int u = 0; u < 4; ++u) {
+    const __m256i f = _mm256_and_si256(u == 0 ? l : _mm256_srli_epi16(l, 2 * u), m3);
+    if constexpr (kThird) {
+      const int v = 4 * e + u;
+      const __m256i b = v < 2 ? _mm256_slli_epi16(hv, 2 - v) : _mm256_srli_epi16(hv, v - 2);
+      w[u] = _mm256_or_si256(f, _mm256_and_si256(b, m4));
+    } else {
+      w[u] = f;
+    }
+  }
+}
+
+// A sub-block's two group dots (each within int16: at most 16 x 4 x 127 in magnitude) as the
+// int16 halves of each lane, what vpmaddwd multiplies against the groups' scale pairs: the
+// scales apply in exact integers, one conversion per super-block and row, as on AVX-512.
+inline __m256i pair16(__m256i lo, __m256i hi) {
+  return _mm256_blend_epi16(lo, _mm256_slli_epi32(hi, 16), 0xAA);
+}
+
+// Q2_K and Q3_K: per sub-block the two groups' dots of the 2-bit (3-bit) codes, four registers
+// each summed in int16 (at most 8 x 7 x 127), widened and paired, times the scale pairs; Q3_K's
+// codes stand 4 above their values (each group started at -4 times its activation sum), Q2_K's
+// mins enter through the groups' activation sums. Then d (and dmin) and the row's dx.
+template <bool kThree, int R>
+void k23_half(const uint8_t* pan, int h, const ActRowView* x, const int32_t* pre, int64_t b0,
+              int64_t nb, __m256* tot) {
+  constexpr int64_t kBytes = kThree ? kQ3kPanelBlock : kQ2kPanelBlock;
+  constexpr int64_t kCodes = kThree ? 224 : 320;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i k15 = _mm256_set1_epi32(15), k3 = _mm256_set1_epi32(3);
+  alignas(32) int32_t scp[8][8];
+  alignas(32) int32_t mins[8][8];
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    const int64_t b = b0 + bi;
+    const uint8_t* blk = pan + b * kBytes;
+    for (int j = 0; j < 8; ++j) {
+      __m256i sc[2];
+      for (int e = 0; e < 2; ++e) {
+        const int g = 2 * j + e;
+        if constexpr (kThree) {
+          const __m256i lo = _mm256_and_si256(
+              _mm256_srli_epi32(plane8(blk + 32 + 16 * (g / 2) + 8 * h), 4 * (g % 2)), k15);
+          const __m256i hi = _mm256_and_si256(
+              _mm256_srli_epi32(plane8(blk + 160 + 16 * (g / 4) + 8 * h), 2 * (g % 4)), k3);
+          sc[e] = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
+                                   _mm256_set1_epi32(32));
+        } else {
+          const __m256i s = plane8(blk + 64 + 16 * g + 8 * h);
+          sc[e] = _mm256_and_si256(s, k15);
+          if (e == 1) {
+            const __m256i s0 = plane8(blk + 64 + 16 * (g - 1) + 8 * h);
+            _mm256_store_si256(reinterpret_cast<__m256i*>(mins[j]),
+                               pair16(_mm256_srli_epi32(s0, 4), _mm256_srli_epi32(s, 4)));
+          }
+        }
+      }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(scp[j]), pair16(sc[0], sc[1]));
+    }
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      if (h == 0) prefetch_part(blk, kBytes, j);
+      const uint8_t* q = blk + kCodes + 128 * j + 32 * h;
+      const __m256i hv = kThree ? load256(blk + 1248 + 64 * j + 32 * h) : ones;
+      __m256i dot[2][R];
+      for (int e = 0; e < 2; ++e) {
+        __m256i w[4];
+        codes2<kThree>(q, hv, e, w);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xc = x[r].codes + 256 * b + 32 * j + 16 * e;
+          __m256i s16 = _mm256_maddubs_epi16(w[0], bcast32(xc));
+          for (int u = 1; u < 4; ++u) {
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[u], bcast32(xc + 4 * u)));
+          }
+          dot[e][r] = _mm256_madd_epi16(s16, ones);
+          if constexpr (kThree) {
+            dot[e][r] =
+                _mm256_add_epi32(dot[e][r], _mm256_set1_epi32(pre[(r * nb + bi) * 16 + 2 * j + e]));
+          }
+        }
+      }
+      const __m256i sp = _mm256_load_si256(reinterpret_cast<const __m256i*>(scp[j]));
+      for (int r = 0; r < R; ++r) {
+        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(pair16(dot[0][r], dot[1][r]), sp));
+      }
+    }
+    const __m256 d = halves8(blk + 16 * h);
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kThree) {
+        tot[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[r].d[b])),
+                                 _mm256_cvtepi32_ps(isum[r]), tot[r]);
+      } else {
+        const __m256 dmin = halves8(blk + 32 + 16 * h);
+        const int32_t* pr = pre + (r * nb + bi) * 8;
+        __m256i ms = _mm256_setzero_si256();
+        for (int p = 0; p < 8; ++p) {
+          ms = _mm256_add_epi32(
+              ms, _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(mins[p])),
+                                    _mm256_set1_epi32(pr[p])));
+        }
+        const __m256 v = _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(isum[r]),
+                                         _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(ms)));
+        tot[r] = _mm256_fmadd_ps(_mm256_set1_ps(x[r].d[b]), v, tot[r]);
+      }
+    }
+  }
+}
+
 // IQ4_XS: the grid's values looked up signed and met as Q8_0's are (magnitudes against the
 // activations carrying their signs: the values plus 128 would saturate vpmaddubsw), each pair
 // widened at once; the biased scales in FP32 with d.
@@ -393,6 +508,22 @@ const PanelType2* panel_type2(GgmlType t) {
                                  nullptr,
                                  repack_iq4_xs_panels,
                                  {iq4_xs_half<1>, iq4_xs_half<2>, iq4_xs_half<3>, iq4_xs_half<4>}};
+  static const PanelType2 kQ3k{
+      256,
+      kQ3kPanelBlock,
+      16,
+      GgmlActType::kQ8_K,
+      pre_q3_k,
+      repack_q3_k_panels,
+      {k23_half<true, 1>, k23_half<true, 2>, k23_half<true, 3>, k23_half<true, 4>}};
+  static const PanelType2 kQ2k{
+      256,
+      kQ2kPanelBlock,
+      8,
+      GgmlActType::kQ8_K,
+      pre_q2_k,
+      repack_q2_k_panels,
+      {k23_half<false, 1>, k23_half<false, 2>, k23_half<false, 3>, k23_half<false, 4>}};
   static const PanelType2 kB32[] = {b32_type<kQ40>(), b32_type<kQ41>(), b32_type<kQ50>(),
                                     b32_type<kQ51>(), b32_type<kIq4Nl>()};
   switch (t) {
@@ -408,6 +539,10 @@ const PanelType2* panel_type2(GgmlType t) {
       return &kB32[4];
     case GgmlType::kQ8_0:
       return &kQ80;
+    case GgmlType::kQ2_K:
+      return &kQ2k;
+    case GgmlType::kQ3_K:
+      return &kQ3k;
     case GgmlType::kIQ4_XS:
       return &kIq4Xs;
     case GgmlType::kQ4_K:

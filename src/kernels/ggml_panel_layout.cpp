@@ -137,6 +137,57 @@ void repack_q8_0(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, u
   });
 }
 
+// Sub-block j's 2-bit fields of row r (weight i's from field(i)) into the two registers at q:
+// bits 2u..2u + 1 of byte 4r + t of register h hold the field of the weight that code register
+// 4h + u holds there (weight 32j + 4u + t, or 32j + 16 + 4u + t for h = 1).
+template <class Field>
+void put_fields(uint8_t* q, int r, int j, Field field) {
+  for (int v = 0; v < 8; ++v) {
+    for (int t = 0; t < 4; ++t) {
+      const int i = 32 * j + (v < 4 ? 4 * v : 16 + 4 * (v - 4)) + t;
+      q[64 * (v / 4) + 4 * r + t] |= static_cast<uint8_t>(field(i) << (2 * (v % 4)));
+    }
+  }
+}
+
+// Q3_K panel, per super-block (1760 bytes): d of row r at 2r; the scales' low four bits, groups
+// 2p and 2p + 1 of row r at 32 + 16p + r (low, high nibble); their top two bits, groups 4q..4q + 3
+// at 160 + 16q + r; the low two bits of the codes, sub-block j's two registers at 224 + 128j (as
+// put_fields); their third bits (hmask), sub-block j's register at 1248 + 64j, bit v of byte
+// 4r + t for code register v.
+void repack_q3_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+  repack_blocks(rows, row_bytes, n, k, 256, 110, out, [&](uint8_t* o, int r, const uint8_t* blk) {
+    std::memcpy(o + 2 * r, blk + 108, 2);
+    int sc[16];
+    ggml_detail::q3_k_scales(blk + 96, sc);
+    for (int g = 0; g < 16; ++g) {
+      const int u = sc[g] + 32;
+      o[32 + 16 * (g / 2) + r] |= static_cast<uint8_t>((u & 15) << (4 * (g % 2)));
+      o[160 + 16 * (g / 4) + r] |= static_cast<uint8_t>((u >> 4) << (2 * (g % 4)));
+    }
+    for (int j = 0; j < 8; ++j) {
+      put_fields(o + 224 + 128 * j, r, j,
+                 [&](int i) { return ggml_detail::q2_field(blk + 32, i); });
+      put_bits(o + 1248 + 64 * j, r, j, [&](int i) { return (blk[i % 32] >> (i / 32)) & 1; });
+    }
+  });
+}
+
+// Q2_K panel, per super-block (1344 bytes): d of row r at 2r, dmin at 32 + 2r; group g's scale
+// byte (scale | min << 4) of row r at 64 + 16g + r; the codes, sub-block j's two registers at
+// 320 + 128j (as put_fields).
+void repack_q2_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+  repack_blocks(rows, row_bytes, n, k, 256, 84, out, [&](uint8_t* o, int r, const uint8_t* blk) {
+    std::memcpy(o + 2 * r, blk + 80, 2);
+    std::memcpy(o + 32 + 2 * r, blk + 82, 2);
+    for (int g = 0; g < 16; ++g) o[64 + 16 * g + r] = blk[g];
+    for (int j = 0; j < 8; ++j) {
+      put_fields(o + 320 + 128 * j, r, j,
+                 [&](int i) { return ggml_detail::q2_field(blk + 16, i); });
+    }
+  });
+}
+
 }  // namespace
 
 void repack_q4_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
@@ -158,6 +209,14 @@ void repack_q6_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64
 void repack_q8_0_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
                         uint8_t* out) {
   repack_q8_0(rows, row_bytes, n, k, out);
+}
+void repack_q3_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
+                        uint8_t* out) {
+  repack_q3_k(rows, row_bytes, n, k, out);
+}
+void repack_q2_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
+                        uint8_t* out) {
+  repack_q2_k(rows, row_bytes, n, k, out);
 }
 
 // Q4_K and Q5_K: each pair of sub-blocks' activation sums as the int16 halves of an int32, what
@@ -187,6 +246,20 @@ void pre_q6_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* ou
 }
 void pre_q8_0(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
   pre_blocks32<128>(x, rows, b0, nb, out);
+}
+void pre_q3_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
+  pre_groups16<4>(x, rows, b0, nb, out);
+}
+// Q2_K: each pair of groups' activation sums as the int16 halves of an int32 (Q4_K's form).
+void pre_q2_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out) {
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int16_t* s = x[r].sums + 16 * (b0 + b);
+      for (int p = 0; p < 8; ++p) {
+        out[(r * nb + b) * 8 + p] = pack16(s[2 * p], s[2 * p + 1]);
+      }
+    }
+  }
 }
 
 }  // namespace mx::ggml_dot_detail

@@ -24,6 +24,8 @@ constexpr int64_t kQ5kPanelBlock = 16 * 176;
 constexpr int64_t kIq4PanelBlock = 16 * 136;
 constexpr int64_t kQ6kPanelBlock = 16 * 210;
 constexpr int64_t kQ8PanelBlock = 16 * 34;
+constexpr int64_t kQ3kPanelBlock = 16 * 110;
+constexpr int64_t kQ2kPanelBlock = 16 * 84;
 
 void repack_q4_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out);
 void repack_q5_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out);
@@ -31,15 +33,21 @@ void repack_iq4_xs_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int
                           uint8_t* out);
 void repack_q6_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out);
 void repack_q8_0_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out);
+void repack_q3_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out);
+void repack_q2_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out);
 
 // Per-block activation terms, rows x nb x `per` int32s from block b0 on. Q4_K and Q5_K (per 4):
 // each pair of sub-blocks' activation sums as the int16 halves of an int32, what the kernels
 // multiply against the mins' pairs. IQ4_XS (per 8): -128 times each sub-block's sum. Q6_K (per
-// 16): -32 times each group of 16's sum. Q8_0 (per 1): -128 times each block's sum.
+// 16): -32 times each group of 16's sum. Q8_0 (per 1): -128 times each block's sum. Q3_K (per
+// 16): -4 times each group of 16's sum. Q2_K (per 8): each pair of groups' sums as the int16
+// halves of an int32 (Q4_K's form).
 void pre_q4_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out);
 void pre_iq4_xs(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out);
 void pre_q6_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out);
 void pre_q8_0(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out);
+void pre_q3_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out);
+void pre_q2_k(const ActRowView* x, int rows, int64_t b0, int64_t nb, int32_t* out);
 
 namespace {
 
