@@ -21,6 +21,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/half.h"
@@ -267,6 +268,49 @@ TEST(GgmlDot, EveryVariantHoldsAtTheProductBounds) {
       x[static_cast<size_t>(i)] = row == 4 ? (i % 3 == 0 ? -1.0f : 1.0f) : (row % 2 ? -1.0f : 1.0f);
     }
     check_rows(c, w, x);
+  }
+}
+
+// The AVX2 table reads the AVX-512 table's panels with the same operations in the same order,
+// so the two give the same bits (where this CPU runs both).
+TEST(GgmlDot, Avx2AndAvx512PanelsAgreeBitForBit) {
+  const GgmlDotKernels* a2 = ggml_dot_kernels_for(IsaLevel::kAvx2);
+  const GgmlDotKernels* a5 = ggml_dot_kernels_for(IsaLevel::kAvx512);
+  if (a2 == nullptr || a5 == nullptr) GTEST_SKIP() << "this CPU runs one of the two tables";
+  uint32_t seed = 71;
+  for (GgmlType t : kTypes) {
+    if (a2->panel_rows(t) == 0 || a5->panel_rows(t) != a2->panel_rows(t)) continue;
+    SCOPED_TRACE(ggml_type_info(t).name);
+    const int64_t m = 9, n = 37, k = 512;
+    std::mt19937 rng(seed);
+    const std::vector<uint8_t> w = test::random_rows(t, n, k, rng);
+    const std::vector<float> x = activations(m, k, seed++);
+    const GgmlActType at = ggml_act_type(t);
+    const std::vector<uint8_t> xq =
+        quantize(*ggml_dot_kernels_for(IsaLevel::kScalar), at, x.data(), m, k);
+    const int panel = a2->panel_rows(t);
+    std::vector<uint8_t> packed(static_cast<size_t>(ggml_panel_bytes(t, panel, n, k)));
+    a2->repack(t, w.data(), ggml_row_bytes(t, k), n, k, packed.data());
+    std::vector<uint8_t> packed5(packed.size());
+    a5->repack(t, w.data(), ggml_row_bytes(t, k), n, k, packed5.data());
+    ASSERT_EQ(packed, packed5);
+    std::vector<float> y2(static_cast<size_t>(m * n)), y5(y2.size());
+    for (auto [kern, y] : {std::pair{a2, &y2}, std::pair{a5, &y5}}) {
+      GgmlDotArgs args{t,
+                       packed.data(),
+                       ggml_row_bytes(t, k),
+                       xq.data(),
+                       ggml_act_row_bytes(at, k),
+                       y->data(),
+                       m,
+                       k,
+                       n};
+      args.panel = panel;
+      kern->gemm(args, 0, n);
+    }
+    for (size_t i = 0; i < y2.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(y2[i]), std::bit_cast<uint32_t>(y5[i])) << "y[" << i << "]";
+    }
   }
 }
 
