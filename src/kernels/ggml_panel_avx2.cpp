@@ -45,19 +45,6 @@ inline __m256 halves8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// The lines of the block kAhead bytes on, into L2, part j of eight spread over a super-block's
-// sub-blocks, by the first half only (the second finds the panel in cache): at one activation
-// row the loads come too unevenly for the hardware prefetcher, as for the AVX-512 panels
-// (ggml_panel_avx512.h, whose distance this takes).
-constexpr int64_t kAhead = 6720;
-inline void prefetch_part(const uint8_t* blk, int64_t bytes, int j) {
-  const int64_t lines = (bytes + 63) / 64, per = (lines + 7) / 8;
-  const int64_t e = std::min(lines, per * (j + 1));
-  for (int64_t l = per * j; l < e; ++l) {
-    _mm_prefetch(reinterpret_cast<const char*>(blk + kAhead + 64 * l), _MM_HINT_T1);
-  }
-}
-
 using PanelFn2 = void (*)(const uint8_t*, int, const ActRowView*, const int32_t*, int64_t, int64_t,
                           __m256*);
 struct PanelType2 {

@@ -48,21 +48,6 @@ inline __m512i bcast32(const void* p) {
   return _mm512_set1_epi32(v);
 }
 
-// The lines of the block kAhead bytes on, into L2, part j of eight spread over a super-block's
-// eight sub-blocks: at one activation row a k-quant panel kernel's loads come too unevenly for
-// the hardware prefetcher to keep memory busy (Q4_K from memory ran at 0.69x the row kernel's
-// speed without this). Into L1 in one burst at each block's start, the requests crowded its
-// fill buffers and stalled the loads behind them: on a Zen 4, lm_head-sized Q6_K and Q4_K
-// panels read at 0.73 and 0.87 of a plain read's rate so (4.5 KiB on), and at 0.98 and 0.95
-// as here (medians of four alternations). Q8_0 panels, whose loads are even, read best with
-// none: 0.91 with a block's lines asked for 6.6 KiB on, 0.96 without (five alternations).
-constexpr int64_t kAhead = 6720;
-inline void prefetch_part(const uint8_t* blk, int64_t bytes, int j) {
-  const int64_t lines = (bytes + 63) / 64, per = (lines + 7) / 8;
-  const int64_t e = std::min(lines, per * (j + 1));
-  for (int64_t l = per * j; l < e; ++l) prefetch_line_l2(blk + kAhead + 64 * l);
-}
-
 // Sub-block j's sixteen rows of 32 weights as eight registers of unsigned bytes: four loads,
 // each split into its low and high nibbles.
 inline void nibbles(const uint8_t* q, __m512i w[8]) {

@@ -46,6 +46,19 @@ inline void put_nibbles(uint8_t* q, int r, const uint8_t w[256]) {
   }
 }
 
+// Sub-block j's 2-bit fields of row r (weight i's from field(i)) into the two registers at q:
+// bits 2u..2u + 1 of byte 4r + t of register h hold the field of the weight that code register
+// 4h + u holds there (weight 32j + 4u + t, or 32j + 16 + 4u + t for h = 1).
+template <class Field>
+void put_fields(uint8_t* q, int r, int j, Field field) {
+  for (int v = 0; v < 8; ++v) {
+    for (int t = 0; t < 4; ++t) {
+      const int i = 32 * j + (v < 4 ? 4 * v : 16 + 4 * (v - 4)) + t;
+      q[64 * (v / 4) + 4 * r + t] |= static_cast<uint8_t>(field(i) << (2 * (v % 4)));
+    }
+  }
+}
+
 // Q5_K panel, per super-block (2816 bytes): Q4_K's panel for the scales, mins and low four bits
 // (its 2304 bytes), then per sub-block j one register at 2304 + 64j whose byte 4r + t holds, in
 // bit v, the fifth bit of the weight that code register v holds there.
@@ -74,10 +87,22 @@ void repack_k4(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uin
   });
 }
 
+}  // namespace
+
+void repack_q4_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
+                        uint8_t* out) {
+  repack_k4<false>(rows, row_bytes, n, k, out);
+}
+void repack_q5_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
+                        uint8_t* out) {
+  repack_k4<true>(rows, row_bytes, n, k, out);
+}
+
 // IQ4_XS panel, per super-block (2176 bytes): d of row r at 2r; the scales' low nibbles, sub-blocks
 // 2p and 2p + 1 of row r at 32 + 16p + r (low, high nibble); their high two bits, sub-blocks
 // 4q..4q + 3 of row r at 96 + 16q + r (two bits each, in order); the nibble planes at 128.
-void repack_iq4_xs(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+void repack_iq4_xs_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
+                          uint8_t* out) {
   repack_blocks(rows, row_bytes, n, k, 256, 136, out, [&](uint8_t* o, int r, const uint8_t* blk) {
     std::memcpy(o + 2 * r, blk, 2);
     uint16_t sh;
@@ -97,7 +122,8 @@ void repack_iq4_xs(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
 // values) of row r at 32 + 16g + r; the low nibbles as Q4_K's planes at 288; then per sub-block j
 // two registers at 2336 + 128j whose bytes 4r + t hold, in bits 2u..2u + 1 of register h, the
 // high two bits of the weight that nibble register 4h + u holds there.
-void repack_q6_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+void repack_q6_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
+                        uint8_t* out) {
   repack_blocks(rows, row_bytes, n, k, 256, 210, out, [&](uint8_t* o, int r, const uint8_t* blk) {
     std::memcpy(o + 2 * r, blk + 208, 2);
     for (int g = 0; g < 16; ++g) o[32 + 16 * g + r] = blk[192 + g];
@@ -125,7 +151,8 @@ void repack_q6_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, u
 
 // Q8_0 panel, per block of 32 (544 bytes): d of row r at 2r; then eight registers v whose bytes
 // 4r + t hold code 4v + t of row r plus 128.
-void repack_q8_0(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+void repack_q8_0_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
+                        uint8_t* out) {
   repack_blocks(rows, row_bytes, n, k, 32, 34, out, [&](uint8_t* o, int r, const uint8_t* blk) {
     std::memcpy(o + 2 * r, blk, 2);
     for (int v = 0; v < 8; ++v) {
@@ -137,25 +164,13 @@ void repack_q8_0(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, u
   });
 }
 
-// Sub-block j's 2-bit fields of row r (weight i's from field(i)) into the two registers at q:
-// bits 2u..2u + 1 of byte 4r + t of register h hold the field of the weight that code register
-// 4h + u holds there (weight 32j + 4u + t, or 32j + 16 + 4u + t for h = 1).
-template <class Field>
-void put_fields(uint8_t* q, int r, int j, Field field) {
-  for (int v = 0; v < 8; ++v) {
-    for (int t = 0; t < 4; ++t) {
-      const int i = 32 * j + (v < 4 ? 4 * v : 16 + 4 * (v - 4)) + t;
-      q[64 * (v / 4) + 4 * r + t] |= static_cast<uint8_t>(field(i) << (2 * (v % 4)));
-    }
-  }
-}
-
 // Q3_K panel, per super-block (1760 bytes): d of row r at 2r; the scales' low four bits, groups
 // 2p and 2p + 1 of row r at 32 + 16p + r (low, high nibble); their top two bits, groups 4q..4q + 3
 // at 160 + 16q + r; the low two bits of the codes, sub-block j's two registers at 224 + 128j (as
 // put_fields); their third bits (hmask), sub-block j's register at 1248 + 64j, bit v of byte
 // 4r + t for code register v.
-void repack_q3_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+void repack_q3_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
+                        uint8_t* out) {
   repack_blocks(rows, row_bytes, n, k, 256, 110, out, [&](uint8_t* o, int r, const uint8_t* blk) {
     std::memcpy(o + 2 * r, blk + 108, 2);
     int sc[16];
@@ -176,7 +191,8 @@ void repack_q3_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, u
 // Q2_K panel, per super-block (1344 bytes): d of row r at 2r, dmin at 32 + 2r; group g's scale
 // byte (scale | min << 4) of row r at 64 + 16g + r; the codes, sub-block j's two registers at
 // 320 + 128j (as put_fields).
-void repack_q2_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out) {
+void repack_q2_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
+                        uint8_t* out) {
   repack_blocks(rows, row_bytes, n, k, 256, 84, out, [&](uint8_t* o, int r, const uint8_t* blk) {
     std::memcpy(o + 2 * r, blk + 80, 2);
     std::memcpy(o + 32 + 2 * r, blk + 82, 2);
@@ -186,37 +202,6 @@ void repack_q2_k(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k, u
                  [&](int i) { return ggml_detail::q2_field(blk + 16, i); });
     }
   });
-}
-
-}  // namespace
-
-void repack_q4_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
-                        uint8_t* out) {
-  repack_k4<false>(rows, row_bytes, n, k, out);
-}
-void repack_q5_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
-                        uint8_t* out) {
-  repack_k4<true>(rows, row_bytes, n, k, out);
-}
-void repack_iq4_xs_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
-                          uint8_t* out) {
-  repack_iq4_xs(rows, row_bytes, n, k, out);
-}
-void repack_q6_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
-                        uint8_t* out) {
-  repack_q6_k(rows, row_bytes, n, k, out);
-}
-void repack_q8_0_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
-                        uint8_t* out) {
-  repack_q8_0(rows, row_bytes, n, k, out);
-}
-void repack_q3_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
-                        uint8_t* out) {
-  repack_q3_k(rows, row_bytes, n, k, out);
-}
-void repack_q2_k_panels(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t k,
-                        uint8_t* out) {
-  repack_q2_k(rows, row_bytes, n, k, out);
 }
 
 // Q4_K and Q5_K: each pair of sub-blocks' activation sums as the int16 halves of an int32, what
