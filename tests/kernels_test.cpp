@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "formats/minifloat.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
+#include "kernels/glu.h"
 #include "kernels/mx_gemm.h"
 #include "quant/scheme.h"
 #include "test_util.h"
@@ -700,6 +702,47 @@ TEST(Kernels, EveryAttentionVariant) {
     }
   }
   EXPECT_GE(variants, 1);
+}
+
+// SwiGLU: every table against silu(g) * u evaluated in double, on odd lengths (the vector
+// tables' tails), gates across the range of exp (where exp(-g) leaves FP32's range, the
+// result is FP32's: zero), in place as the MLPs call it. Tolerance: 4 ulp of
+// the result (the polynomial's and the division's roundings), or 1e-36 absolute near zero.
+TEST(Kernels, EverySwigluVariant) {
+  int variants = 0;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> wide(-120.0f, 120.0f), near(-8.0f, 8.0f);
+  for (IsaLevel isa : kLevels) {
+    const GluKernels* kern = glu_kernels_for(isa);
+    if (kern == nullptr) continue;
+    ++variants;
+    for (int64_t n : {1, 7, 8, 15, 16, 17, 33, 100, 257}) {
+      std::vector<float> g(static_cast<size_t>(n)), u(g.size());
+      for (int64_t i = 0; i < n; ++i) {
+        g[i] = i % 3 == 0 ? wide(rng) : near(rng);
+        u[i] = near(rng);
+      }
+      if (n > 8) {
+        g[1] = 0.0f;
+        g[2] = -0.0f;
+        g[3] = 87.0f;
+        g[4] = -89.0f;
+        g[5] = 1e-30f;
+      }
+      std::vector<float> out(g.size()), inplace = g;
+      kern->swiglu(g.data(), u.data(), n, out.data());
+      kern->swiglu(inplace.data(), u.data(), n, inplace.data());
+      for (int64_t i = 0; i < n; ++i) {
+        // exp(-g) past FP32's largest value is infinite in FP32, and silu(g) then -0.
+        const double gd = g[i], e = std::exp(-gd);
+        const double ref = e > std::numeric_limits<float>::max() ? 0.0 : gd / (1.0 + e) * u[i];
+        const double tol = std::max(4.0 * std::ldexp(1.0, -23) * std::fabs(ref), 1e-36);
+        ASSERT_NEAR(out[i], ref, tol) << isa_name(isa) << " n=" << n << " g=" << g[i];
+        ASSERT_EQ(inplace[i], out[i]) << isa_name(isa) << " in place, n=" << n << " i=" << i;
+      }
+    }
+  }
+  EXPECT_GE(variants, 2);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <bit>
 #include <cmath>
 
+#include "kernels/glu.h"
+
 namespace mx {
 
 namespace {
@@ -104,10 +106,7 @@ void rope_neox_cs(float* head, int64_t head_dim, const float* cos, const float* 
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  glu_kernels().swiglu(gate, up, n, out);
 }
 
 void softmax(float* x, int64_t n) {

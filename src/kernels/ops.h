@@ -31,12 +31,12 @@ void rope_cos_sin_mrope(int64_t head_dim, const int64_t pos[3], const int64_t se
 // rope_neox with precomputed cosines and sines: the same result.
 void rope_neox_cs(float* head, int64_t head_dim, const float* cos, const float* sin);
 
-// In place: x = silu(gate) * up, with gate = x[0:n], up = x[n:2n] -> out[0:n].
 // LayerNorm over n values: (x - mean) / sqrt(var + eps) * w + b, the moments in double.
 void layer_norm(const float* x, const float* w, const float* b, int64_t n, double eps, float* y);
 // GELU in place: the tanh approximation (PyTorch's gelu(approximate="tanh")) or exact (erf).
 void gelu_tanh(float* x, int64_t n);
 void gelu_erf(float* x, int64_t n);
+// out = silu(gate) * up through the active ISA's table (kernels/glu.h); out may alias gate.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 
 // Numerically stable softmax in place.

@@ -1,0 +1,36 @@
+#include "kernels/glu.h"
+
+#include <cmath>
+
+#include "core/isa_table.h"
+
+namespace mx {
+namespace glu_detail {
+namespace {
+
+void swiglu_scalar(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+}  // namespace
+
+const GluKernels kScalarGlu = {IsaLevel::kScalar, swiglu_scalar};
+
+}  // namespace glu_detail
+
+namespace {
+constexpr IsaTable<GluKernels> kGluKernelsTable{&glu_detail::kScalarGlu, &glu_detail::kAvx2Glu,
+                                                &glu_detail::kAvx512Glu};
+}  // namespace
+
+const GluKernels* glu_kernels_for(IsaLevel level) { return kGluKernelsTable.at(level); }
+
+const GluKernels& glu_kernels() {
+  static const GluKernels& k = kGluKernelsTable.select();
+  return k;
+}
+
+}  // namespace mx
