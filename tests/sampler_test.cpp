@@ -79,6 +79,60 @@ TEST(Sampler, MinP) {
   expect_dist(dist(p), {{0, 0.5 / 0.85}, {1, 0.2 / 0.85}, {2, 0.15 / 0.85}});
 }
 
+// A vocabulary of 151,936 with flat and peaked logits: the filters' cuts equal those of the
+// whole vocabulary sorted here (probability, then id) and summed in that order, whatever
+// part of it the filters keep (top-p reaching 0.9 of a flat distribution, or a few tokens).
+TEST(Sampler, FiltersOnALargeVocabularyEqualAFullSort) {
+  std::mt19937 rng(11);
+  const int64_t vocab = 151936;
+  for (float spread : {0.5f, 8.0f}) {
+    std::normal_distribution<float> nd(0.0f, spread);
+    std::vector<float> l(static_cast<size_t>(vocab));
+    for (float& v : l) v = nd(rng);
+    double mx = -INFINITY, sum = 0;
+    for (float v : l) mx = std::max(mx, static_cast<double>(v));
+    std::vector<std::pair<int32_t, double>> all(l.size());
+    for (int64_t i = 0; i < vocab; ++i) {
+      all[static_cast<size_t>(i)] = {static_cast<int32_t>(i), std::exp(l[i] - mx)};
+      sum += all[static_cast<size_t>(i)].second;
+    }
+    for (auto& e : all) e.second /= sum;
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+      return a.second > b.second || (a.second == b.second && a.first < b.first);
+    });
+    for (int top_k : {0, 40, 100000}) {
+      for (float top_p : {1.0f, 0.9f, 0.5f}) {
+        for (float min_p : {0.0f, 0.05f}) {
+          SamplingParams p;
+          p.top_k = top_k;
+          p.top_p = top_p;
+          p.min_p = min_p;
+          size_t keep = top_k > 0 ? static_cast<size_t>(top_k) : all.size();
+          double cum = 0;
+          for (size_t i = 0; i < keep; ++i) {
+            cum += all[i].second;
+            if (cum >= top_p) {
+              keep = i + 1;
+              break;
+            }
+          }
+          size_t i = 1;
+          while (i < keep && all[i].second >= min_p * all[0].second) ++i;
+          if (min_p > 0) keep = i;
+          const auto d = filtered_distribution(l.data(), vocab, p);
+          ASSERT_EQ(d.size(), keep) << spread << " " << top_k << " " << top_p << " " << min_p;
+          double kept = 0;
+          for (size_t j = 0; j < keep; ++j) kept += all[j].second;
+          for (size_t j = 0; j < keep; ++j) {
+            ASSERT_EQ(d[j].first, all[j].first) << j;
+            ASSERT_NEAR(d[j].second, all[j].second / kept, 1e-12);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Sampler, Temperature) {
   SamplingParams p;
   p.temperature = 2.0f;  // p_i^(1/2) renormalized
