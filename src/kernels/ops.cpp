@@ -9,12 +9,24 @@ namespace mx {
 
 namespace {
 inline float bf16f(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+// The sum of squares in double (each square exact), in eight interleaved partial sums (element
+// i into sum i % 8) added as a fixed tree: the same order on every ISA, and eight independent
+// chains: one chain of dependent adds took 2.2-2.9 us for 2048 values, these 0.3-0.6 us.
+double sum_squares(const float* x, int64_t n) {
+  double s[8] = {};
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t i = 0; i < n8; i += 8) {
+    for (int j = 0; j < 8; ++j) s[j] += static_cast<double>(x[i + j]) * x[i + j];
+  }
+  for (int64_t i = n8; i < n; ++i) s[i - n8] += static_cast<double>(x[i]) * x[i];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
 }  // namespace
 
 void rms_norm_bf16(const float* x, const uint16_t* w, int64_t n, double eps, float* y,
                    bool gemma_offset) {
-  double ss = 0.0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const double ss = sum_squares(x, n);
   const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
   for (int64_t i = 0; i < n; ++i) {
     const float g = gemma_offset ? 1.0f + bf16f(w[i]) : bf16f(w[i]);
@@ -23,8 +35,7 @@ void rms_norm_bf16(const float* x, const uint16_t* w, int64_t n, double eps, flo
 }
 
 void rms_norm(const float* x, const float* w, int64_t n, double eps, float* y, bool gemma_offset) {
-  double ss = 0.0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const double ss = sum_squares(x, n);
   const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
   for (int64_t i = 0; i < n; ++i) {
     const float g = gemma_offset ? 1.0f + w[i] : w[i];
