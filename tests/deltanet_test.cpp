@@ -74,7 +74,7 @@ TEST(DeltaNet, ConvEveryVariantMatchesDoubleAndChunksBitForBit) {
                 mag += std::fabs(p);
               }
               const double ref = silu_d(s);
-              const double tol = 1.1 * (kw + 1) * kU * mag + 5 * kU * std::fabs(ref) + 1e-37;
+              const double tol = 1.1 * (kw + 1) * kU * mag + 7 * kU * std::fabs(ref) + 1e-37;
               ASSERT_LE(std::fabs(y[tt * c + ch] - ref), tol)
                   << where << " t=" << tt << " c=" << ch;
             }
@@ -84,10 +84,14 @@ TEST(DeltaNet, ConvEveryVariantMatchesDoubleAndChunksBitForBit) {
               ASSERT_EQ(st[j * c + ch], xin(t - (kw - 1) + j, ch)) << where << " state";
             }
           }
-          // The scalar table's result, bit for bit.
+          // The scalar table's result: the same convolution bit for bit, then the SiLU (libm's
+          // expf there, the vector polynomial here, each within 2 ulp): within 12 u.
           std::vector<float> ys(y.size()), sts = st0;
           scalar().conv_silu({x.data(), w.data(), sts.data(), ys.data(), t, c, kw, ldx, c});
-          ASSERT_EQ(ys, y) << where;
+          for (size_t i = 0; i < y.size(); ++i) {
+            ASSERT_LE(std::fabs(ys[i] - y[i]), 12 * kU * std::fabs(ys[i]) + 1e-37)
+                << where << " " << i;
+          }
           ASSERT_EQ(sts, st) << where;
           // In pieces (1, 2, 4, rest) carrying the state, and in place: bit for bit.
           std::vector<float> xp = x, stp = st0;
@@ -480,9 +484,10 @@ TEST(DeltaNet, BoundsAreWithinAFewHundredTimesTheErrors) {
   std::printf("worst error / bound: recurrent %.3g, chunked %.3g\n", rec, chunk);
   EXPECT_GE(rec, 1.07e-3);
   EXPECT_GE(chunk, 3.8e-4);
-  std::printf("max |chunked - recurrent| (the tests above, this process): outputs %.3g, states "
-              "%.3g\n",
-              g_diff_out, g_diff_state);
+  std::printf(
+      "max |chunked - recurrent| (the tests above, this process): outputs %.3g, states "
+      "%.3g\n",
+      g_diff_out, g_diff_state);
 }
 
 // ---------------------------------------------------------------- row ops

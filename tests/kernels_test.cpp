@@ -704,11 +704,11 @@ TEST(Kernels, EveryAttentionVariant) {
   EXPECT_GE(variants, 1);
 }
 
-// SwiGLU: every table against silu(g) * u evaluated in double, on odd lengths (the vector
-// tables' tails), gates across the range of exp (where exp(-g) leaves FP32's range, the
-// result is FP32's: zero), in place as the MLPs call it. Tolerance: 4 ulp of
-// the result (the polynomial's and the division's roundings), or 1e-36 absolute near zero.
-TEST(Kernels, EverySwigluVariant) {
+// SwiGLU and the sigmoid gate: every table against silu(g) * u and u * sigmoid(g) evaluated in
+// double, on odd lengths (the vector tables' tails), gates across the range of exp (where exp(-g)
+// leaves FP32's range, the result is FP32's: zero), in place as the MLPs call it. Tolerance: 4 ulp
+// of the result (the polynomial's and the division's roundings), or 1e-36 absolute near zero.
+TEST(Kernels, EveryGluVariant) {
   int variants = 0;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> wide(-120.0f, 120.0f), near(-8.0f, 8.0f);
@@ -729,16 +729,21 @@ TEST(Kernels, EverySwigluVariant) {
         g[4] = -89.0f;
         g[5] = 1e-30f;
       }
-      std::vector<float> out(g.size()), inplace = g;
+      std::vector<float> out(g.size()), inplace = g, gated = u;
       kern->swiglu(g.data(), u.data(), n, out.data());
       kern->swiglu(inplace.data(), u.data(), n, inplace.data());
+      kern->sigmoid_gate(g.data(), n, gated.data());
       for (int64_t i = 0; i < n; ++i) {
         // exp(-g) past FP32's largest value is infinite in FP32, and silu(g) then -0.
         const double gd = g[i], e = std::exp(-gd);
-        const double ref = e > std::numeric_limits<float>::max() ? 0.0 : gd / (1.0 + e) * u[i];
+        const bool inf = e > std::numeric_limits<float>::max();
+        const double ref = inf ? 0.0 : gd / (1.0 + e) * u[i];
         const double tol = std::max(4.0 * std::ldexp(1.0, -23) * std::fabs(ref), 1e-36);
         ASSERT_NEAR(out[i], ref, tol) << isa_name(isa) << " n=" << n << " g=" << g[i];
         ASSERT_EQ(inplace[i], out[i]) << isa_name(isa) << " in place, n=" << n << " i=" << i;
+        const double sref = inf ? 0.0 : u[i] / (1.0 + e);
+        ASSERT_NEAR(gated[i], sref, std::max(4.0 * std::ldexp(1.0, -23) * std::fabs(sref), 1e-36))
+            << isa_name(isa) << " sigmoid gate, n=" << n << " g=" << g[i];
       }
     }
   }

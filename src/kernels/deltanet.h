@@ -7,13 +7,18 @@
 // step, and may split value heads across threads (offset the pointers, keep the strides).
 //
 // Precision contract (u = 2^-24):
-// - conv_silu, delta_rule_recurrent, delta_rule_chunked, sigmoid, softplus, decay_gate: every
-//   variant equals the scalar reference bit for bit. The references fix one operation order
-//   (sequential FMA chains, expf/log1pf per element) and the AVX2 versions vectorize only over
-//   independent outputs (channels, value columns, chunk rows), keeping each output's chain.
+// - delta_rule_recurrent, delta_rule_chunked, sigmoid, softplus, decay_gate: every variant
+//   equals the scalar reference bit for bit. The references fix one operation order
+//   (sequential FMA chains, expf/log1pf per element) and the vector versions vectorize only
+//   over independent outputs (channels, value columns, chunk rows), keeping each output's chain.
+// - conv_silu: the convolution bit for bit as above; the vector tables' SiLU takes its exp from
+//   a polynomial within 2 ulp of expf (kernels/vec_math_avx512.h), so |dy| <= 6 u |y| against
+//   the exact SiLU of the same sum, and a channel's result does not depend on the call's
+//   channels or tokens.
 // - l2_norm, gated_rms_norm: each row's sum of squares is reduced in eight lanes instead of one
 //   chain, so the result differs from the reference by that order only: |dy| <= (dim + 8) u |y|
-//   (sum relative error <= (dim - 1) u, halved by the square root, plus four roundings).
+//   (sum relative error <= (dim - 1) u, halved by the square root, plus four roundings), and
+//   gated_rms_norm's SiLU as conv_silu's adds 6 u.
 // - Against exact arithmetic, the recurrence (per value head, S_t the exact state, Frobenius
 //   norms) satisfies ||dS_T|| <= (dk + 8) u sum_t (||S_{t-1}|| + ||S_t|| + ||v_t||): each
 //   step's rounding is at most that (the S^T k dot contributes dk u ||S|| by Cauchy-Schwarz

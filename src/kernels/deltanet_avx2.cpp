@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include "kernels/deltanet_simd.h"
+#include "kernels/vec_math_avx2.h"
 
 namespace mx::deltanet_detail {
 namespace {
@@ -15,6 +16,7 @@ struct V8 {
   static T zero() { return _mm256_setzero_ps(); }
   static T fmadd(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
+  static T silu(T x) { return silu_avx2(x); }
   static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
 };
 
@@ -25,7 +27,7 @@ const DeltaNetKernels kAvx2DeltaNet = {IsaLevel::kAvx2,
                                        delta_rule_recurrent<V8>,
                                        delta_rule_chunked<V8>,
                                        l2_norm<V8>,
-                                       gated_rms_norm,
+                                       gated_rms_norm<V8>,
                                        sigmoid,
                                        softplus,
                                        decay_gate};

@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include "kernels/deltanet_simd.h"
+#include "kernels/vec_math_avx512.h"
 
 namespace mx::deltanet_detail {
 namespace {
@@ -15,6 +16,7 @@ struct V16 {
   static T zero() { return _mm512_setzero_ps(); }
   static T fmadd(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
   static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
+  static T silu(T x) { return silu_avx512(x); }
   static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
 };
 
@@ -25,7 +27,7 @@ const DeltaNetKernels kAvx512DeltaNet = {IsaLevel::kAvx512,
                                          delta_rule_recurrent<V16>,
                                          delta_rule_chunked<V16>,
                                          l2_norm<V16>,
-                                         gated_rms_norm,
+                                         gated_rms_norm<V16>,
                                          sigmoid,
                                          softplus,
                                          decay_gate};

@@ -1,12 +1,13 @@
 // The gated DeltaNet kernels written once over a vector type V: deltanet_avx2.cpp and
 // deltanet_avx512.cpp each include this with their own flags and instantiate it with their
-// own width. V provides T (a vector of W floats), W, and load, store, set1, zero, fmadd, mul
-// and sub. Each kernel vectorizes over independent outputs only (channels, value columns,
-// chunk rows) and keeps the scalar reference's operation chain per output, so the results are
-// bit for bit the reference's at every width (the row norms' sums of squares excepted: they
-// are reduced in eight lanes at every width, kernels/deltanet.h's bound). exp, log1p and SiLU
-// stay scalar libm calls per value: they act per channel or head, while the cost is the
-// dk x dv state per head and token.
+// own width. V provides T (a vector of W floats), W, and load, store, set1, zero, fmadd, mul,
+// sub and silu. Each kernel vectorizes over independent outputs only (channels, value
+// columns, chunk rows) and keeps the scalar reference's operation chain per output, so the
+// results are bit for bit the reference's at every width, with two exceptions stated in
+// kernels/deltanet.h: the row norms' sums of squares, reduced in eight lanes at every width,
+// and the SiLU of the conv and the gated norm (a channel or value per token each, 12,288 a
+// token and layer at Qwen3.5's widths), whose exp is V's polynomial. The per-head gates'
+// exp and log1p stay scalar libm calls.
 //
 // Everything here has internal linkage, so that each ISA's copy stays its own; builtins stand
 // in for <cmath>'s inline wrappers (see formats/act_quant.h).
@@ -22,7 +23,6 @@ namespace mx::deltanet_detail {
 namespace {
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
 inline float softplus1(float x) { return x > 20.0f ? x : __builtin_log1pf(__builtin_expf(x)); }
 
 // y[j] = chain over m < cnt of fma(c[m], x[m * ldx + j], .) starting from init[j] (or 0),
@@ -59,6 +59,19 @@ void fma_rows(float* y, const float* init, int64_t n, const float* c, int64_t cn
   }
 }
 
+// y[i] = silu(y[i]) for i < n, whole vectors then a zero-padded last one.
+template <class V>
+inline void silu_in_place(float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + V::W <= n; i += V::W) V::store(y + i, V::silu(V::load(y + i)));
+  if (i < n) {
+    alignas(64) float tmp[V::W] = {};
+    for (int64_t j = i; j < n; ++j) tmp[j - i] = y[j];
+    V::store(tmp, V::silu(V::load(tmp)));
+    for (int64_t j = i; j < n; ++j) y[j] = tmp[j - i];
+  }
+}
+
 template <class V>
 void conv_silu(const ConvArgs& a) {
   const int64_t km1 = a.kernel - 1, nc = a.channels, lds = a.lds != 0 ? a.lds : nc;
@@ -75,9 +88,7 @@ void conv_silu(const ConvArgs& a) {
       win[km1] = V::load(a.x + t * a.ldx + c);
       typename V::T acc = V::mul(wv[0], win[0]);
       for (int64_t j = 1; j < a.kernel; ++j) acc = V::fmadd(wv[j], win[j], acc);
-      V::store(tmp, acc);
-      float* y = a.y + t * a.ldy + c;
-      for (int l = 0; l < V::W; ++l) y[l] = silu(tmp[l]);
+      V::store(a.y + t * a.ldy + c, V::silu(acc));
       for (int64_t j = 0; j < km1; ++j) win[j] = win[j + 1];
     }
     for (int64_t j = 0; j < km1; ++j) V::store(a.state + j * lds + c, win[j]);
@@ -90,10 +101,15 @@ void conv_silu(const ConvArgs& a) {
       sw[km1] = a.x[t * a.ldx + c];
       float acc = w[0] * sw[0];
       for (int64_t j = 1; j < a.kernel; ++j) acc = __builtin_fmaf(w[j], sw[j], acc);
-      a.y[t * a.ldy + c] = silu(acc);
+      a.y[t * a.ldy + c] = acc;
       for (int64_t j = 0; j < km1; ++j) sw[j] = sw[j + 1];
     }
     for (int64_t j = 0; j < km1; ++j) a.state[j * lds + c] = sw[j];
+  }
+  // The last channels' SiLU through the same vector function, so that a channel's result does
+  // not depend on where a call's channels end.
+  if (cw < nc) {
+    for (int64_t t = 0; t < a.t; ++t) silu_in_place<V>(a.y + t * a.ldy + cw, nc - cw);
   }
 }
 
@@ -311,14 +327,32 @@ void l2_norm(float* x, int64_t t, int64_t heads, int64_t dim, int64_t ld, float 
   }
 }
 
+// The reference's w * (x * inv) * silu(z) per value, the SiLU by V; the last partial vector
+// through zero-padded copies.
+template <class V>
 void gated_rms_norm(const float* x, const float* z, const float* w, int64_t rows, int64_t dim,
                     float eps, float* y) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     const float* zr = z + r * dim;
     const float inv = 1.0f / __builtin_sqrtf(sum_squares(xr, dim) / static_cast<float>(dim) + eps);
+    const typename V::T iv = V::set1(inv);
     float* yr = y + r * dim;
-    for (int64_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * inv) * silu(zr[i]);
+    auto one = [&](const float* wp, const float* xp, const float* zp, float* yp) {
+      V::store(yp, V::mul(V::mul(V::load(wp), V::mul(V::load(xp), iv)), V::silu(V::load(zp))));
+    };
+    int64_t i = 0;
+    for (; i + V::W <= dim; i += V::W) one(w + i, xr + i, zr + i, yr + i);
+    if (i < dim) {
+      alignas(64) float pw[V::W] = {}, px[V::W] = {}, pz[V::W] = {}, py[V::W];
+      for (int64_t j = i; j < dim; ++j) {
+        pw[j - i] = w[j];
+        px[j - i] = xr[j];
+        pz[j - i] = zr[j];
+      }
+      one(pw, px, pz, py);
+      for (int64_t j = i; j < dim; ++j) yr[j] = py[j - i];
+    }
   }
 }
 

@@ -15,9 +15,13 @@ void swiglu_scalar(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void sigmoid_gate_scalar(const float* gate, int64_t n, float* x) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+}
+
 }  // namespace
 
-const GluKernels kScalarGlu = {IsaLevel::kScalar, swiglu_scalar};
+const GluKernels kScalarGlu = {IsaLevel::kScalar, swiglu_scalar, sigmoid_gate_scalar};
 
 }  // namespace glu_detail
 

@@ -1,5 +1,7 @@
-// Gated activations of the MLPs and experts, one table per ISA, chosen once: out[i] =
-// silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i]. out may alias gate or up.
+// Gated activations, one table per ISA, chosen once:
+// - swiglu (the MLPs and experts): out[i] = silu(gate[i]) * up[i] = gate[i] / (1 +
+//   exp(-gate[i])) * up[i]; out may alias gate or up.
+// - sigmoid_gate (gated attention's output): x[i] *= 1 / (1 + exp(-gate[i])).
 //
 // The scalar table calls the C library's expf. The vector tables evaluate exp as 2^n times
 // a degree-7 polynomial of the remainder (Cody-Waite reduction against ln 2 in two parts),
@@ -18,6 +20,7 @@ namespace mx {
 struct GluKernels {
   IsaLevel isa;
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* out);
+  void (*sigmoid_gate)(const float* gate, int64_t n, float* x);
 };
 
 const GluKernels* glu_kernels_for(IsaLevel level);

@@ -120,6 +120,10 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   glu_kernels().swiglu(gate, up, n, out);
 }
 
+void sigmoid_gate(const float* gate, int64_t n, float* x) {
+  glu_kernels().sigmoid_gate(gate, n, x);
+}
+
 void softmax(float* x, int64_t n) {
   float mx = x[0];
   for (int64_t i = 1; i < n; ++i) mx = std::fmax(mx, x[i]);

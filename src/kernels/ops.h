@@ -38,6 +38,8 @@ void gelu_tanh(float* x, int64_t n);
 void gelu_erf(float* x, int64_t n);
 // out = silu(gate) * up through the active ISA's table (kernels/glu.h); out may alias gate.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
+// x *= sigmoid(gate), elementwise, through the same table.
+void sigmoid_gate(const float* gate, int64_t n, float* x);
 
 // Numerically stable softmax in place.
 void softmax(float* x, int64_t n);

@@ -177,9 +177,7 @@ void attention_forward(const AttentionBlock& attn, int64_t li, ForwardContext& c
   store_keys_values(attn, li, ctx, l);
   float* out = ctx.exec.workspace().floats(kWsAttention, n * nq * d);
   attend(li, ctx, l, out);
-  if (attn.output_gate) {
-    for (int64_t i = 0; i < n * nq * d; ++i) out[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
-  }
+  if (attn.output_gate) sigmoid_gate(gate, n * nq * d, out);
   t_attn.stop();
   PhaseTimer t_o(ctx.profile, Phase::kOProj);
   attn.o->forward(out, n, h, ctx.exec);
