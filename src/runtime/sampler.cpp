@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "runtime/sampler_exp.h"
+
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
@@ -180,16 +182,28 @@ size_t kept_front(std::vector<Prob>& d, const SamplingParams& p, bool sorted) {
 // ordering the vocabulary.
 std::vector<Prob> distribution(const float* logits, int64_t vocab, const SamplingParams& p,
                                bool ordered) {
-  std::vector<Prob> d(static_cast<size_t>(vocab));
-  double mx = -INFINITY;
-  for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, static_cast<double>(logits[i]));
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    const double e = std::exp((static_cast<double>(logits[i]) - mx) / p.temperature);
-    d[static_cast<size_t>(i)] = {static_cast<int32_t>(i), e};
-    sum += e;
+  // The largest logit in eight running maxima (NaNs passed over, as a comparison does).
+  float lanes[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                    -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  const int64_t v8 = vocab / 8 * 8;
+  for (int64_t i = 0; i < v8; i += 8) {
+    for (int j = 0; j < 8; ++j) lanes[j] = logits[i + j] > lanes[j] ? logits[i + j] : lanes[j];
   }
-  for (auto& e : d) e.second /= sum;
+  for (int64_t i = v8; i < vocab; ++i) lanes[0] = logits[i] > lanes[0] ? logits[i] : lanes[0];
+  double mx = -INFINITY;
+  for (float v : lanes) mx = std::max(mx, static_cast<double>(v));
+  // The numerators on the vector exp (0.7 ms a token over 151,936 logits with the C library's),
+  // summed in four interleaved sums.
+  std::vector<double> num(static_cast<size_t>(vocab));
+  sampler_exp_kernels().exps(logits, vocab, mx, 1.0 / static_cast<double>(p.temperature),
+                             num.data());
+  double sums[4] = {0, 0, 0, 0};
+  for (int64_t i = 0; i < vocab; ++i) sums[i % 4] += num[static_cast<size_t>(i)];
+  const double sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
+  std::vector<Prob> d(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) {
+    d[static_cast<size_t>(i)] = {static_cast<int32_t>(i), num[static_cast<size_t>(i)] / sum};
+  }
   const bool filtered = p.top_k > 0 || p.top_p < 1.0f || p.min_p > 0.0f;
   if (!filtered && !ordered) return d;
   d.resize(kept_front(d, p, ordered));
