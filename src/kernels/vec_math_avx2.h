@@ -1,46 +1,42 @@
-// exp, SiLU and the logistic sigmoid on eight FP32 lanes, for the translation units compiled
-// with the AVX2 flags (kernels/glu.h states the accuracy: within 2 ulp of expf).
+// kernels/vec_math_simd.h on eight FP32 lanes, for the translation units compiled with the AVX2
+// flags: sigmoid_avx2 and silu_avx2.
 //
 // Internal linkage: each including unit keeps its own copies (see tile_plan.h).
 #pragma once
 
 #include <immintrin.h>
 
+#include "kernels/vec_math_simd.h"
+
 namespace mx {
 namespace {
 
-// exp(x) as exp_avx512 computes it, with 2^n built in the exponent field as 2 * 2^(n-1), so
-// that n may reach 128: x is held within [-86.6, 88.73], past which expf overflows (and the
-// product here does too, giving infinity as expf does) or returns less than 2.4e-38, which
-// leaves 1 + exp(-x) at 1 in FP32 either way.
-inline __m256 exp_avx2(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.73f)), _mm256_set1_ps(-86.6f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606820309417232e-6f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 5040);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i e =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126)), 23);
-  return _mm256_mul_ps(_mm256_add_ps(p, p), _mm256_castsi256_ps(e));
-}
+// 2^n built in the exponent field as 2 * 2^(n-1), so that n may reach 128: arguments are held
+// within [-86.6, 88.73], past which expf overflows (and the product here does too, giving
+// infinity as expf does) or returns less than 2.4e-38, which leaves 1 + exp(-x) at 1 in FP32
+// either way.
+struct VecMath8 {
+  using T = __m256;
+  static constexpr float kLo = -86.6f, kHi = 88.73f;
+  static T set1(float x) { return _mm256_set1_ps(x); }
+  static T min(T a, T b) { return _mm256_min_ps(a, b); }
+  static T max(T a, T b) { return _mm256_max_ps(a, b); }
+  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
+  static T add(T a, T b) { return _mm256_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
+  static T div(T a, T b) { return _mm256_div_ps(a, b); }
+  static T fmadd(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+  static T fnmadd(T a, T b, T c) { return _mm256_fnmadd_ps(a, b, c); }
+  static T round(T a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static T pow2(T p, T n) {
+    const __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(126)), 23);
+    return _mm256_mul_ps(_mm256_add_ps(p, p), _mm256_castsi256_ps(e));
+  }
+};
 
-// 1 / (1 + exp(-x)) and x / (1 + exp(-x)), the scalar formulas' operations after the exp.
-inline __m256 sigmoid_avx2(__m256 x) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  return _mm256_div_ps(one, _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x))));
-}
-inline __m256 silu_avx2(__m256 x) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  return _mm256_div_ps(x, _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x))));
-}
+inline __m256 sigmoid_avx2(__m256 x) { return vsigmoid<VecMath8>(x); }
+inline __m256 silu_avx2(__m256 x) { return vsilu<VecMath8>(x); }
 
 }  // namespace
 }  // namespace mx

@@ -6,7 +6,8 @@
 // (what the filters cut) is that of the logits, as with exp. Arguments below -708 (results
 // below 3.3e-308, nothing beside the top's 1) give 0 on the AVX2 table.
 //
-// Declarations only: ISA translation units include this header (see formats/act_quant.h).
+// Declarations and constants only: ISA translation units include this header (see
+// formats/act_quant.h).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,22 @@ const SamplerExpKernels* sampler_exp_kernels_for(IsaLevel level);
 const SamplerExpKernels& sampler_exp_kernels();
 
 namespace sampler_exp_detail {
+// The vector tables' Taylor coefficients: 1 / k!, each the double nearest (a quotient of exact
+// integers).
+constexpr double kInvFactorial[14] = {1.0,
+                                      1.0,
+                                      1.0 / 2,
+                                      1.0 / 6,
+                                      1.0 / 24,
+                                      1.0 / 120,
+                                      1.0 / 720,
+                                      1.0 / 5040,
+                                      1.0 / 40320,
+                                      1.0 / 362880,
+                                      1.0 / 3628800,
+                                      1.0 / 39916800,
+                                      1.0 / 479001600,
+                                      1.0 / 6227020800.0};
 extern const SamplerExpKernels kScalarSamplerExp;
 extern const SamplerExpKernels kAvx2SamplerExp;
 extern const SamplerExpKernels kAvx512SamplerExp;

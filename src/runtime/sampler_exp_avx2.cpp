@@ -6,22 +6,6 @@
 namespace mx::sampler_exp_detail {
 namespace {
 
-// 1 / k!, each the double nearest (a quotient of exact integers).
-constexpr double kInvFactorial[14] = {1.0,
-                                      1.0,
-                                      1.0 / 2,
-                                      1.0 / 6,
-                                      1.0 / 24,
-                                      1.0 / 120,
-                                      1.0 / 720,
-                                      1.0 / 5040,
-                                      1.0 / 40320,
-                                      1.0 / 362880,
-                                      1.0 / 3628800,
-                                      1.0 / 39916800,
-                                      1.0 / 479001600,
-                                      1.0 / 6227020800.0};
-
 // exp(x) for x <= 0 as the AVX-512 table computes it, with 2^n placed in the exponent field:
 // n + 1023 lands in the low mantissa bits of n + 2^52 + 1023 and shifts up by 52. Arguments
 // below -708, where n would leave the normal range, give 0.

@@ -6,22 +6,6 @@
 namespace mx::sampler_exp_detail {
 namespace {
 
-// 1 / k!, each the double nearest (a quotient of exact integers).
-constexpr double kInvFactorial[14] = {1.0,
-                                      1.0,
-                                      1.0 / 2,
-                                      1.0 / 6,
-                                      1.0 / 24,
-                                      1.0 / 120,
-                                      1.0 / 720,
-                                      1.0 / 5040,
-                                      1.0 / 40320,
-                                      1.0 / 362880,
-                                      1.0 / 3628800,
-                                      1.0 / 39916800,
-                                      1.0 / 479001600,
-                                      1.0 / 6227020800.0};
-
 // exp(x) for x <= 0: n = round(x log2 e), r = x - n ln 2 (ln 2 as fdlibm's high part, exact
 // times any n here, and low part), e^r by Horner over the Taylor coefficients to r^13
 // (truncation 4e-18 relative for |r| <= ln2 / 2), vscalefpd for 2^n (0 below the subnormals).
