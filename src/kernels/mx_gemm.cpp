@@ -81,19 +81,32 @@ void mx_decode_activations(const MxMatrixView& a, float* af, float factor) {
 
 void mx_prepare_fp4_activations(const MxMatrixView& a, int8_t* q, int32_t* sums, float* scales) {
   const int64_t k = a.k, nb = (k + 31) / 32, kp = mx_decoded_stride(k), nc = (k + 511) / 512;
-  const float* lut = e2m1_table();
+  // Twice each E2M1 code's value, an integer: the bytes of whole blocks map through it two
+  // codes at a time (low nibble first). Through the FP32 table and a conversion per value,
+  // this preparation took 9% of the W4A4 prefill GEMM's samples.
+  static constexpr int8_t kTwice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
   for (int64_t i = 0; i < a.rows; ++i) {
     const uint8_t* row = a.codes + i * a.row_bytes;
     int8_t* dst = q + i * kp;
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t n = std::min<int64_t>(32, k - b * 32);
       int32_t sum = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        const auto v = static_cast<int8_t>(2.0f * lut[code_at(ElemFormat::kE2M1, row, b * 32 + j)]);
-        dst[b * 32 + j] = v;
-        sum += v;
+      int8_t* d = dst + b * 32;
+      if (n == 32) {
+        const uint8_t* src = row + b * 16;
+        for (int j = 0; j < 16; ++j) {
+          const int8_t lo = kTwice[src[j] & 0xF], hi = kTwice[src[j] >> 4];
+          d[2 * j] = lo;
+          d[2 * j + 1] = hi;
+          sum += lo + hi;
+        }
+      } else {
+        for (int64_t j = 0; j < n; ++j) {
+          d[j] = kTwice[code_at(ElemFormat::kE2M1, row, b * 32 + j)];
+          sum += d[j];
+        }
+        for (int64_t j = n; j < 32; ++j) d[j] = 0;
       }
-      for (int64_t j = n; j < 32; ++j) dst[b * 32 + j] = 0;
       sums[i * nb + b] = sum;
       float s = pow2(static_cast<int>(a.scales[i * nb + b]) - 129);
       if (a.chunk_scales != nullptr) s *= a.chunk_scales[i * nc + b / 16];
