@@ -197,6 +197,71 @@ ChunkBuffers chunk_buffers(float* p, int64_t ld, int64_t dk, int64_t dv) {
   return b;
 }
 
+// fma_rows for R rows at once sharing the loads of x: row r writes y + r * ldy from init + r
+// * ldi (or 0) with c + r * ldc over cnt + r * tri terms (tri 1: the triangular products, row i
+// of which sums i + 1 terms), every column of every row the same chain as fma_rows gives it.
+// One row a time, each m loaded NB vectors of x for NB FMAs: loads bounded the chunked rule's
+// products (rows of 128 at Qwen3.5's widths).
+template <class V, int R>
+void fma_rows_multi(float* y, int64_t ldy, const float* init, int64_t ldi, int64_t n,
+                    const float* c, int64_t ldc, int64_t cnt, int64_t tri, const float* x,
+                    int64_t ldx) {
+  constexpr int NB = V::W == 16 ? 4 : 2;  // R * NB accumulators within the vector registers
+  using T = typename V::T;
+  int64_t j = 0;
+  for (; j + NB * V::W <= n; j += NB * V::W) {
+    T acc[R][NB];
+    for (int r = 0; r < R; ++r) {
+      for (int b = 0; b < NB; ++b) {
+        acc[r][b] = init != nullptr ? V::load(init + r * ldi + j + V::W * b) : V::zero();
+      }
+    }
+    for (int64_t m = 0; m < cnt; ++m) {
+      const float* xr = x + m * ldx + j;
+      T xv[NB];
+      for (int b = 0; b < NB; ++b) xv[b] = V::load(xr + V::W * b);
+      for (int r = 0; r < R; ++r) {
+        const T cm = V::set1(c[r * ldc + m]);
+        for (int b = 0; b < NB; ++b) acc[r][b] = V::fmadd(cm, xv[b], acc[r][b]);
+      }
+    }
+    for (int r = 1; r < R; ++r) {
+      for (int64_t m = cnt; m < cnt + r * tri; ++m) {
+        const T cm = V::set1(c[r * ldc + m]);
+        for (int b = 0; b < NB; ++b) {
+          acc[r][b] = V::fmadd(cm, V::load(x + m * ldx + j + V::W * b), acc[r][b]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int b = 0; b < NB; ++b) V::store(y + r * ldy + j + V::W * b, acc[r][b]);
+    }
+  }
+  if (j < n) {
+    for (int r = 0; r < R; ++r) {
+      fma_rows<V>(y + r * ldy + j, init != nullptr ? init + r * ldi + j : nullptr, n - j,
+                  c + r * ldc, cnt + r * tri, x + j, ldx);
+    }
+  }
+}
+
+// Rows [0, rows) of the product above, four at a time, then one at a time; row i sums cnt + i
+// * tri terms.
+template <class V>
+void fma_rows_all(float* y, int64_t ldy, const float* init, int64_t ldi, int64_t rows, int64_t n,
+                  const float* c, int64_t ldc, int64_t cnt, int64_t tri, const float* x,
+                  int64_t ldx) {
+  int64_t i = 0;
+  for (; i + 4 <= rows; i += 4) {
+    fma_rows_multi<V, 4>(y + i * ldy, ldy, init != nullptr ? init + i * ldi : nullptr, ldi, n,
+                         c + i * ldc, ldc, cnt + i * tri, tri, x, ldx);
+  }
+  for (; i < rows; ++i) {
+    fma_rows<V>(y + i * ldy, init != nullptr ? init + i * ldi : nullptr, n, c + i * ldc,
+                cnt + i * tri, x, ldx);
+  }
+}
+
 // T and P of the chunk (the reference's chunk_matrices): the dots k_i . k_m and q_i . k_m
 // for all m <= i at once, from the transposed keys.
 template <class V>
@@ -205,11 +270,22 @@ void chunk_matrices(const float* q, const float* k, int64_t ldq, int64_t ldk, co
   for (int64_t m = 0; m < n; ++m) {
     for (int64_t r = 0; r < dk; ++r) b.kt[r * ld + m] = k[m * ldk + r];
   }
+  // Rows four at a time over the group's last row's columns (i + 4): the columns past a row's
+  // own i + 1 are zeroed below.
+  int64_t i0 = 0;
+  for (; i0 + 4 <= n; i0 += 4) {
+    fma_rows_multi<V, 4>(b.tm + i0 * ld, ld, nullptr, 0, i0 + 4, k + i0 * ldk, ldk, dk, 0, b.kt,
+                         ld);
+    fma_rows_multi<V, 4>(b.pm + i0 * ld, ld, nullptr, 0, i0 + 4, q + i0 * ldq, ldq, dk, 0, b.kt,
+                         ld);
+  }
+  for (int64_t i = i0; i < n; ++i) {
+    fma_rows<V>(b.tm + i * ld, nullptr, i + 1, k + i * ldk, dk, b.kt, ld);
+    fma_rows<V>(b.pm + i * ld, nullptr, i + 1, q + i * ldq, dk, b.kt, ld);
+  }
   for (int64_t i = 0; i < n; ++i) {
     float* ti = b.tm + i * ld;
     float* pi = b.pm + i * ld;
-    fma_rows<V>(ti, nullptr, i + 1, k + i * ldk, dk, b.kt, ld);
-    fma_rows<V>(pi, nullptr, i + 1, q + i * ldq, dk, b.kt, ld);
     for (int64_t m = 0; m <= i; ++m) {
       const float dec = __builtin_expf(b.gc[i] - b.gc[m]);
       ti[m] = m == i ? 1.0f : -(beta[i * ldg] * ti[m]) * dec;
@@ -217,9 +293,18 @@ void chunk_matrices(const float* q, const float* k, int64_t ldq, int64_t ldk, co
     }
     for (int64_t m = i + 1; m < n; ++m) ti[m] = pi[m] = 0.0f;
   }
+  // ti[j] = fma(ti[m], T[m][j], ti[j]) for j < m, m = 1 .. i - 1 in order: inline, where a
+  // call per (i, m) (2,016 a chunk) cost more than its few FMAs.
   for (int64_t i = 2; i < n; ++i) {
     float* ti = b.tm + i * ld;
-    for (int64_t m = 1; m < i; ++m) fma_rows<V>(ti, ti, m, ti + m, 1, b.tm + m * ld, 0);
+    for (int64_t m = 1; m < i; ++m) {
+      const float* tm = b.tm + m * ld;
+      const typename V::T cm = V::set1(ti[m]);
+      int64_t j = 0;
+      for (; j + V::W <= m; j += V::W)
+        V::store(ti + j, V::fmadd(cm, V::load(tm + j), V::load(ti + j)));
+      for (; j < m; ++j) ti[j] = __builtin_fmaf(ti[m], tm[j], ti[j]);
+    }
   }
 }
 
@@ -246,13 +331,12 @@ void chunk(const DeltaRuleArgs& a, int64_t t0, int64_t n, int64_t h, float* scra
     for (int64_t j = 0; j < dv; ++j) b.vb[m * dv + j] = bm * v[m * a.ldv + j];
     for (int64_t j = 0; j < dk; ++j) b.kb[m * dk + j] = bk * k[m * a.ldk + j];
   }
+  fma_rows_all<V>(b.u, dv, nullptr, 0, n, dv, b.tm, ld, 1, 1, b.vb, dv);
+  fma_rows_all<V>(b.w, dk, nullptr, 0, n, dk, b.tm, ld, 1, 1, b.kb, dk);
+  // beta v is consumed: W S goes there.
+  fma_rows_all<V>(b.vb, dv, nullptr, 0, n, dv, b.w, dk, dk, 0, s, dv);
   for (int64_t i = 0; i < n; ++i) {
-    fma_rows<V>(b.u + i * dv, nullptr, dv, b.tm + i * ld, i + 1, b.vb, dv);
-    fma_rows<V>(b.w + i * dk, nullptr, dk, b.tm + i * ld, i + 1, b.kb, dk);
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    float* ws = b.vb + i * dv;  // beta v is consumed: W S goes there
-    fma_rows<V>(ws, nullptr, dv, b.w + i * dk, dk, s, dv);
+    const float* ws = b.vb + i * dv;
     float* ui = b.u + i * dv;
     int64_t j = 0;
     for (; j + V::W <= dv; j += V::W) {
@@ -260,15 +344,16 @@ void chunk(const DeltaRuleArgs& a, int64_t t0, int64_t n, int64_t h, float* scra
     }
     for (; j < dv; ++j) ui[j] = ui[j] - ws[j];
   }
+  fma_rows_all<V>(a.o + t0 * a.ldo + h * dv, a.ldo, nullptr, 0, n, dv, q, a.ldq, dk, 0, s, dv);
+  float* o0 = a.o + t0 * a.ldo + h * dv;
   for (int64_t i = 0; i < n; ++i) {
-    float* o = a.o + (t0 + i) * a.ldo + h * dv;
-    fma_rows<V>(o, nullptr, dv, q + i * a.ldq, dk, s, dv);
+    float* o = o0 + i * a.ldo;
     const typename V::T e = V::set1(b.eg[i]);
     int64_t j = 0;
     for (; j + V::W <= dv; j += V::W) V::store(o + j, V::mul(V::load(o + j), e));
     for (; j < dv; ++j) o[j] = o[j] * b.eg[i];
-    fma_rows<V>(o, o, dv, b.pm + i * ld, i + 1, b.u, dv);
   }
+  fma_rows_all<V>(o0, a.ldo, o0, a.ldo, n, dv, b.pm, ld, 1, 1, b.u, dv);
   for (int64_t r = 0; r < dk; ++r) {
     for (int64_t m = 0; m < n; ++m) b.kt[r * ld + m] = k[m * a.ldk + r] * b.dm[m];
   }
@@ -278,8 +363,8 @@ void chunk(const DeltaRuleArgs& a, int64_t t0, int64_t n, int64_t h, float* scra
     int64_t j = 0;
     for (; j + V::W <= dv; j += V::W) V::store(sr + j, V::mul(V::load(sr + j), el));
     for (; j < dv; ++j) sr[j] = sr[j] * b.eg[n - 1];
-    fma_rows<V>(sr, sr, dv, b.kt + r * ld, n, b.u, dv);
   }
+  fma_rows_all<V>(s, dv, s, dv, dk, dv, b.kt, ld, n, 0, b.u, dv);
 }
 
 template <class V>
