@@ -88,6 +88,24 @@ TEST(Sampler, EveryExpVariantIsWithinTwoUlpOfExp) {
   EXPECT_GE(variants, 2);
 }
 
+// No finite largest logit: a +inf takes all of the mass (the first of several), and a
+// vocabulary masked to -inf everywhere gives its first token, on every ISA alike.
+TEST(Sampler, NonFiniteLogitsGiveTheFirstLargest) {
+  const float inf = std::numeric_limits<float>::infinity();
+  SamplingParams p;
+  p.seed = 3;
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> a = {1.0f, -inf, inf, 2.0f, inf};
+    std::vector<float> b = {-inf, -inf, -inf};
+    Sampler s(p);
+    EXPECT_EQ(s.sample(a.data(), 5, {}, {}), 2);
+    EXPECT_EQ(s.sample(b.data(), 3, {}, {}), 0);
+  }
+  const auto d = filtered_distribution(std::vector<float>{0.0f, inf}.data(), 2, p);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].first, 1);
+}
+
 TEST(Sampler, NoFilterIsTheSoftmax) {
   expect_dist(dist({}), {{0, 0.5}, {1, 0.2}, {2, 0.15}, {3, 0.1}, {4, 0.05}});
 }

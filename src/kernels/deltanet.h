@@ -12,7 +12,7 @@
 //   (sequential FMA chains, expf/log1pf per element) and the vector versions vectorize only
 //   over independent outputs (channels, value columns, chunk rows), keeping each output's chain.
 // - conv_silu: the convolution bit for bit as above; the vector tables' SiLU takes its exp from
-//   a polynomial within 2 ulp of expf (kernels/vec_math_avx512.h), so |dy| <= 6 u |y| against
+//   a polynomial within 2 ulp of expf (kernels/vec_math_simd.h), so |dy| <= 6 u |y| against
 //   the exact SiLU of the same sum, and a channel's result does not depend on the call's
 //   channels or tokens.
 // - l2_norm, gated_rms_norm: each row's sum of squares is reduced in eight lanes instead of one

@@ -2,7 +2,9 @@
 // vec_math_avx2.h and vec_math_avx512.h each give V for their width. V provides T, set1,
 // min, max, mul, add, sub, div, fmadd, fnmadd, round (to nearest), the argument bounds
 // kLo / kHi, and pow2 (p times 2^n for integral n in [kLo, kHi] log2 e, with infinity on
-// overflow as expf gives it). Within 2 ulp of expf (kernels/glu.h).
+// overflow as expf gives it). Within 2 ulp of expf (kernels/glu.h) down to kLo; below it the
+// result stays exp(kLo), which only 1 + exp(-x) (SiLU, sigmoid) may meet, where it rounds to 1
+// as expf's would.
 //
 // Internal linkage: each including unit keeps its own copies (see tile_plan.h).
 #pragma once
@@ -16,7 +18,9 @@ namespace {
 template <class V>
 inline typename V::T vexp(typename V::T x) {
   using T = typename V::T;
-  x = V::max(V::min(x, V::set1(V::kHi)), V::set1(V::kLo));
+  // The bound first and x second: min and max return their second operand for a NaN, which
+  // then runs through as expf's NaN does.
+  x = V::max(V::set1(V::kLo), V::min(V::set1(V::kHi), x));
   const T n = V::round(V::mul(x, V::set1(1.44269504088896341f)));
   T r = V::fnmadd(n, V::set1(0.693145751953125f), x);
   r = V::fnmadd(n, V::set1(1.428606820309417232e-6f), r);

@@ -139,7 +139,9 @@ size_t top_p_cut(std::vector<Prob>& d, size_t sorted, size_t bound, double cum, 
     cum += d[i].second;
     if (cum >= top_p) return i + 1;
   }
-  return bound;
+  // The halving found the cut within hi (the one-by-one sum can fall short of the block's by
+  // a rounding): keep that far.
+  return hi;
 }
 
 // How many of the order's first elements top-k, top-p and min-p keep (each a cut of that
@@ -202,21 +204,36 @@ double sum_of_exps(const float* logits, int64_t vocab, double mx, double inv_t,
   return (sums[0] + sums[1]) + (sums[2] + sums[3]);
 }
 
-// The distribution after temperature and the filters. With `ordered` false and no filter,
-// the whole softmax in id order: a draw walking it follows the same distribution without
-// ordering the vocabulary.
+// The distribution after temperature and the filters. With `ordered` false, the kept tokens
+// in id order: a draw walking them follows the same distribution without ordering the
+// vocabulary.
 std::vector<Prob> distribution(const float* logits, int64_t vocab, const SamplingParams& p,
                                bool ordered) {
   const double mx = max_logit(logits, vocab);
+  if (!std::isfinite(mx)) {
+    // A logit of +inf, or none above -inf: all of the mass on the first largest (what greedy
+    // takes), the same on every ISA.
+    return {{static_cast<int32_t>(argmax(logits, vocab)), 1.0}};
+  }
   std::vector<double> num(static_cast<size_t>(vocab));
   const double sum = sum_of_exps(logits, vocab, mx, 1.0 / static_cast<double>(p.temperature), num);
+  auto prob = [&](int64_t i) -> Prob {
+    return {static_cast<int32_t>(i), num[static_cast<size_t>(i)] / sum};
+  };
   std::vector<Prob> d(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) {
-    d[static_cast<size_t>(i)] = {static_cast<int32_t>(i), num[static_cast<size_t>(i)] / sum};
-  }
+  for (int64_t i = 0; i < vocab; ++i) d[static_cast<size_t>(i)] = prob(i);
   const bool filtered = p.top_k > 0 || p.top_p < 1.0f || p.min_p > 0.0f;
   if (!filtered && !ordered) return d;
   d.resize(kept_front(d, p, ordered));
+  if (!ordered) {
+    // The kept set in id order (the order a selection leaves it in is the library's): every
+    // token at or before the cut's last one in the filters' order.
+    const Prob last = *std::max_element(d.begin(), d.end(), before);
+    d.clear();
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (!before(last, prob(i))) d.push_back(prob(i));
+    }
+  }
   double kept = 0;
   for (const auto& e : d) kept += e.second;
   for (auto& e : d) e.second /= kept;
@@ -276,11 +293,14 @@ int32_t Sampler::sample(float* logits, int64_t vocab, const std::vector<int32_t>
   // 53 random bits to a double in [0, 1): the same draw on every platform for one seed.
   const double u = static_cast<double>(rng_() >> 11) * 0x1p-53;
   double cum = 0;
+  int32_t last = d.front().first;
   for (const auto& [id, prob] : d) {
     cum += prob;
     if (u < cum) return id;
+    if (prob > 0) last = id;
   }
-  return d.back().first;
+  // u past the sum's rounding: the last token that can be drawn.
+  return last;
 }
 
 int32_t Sampler::verify(float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
@@ -304,7 +324,7 @@ int32_t Sampler::verify(float* logits, int64_t vocab, const std::vector<int32_t>
   for (const auto& [id, prob] : d) {
     if (id == draft) continue;
     cum += prob;
-    last = id;
+    if (prob > 0) last = id;
     if (v < cum) return id;
   }
   return last;

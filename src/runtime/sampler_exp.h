@@ -2,9 +2,10 @@
 // chosen once: out[i] = exp((logits[i] - mx) * inv_t) in double, for logits at most mx (so
 // every argument is at most 0; -inf gives 0). The scalar table calls the C library's exp; the
 // vector tables evaluate 2^n times a degree-13 Taylor polynomial of the remainder (Cody-Waite
-// reduction against ln 2 in two parts), within 2 ulp of it, so that the order of the values
-// (what the filters cut) is that of the logits, as with exp. Arguments below -708 (results
-// below 3.3e-308, nothing beside the top's 1) give 0 on the AVX2 table.
+// reduction against ln 2 in two parts), within 2 ulp of it: FP32 logits a float ulp apart
+// give numerators far more than 2 double ulp apart, so the filters see the logits' order, as
+// with exp. Arguments below -708 (results below 3.3e-308, nothing beside the top's 1) give 0
+// on the AVX2 table; a NaN gives NaN.
 //
 // Declarations and constants only: ISA translation units include this header (see
 // formats/act_quant.h).

@@ -11,7 +11,7 @@ namespace {
 // below -708, where n would leave the normal range, give 0.
 inline __m256d exp4(__m256d x) {
   const __m256d low = _mm256_cmp_pd(x, _mm256_set1_pd(-708.0), _CMP_LT_OQ);
-  x = _mm256_max_pd(x, _mm256_set1_pd(-708.0));
+  x = _mm256_max_pd(_mm256_set1_pd(-708.0), x);  // a NaN (second) runs through
   const __m256d n = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256d r = _mm256_fnmadd_pd(n, _mm256_set1_pd(6.93147180369123816490e-01), x);

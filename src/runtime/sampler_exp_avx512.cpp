@@ -10,7 +10,7 @@ namespace {
 // times any n here, and low part), e^r by Horner over the Taylor coefficients to r^13
 // (truncation 4e-18 relative for |r| <= ln2 / 2), vscalefpd for 2^n (0 below the subnormals).
 inline __m512d exp8(__m512d x) {
-  x = _mm512_max_pd(x, _mm512_set1_pd(-760.0));
+  x = _mm512_max_pd(_mm512_set1_pd(-760.0), x);  // a NaN (second) runs through
   const __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x);
