@@ -150,7 +150,7 @@ async def chunked_upload(host, port, stop, total=100 << 20, chunk=64 << 10, rate
 
 async def disconnecter(host, port, stop, streaming):
     """Starts a long generation and goes away mid-way."""
-    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "stream": streaming,
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 1000, "stream": streaming,
                        "ignore_eos": True}).encode()
     await asyncio.sleep(random.uniform(0, 4))  # clients that arrive together leave together
     while not stop.is_set():
